@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+# Scenario folder -> its trace file, for tests that need one file of a kind.
+SCENARIOS = {
+    "tf_runmetadata_text": "000_6b18107121892edf.txt",
+    "tf_stepstats_gpu_streams": "001_5e9237699abafb68.txt",
+    "node_shape_dump": "002_11cf062b29f34b60.txt",
+    "node_name_list": "003_5bf2854c930b1b8f.txt",
+    "megengine_graph_profile": "004_825e28a4f520ddc2.txt",
+    "kineto_h200_fp32": "kineto_h200_fp32.json.gz",
+    "xspace_jax_h200": "jax_h200.xplane.pb",
+}
+
+
+def scenario(name: str) -> Path:
+    return DATA / name / SCENARIOS[name]
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Path:
+    return tmp_path / "wh"

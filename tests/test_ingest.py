@@ -1,0 +1,133 @@
+"""Ingest semantics on real seed traces: run discovery, replace, errors, atomicity."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from conftest import DATA, scenario
+from tracedb import catalog
+from tracedb.errors import TracedbError
+from tracedb.ingest import discover_runs, ingest
+
+
+def counts(wh: Path) -> dict:
+    con = catalog.connect(wh)
+    try:
+        return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                for t in ("nodes", "kernels", "tensors", "allocations", "runs")}
+    finally:
+        con.close()
+
+
+def make_runs(tmp_path: Path) -> Path:
+    runs = tmp_path / "runs"
+    (runs / "dump").mkdir(parents=True)
+    shutil.copy(scenario("node_shape_dump"), runs / "dump" / "graph.txt")
+    (runs / "dump" / "run.json").write_text(json.dumps({"model": "alexnet", "batch": 128}))
+    shutil.copy(scenario("node_name_list"), runs / "names.txt")
+    return runs
+
+
+def test_runs_folder_subfolder_and_loose_file(tmp_path, warehouse):
+    runs = make_runs(tmp_path)
+    summary = ingest([runs], warehouse)
+    assert summary.ok
+    assert [r.run_id for r in summary.runs] == ["dump", "names"]
+    con = catalog.connect(warehouse)
+    rows = con.execute("SELECT run_id, count(*) FROM nodes GROUP BY 1 ORDER BY 1").fetchall()
+    assert rows == [("dump", 178), ("names", 2467)]
+    # run.json labels: known ones as columns, others as extra view columns
+    model, batch, files = con.execute("SELECT model, batch, source_files FROM runs WHERE run_id = 'dump'").fetchone()
+    assert (model, batch, files) == ("alexnet", "128", ["graph.txt"])
+
+
+def test_run_id_for_single_file_and_folder(tmp_path, warehouse):
+    runs = make_runs(tmp_path)
+    assert [r.run_id for r in discover_runs([runs / "dump"], run_id="x")] == ["x"]
+    assert [r.run_id for r in discover_runs([scenario("node_name_list")])] == ["003_5bf2854c930b1b8f"]
+    with pytest.raises(TracedbError, match="exactly one PATH"):
+        discover_runs([runs, runs], run_id="x")
+    with pytest.raises(TracedbError, match="no such file"):
+        discover_runs([tmp_path / "missing"])
+
+
+def test_reingest_replaces_run_without_duplicates(tmp_path, warehouse):
+    runs = make_runs(tmp_path)
+    ingest([runs], warehouse)
+    first = counts(warehouse)
+    ingest([runs], warehouse)
+    assert counts(warehouse) == first
+    # the old generation's parquet files are gone: one file per (table, device) partition
+    files = sorted(p.relative_to(warehouse).as_posix() for p in warehouse.rglob("*.parquet"))
+    assert len(files) == 3  # dump: GPU:0 + CPU:0; names: one device
+    assert all(f.startswith("nodes/run_id=") for f in files)
+    assert not (warehouse / "_staging").exists()
+
+
+def test_partitions_are_hive_style_and_url_encoded(tmp_path, warehouse):
+    ingest([scenario("node_shape_dump")], warehouse, run_id="a b/c")
+    dirs = sorted({p.parent.relative_to(warehouse).as_posix() for p in warehouse.rglob("*.parquet")})
+    assert dirs == ["nodes/run_id=a%20b%2Fc/device=CPU%3A0", "nodes/run_id=a%20b%2Fc/device=GPU%3A0"]
+    con = catalog.connect(warehouse)
+    assert con.execute("SELECT DISTINCT run_id FROM nodes").fetchall() == [("a b/c",)]
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "empty file"),
+    (bytes(range(256)) * 40, "unknown format"),
+])
+def test_bad_files_are_recorded_and_others_land(tmp_path, warehouse, content, message):
+    run = tmp_path / "runs" / "mixed"
+    run.mkdir(parents=True)
+    shutil.copy(scenario("node_shape_dump"), run / "a.txt")
+    (run / "b.bin").write_bytes(content)
+    summary = ingest([tmp_path / "runs"], warehouse)
+    assert not summary.ok
+    [(path, err)] = summary.errors
+    assert path.endswith("b.bin") and message in err and "\n" not in err
+    assert counts(warehouse)["nodes"] == 178
+    con = catalog.connect(warehouse)
+    status = con.execute("SELECT path, status, error IS NOT NULL FROM files ORDER BY path").fetchall()
+    assert status == [("a.txt", "ok", False), ("b.bin", "error", True)]
+
+
+def test_failed_run_keeps_previous_data(tmp_path, warehouse):
+    trace = tmp_path / "t.txt"
+    shutil.copy(scenario("node_shape_dump"), trace)
+    ingest([trace], warehouse)
+    trace.write_bytes(b"\x00\x01garbage" * 100)
+    summary = ingest([trace], warehouse)
+    assert not summary.ok
+    assert counts(warehouse)["nodes"] == 178
+    con = catalog.connect(warehouse)
+    log = con.execute("SELECT status FROM ingest_log ORDER BY ingested_at").fetchall()
+    assert log == [("ok",), ("error",)]
+
+
+def test_warehouse_can_be_moved(tmp_path, warehouse):
+    ingest([scenario("node_shape_dump")], warehouse)
+    moved = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(warehouse, moved)
+    shutil.rmtree(warehouse)
+    assert counts(moved)["nodes"] == 178
+    # a plain DuckDB client: open the file, point file_search_path at the folder
+    con = duckdb.connect(str(moved / "catalog.duckdb"), read_only=True)
+    con.execute(f"SET file_search_path = '{moved}'")
+    assert con.execute("SELECT count(*) FROM nodes").fetchone()[0] == 178
+
+
+def test_parallel_jobs_give_the_same_rows(tmp_path):
+    runs = make_runs(tmp_path)
+    ingest([runs], tmp_path / "serial")
+    ingest([runs], tmp_path / "parallel", jobs=2)
+    assert counts(tmp_path / "serial") == counts(tmp_path / "parallel")
+
+
+def test_no_warehouse_is_a_clear_error(tmp_path):
+    with pytest.raises(TracedbError, match="no warehouse"):
+        catalog.connect(tmp_path / "nothing")

@@ -1,0 +1,3 @@
+from tracedb.cli import main
+
+main()

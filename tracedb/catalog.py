@@ -1,0 +1,235 @@
+"""catalog.duckdb: the views over the parquet files, plus small metadata tables.
+
+The views list their parquet files explicitly (paths relative to the warehouse), and a
+run is replaced in one DuckDB transaction that swaps its file list and recreates the
+views: a reader sees the old run or the new one, never half of either. DuckDB resolves
+relative paths against `file_search_path`; `connect` sets it to the warehouse, and any
+other client can do the same (`SET file_search_path = '/path/to/warehouse'`) or simply
+start in the warehouse folder. That is what lets a warehouse be moved or copied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from tracedb import migrate, schema
+from tracedb.errors import TracedbError
+
+CATALOG = "catalog.duckdb"
+# Columns of `runs` that come straight from tracedb_runs; other run.json labels become
+# extra columns of the view.
+_RUN_COLUMNS = [f.name for f in schema.RUNS]
+
+
+def default_warehouse() -> Path:
+    return Path(os.environ.get("TRACEDB_WAREHOUSE") or "tracedb-warehouse")
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def query_arrow(con: duckdb.DuckDBPyConnection, sql: str, params: dict | list | None = None) -> pa.Table:
+    """Run SQL with bound parameters and return an Arrow table (duckdb 1.x and 2.x)."""
+    rel = con.sql(sql, params=params or None)
+    if rel is None:  # a statement without a result
+        return pa.table({})
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
+    return fetch()
+
+
+def connect(warehouse: Path | None = None, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open a warehouse's catalog with the views ready to query."""
+    warehouse = Path(warehouse or default_warehouse())
+    path = warehouse / CATALOG
+    if not path.is_file():
+        raise TracedbError(f"no warehouse at {warehouse} ({CATALOG} not found); run `tracedb ingest` first")
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as e:
+        raise TracedbError(f"cannot open {path}: {e}") from e
+    con.execute(f"SET file_search_path = {_sql_str(str(warehouse.resolve()))}")
+    missing = migrate.pending(con) if not read_only else _pending_read_only(con)
+    if missing:
+        con.close()
+        names = ", ".join(f"{m.number:04d}_{m.name}" for m in missing)
+        raise TracedbError(
+            f"warehouse {warehouse} was made by an older tracedb (pending migrations: {names}); "
+            f"run `tracedb migrate --warehouse {warehouse}`"
+        )
+    return con
+
+
+def _pending_read_only(con: duckdb.DuckDBPyConnection) -> list[migrate.Migration]:
+    try:
+        done = {r[0] for r in con.execute("SELECT number FROM tracedb_migrations").fetchall()}
+    except duckdb.CatalogException:
+        done = set()
+    return [m for m in migrate.discover() if m.number not in done]
+
+
+def open_for_write(warehouse: Path) -> duckdb.DuckDBPyConnection:
+    """Open (creating if new) a warehouse for ingest; an old one must be migrated first."""
+    warehouse.mkdir(parents=True, exist_ok=True)
+    fresh = not (warehouse / CATALOG).exists()
+    try:
+        con = duckdb.connect(str(warehouse / CATALOG))
+    except duckdb.Error as e:
+        raise TracedbError(f"cannot open {warehouse / CATALOG} for writing: {e}") from e
+    con.execute(f"SET file_search_path = {_sql_str(str(warehouse.resolve()))}")
+    if fresh:
+        for m in migrate.pending(con):
+            migrate.apply(con, warehouse, m)
+        con.execute("INSERT OR REPLACE INTO tracedb_meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
+        refresh_views(con)
+    elif migrate.pending(con):
+        con.close()
+        return connect(warehouse, read_only=False)  # raises the "run tracedb migrate" error
+    return con
+
+
+def migrate_warehouse(warehouse: Path) -> list[str]:
+    """Apply pending migrations; returns their names."""
+    if not (warehouse / CATALOG).is_file():
+        raise TracedbError(f"no warehouse at {warehouse} ({CATALOG} not found)")
+    con = duckdb.connect(str(warehouse / CATALOG))
+    con.execute(f"SET file_search_path = {_sql_str(str(warehouse.resolve()))}")
+    try:
+        done = []
+        for m in migrate.pending(con):
+            migrate.apply(con, warehouse, m)
+            done.append(f"{m.number:04d}_{m.name}")
+        con.execute("INSERT OR REPLACE INTO tracedb_meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
+        refresh_views(con)
+        return done
+    finally:
+        con.close()
+
+
+def _empty_select(sch) -> str:
+    cols = ", ".join(f"CAST(NULL AS {schema.duckdb_type(f.type)}) AS {_ident(f.name)}" for f in sch)
+    return f"SELECT {cols} WHERE false"
+
+
+def _table_view_sql(con: duckdb.DuckDBPyConnection, table: str) -> str:
+    sch = schema.TABLES[table]
+    paths = [r[0] for r in con.execute(
+        "SELECT path FROM tracedb_data_files WHERE table_name = ? ORDER BY run_id, device, path", [table]
+    ).fetchall()]
+    if not paths:
+        return _empty_select(sch)
+    cols = ", ".join(_ident(f.name) for f in sch)
+    files = "[" + ", ".join(_sql_str(p) for p in paths) + "]"
+    return f"SELECT {cols} FROM read_parquet({files}, union_by_name = true, hive_partitioning = false)"
+
+
+def _runs_view_sql(con: duckdb.DuckDBPyConnection) -> str:
+    keys = sorted({
+        k for (labels,) in con.execute("SELECT labels FROM tracedb_runs WHERE labels IS NOT NULL").fetchall()
+        for k in json.loads(labels)
+    } - set(_RUN_COLUMNS))
+    extra = "".join(
+        f", json_extract_string(labels, {_sql_str('$.' + json.dumps(k))}) AS {_ident(k)}" for k in keys
+    )
+    return f"SELECT {', '.join(_ident(c) for c in _RUN_COLUMNS)}{extra} FROM tracedb_runs"
+
+
+def refresh_views(con: duckdb.DuckDBPyConnection) -> None:
+    """(Re)create every view from the metadata tables; call inside the committing transaction."""
+    for table in schema.TABLES:
+        con.execute(f"CREATE OR REPLACE VIEW {table} AS {_table_view_sql(con, table)}")
+    con.execute(f"CREATE OR REPLACE VIEW runs AS {_runs_view_sql(con)}")
+    con.execute("CREATE OR REPLACE VIEW files AS SELECT * FROM tracedb_files")
+    con.execute("CREATE OR REPLACE VIEW ingest_log AS SELECT * FROM tracedb_ingest_log")
+
+
+@dataclass
+class StagedFile:
+    table: str
+    device: str
+    staged: Path  # absolute path in staging
+    final: str  # relative to the warehouse
+    rows: int
+
+
+def commit_run(
+    con: duckdb.DuckDBPyConnection,
+    warehouse: Path,
+    ingest_id: str,
+    run_row: dict,
+    staged: list[StagedFile],
+    file_rows: list[dict],
+    replace: bool,
+) -> None:
+    """Make a run's staged files live and record its source files, atomically.
+
+    replace=False (no source file of the run could be read) keeps the run's previous
+    data and only records the errors.
+    """
+    run_id = run_row["run_id"]
+    if replace:
+        for s in staged:
+            dest = warehouse / s.final
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(s.staged, dest)
+    old_paths: list[str] = []
+    con.execute("BEGIN")
+    try:
+        if replace:
+            old_paths = [r[0] for r in con.execute(
+                "SELECT path FROM tracedb_data_files WHERE run_id = ?", [run_id]).fetchall()]
+            con.execute("DELETE FROM tracedb_data_files WHERE run_id = ?", [run_id])
+            con.executemany(
+                "INSERT INTO tracedb_data_files VALUES (?, ?, ?, ?, ?, ?)",
+                [[s.table, run_id, s.device, s.final, s.rows, ingest_id] for s in staged],
+            )
+            con.execute("DELETE FROM tracedb_files WHERE run_id = ?", [run_id])
+            con.execute("DELETE FROM tracedb_runs WHERE run_id = ?", [run_id])
+            con.execute(
+                f"INSERT INTO tracedb_runs ({', '.join(_ident(c) for c in _RUN_COLUMNS)}) "
+                f"VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})",
+                [run_row.get(c) for c in _RUN_COLUMNS],
+            )
+        cols = list(file_rows[0]) if file_rows else []
+        if file_rows:
+            placeholders = ", ".join("?" for _ in cols)
+            names = ", ".join(cols)
+            rows = [[r[c] for c in cols] for r in file_rows]
+            if replace:
+                con.executemany(f"INSERT INTO tracedb_files ({names}) VALUES ({placeholders})", rows)
+            con.executemany(f"INSERT INTO tracedb_ingest_log ({names}) VALUES ({placeholders})", rows)
+        refresh_views(con)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        if replace:
+            for s in staged:
+                (warehouse / s.final).unlink(missing_ok=True)
+        raise
+    new = {s.final for s in staged}
+    for p in old_paths:
+        if p not in new:
+            _remove_with_empty_parents(warehouse, warehouse / p)
+
+
+def _remove_with_empty_parents(root: Path, path: Path) -> None:
+    path.unlink(missing_ok=True)
+    parent = path.parent
+    while parent != root and parent.is_dir() and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
+
+
+def remove_staging(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,155 @@
+"""The `tracedb` command: each command parses its arguments, calls one library function
+and turns TracedbError into a one-line message and a non-zero exit."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from tracedb import catalog
+from tracedb.errors import TracedbError
+
+app = typer.Typer(
+    help="tracedb: a columnar warehouse for ML profiler traces, queried with SQL.\n\n"
+    "Example: tracedb ingest examples/runs && tracedb query top_kernels",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+WarehouseOpt = typer.Option(
+    None, "--warehouse", "-w", envvar="TRACEDB_WAREHOUSE",
+    help="Warehouse folder [default: $TRACEDB_WAREHOUSE, else ./tracedb-warehouse]",
+)
+
+
+def _warehouse(w: Optional[Path]) -> Path:
+    return w or catalog.default_warehouse()
+
+
+def _fail(e: Exception, code: int = 2) -> None:
+    typer.echo(f"tracedb: error: {e}", err=True)
+    raise typer.Exit(code)
+
+
+@app.command()
+def ingest(
+    paths: List[Path] = typer.Argument(..., help="Runs folder(s), run folder (with --run-id) or trace file(s)"),
+    warehouse: Optional[Path] = WarehouseOpt,
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id for a single file or folder"),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Parallel reader processes"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors"),
+):
+    """Ingest traces: each subfolder of a runs folder is one run; formats are sniffed from content.
+
+    Example: tracedb ingest examples/runs --warehouse wh --jobs 2
+    """
+    from tracedb.ingest import ingest as do_ingest
+
+    def on_file(f):
+        if f.error:
+            typer.echo(f"error: {f.path}: {f.error}", err=True)
+
+    def on_run(r):
+        if quiet:
+            return
+        rows = ", ".join(f"{n} {t}" for t, n in r.rows.items() if n)
+        ok = sum(1 for f in r.files if f.ok)
+        typer.echo(f"{r.run_id}: {ok}/{len(r.files)} files, {rows or 'no rows'} ({r.seconds:.2f}s)")
+
+    try:
+        summary = do_ingest(paths, _warehouse(warehouse), run_id=run_id, jobs=jobs, on_run=on_run, on_file=on_file)
+    except TracedbError as e:
+        _fail(e)
+    for path, err in summary.errors:
+        if path.endswith("run.json"):
+            typer.echo(f"error: {path}: {err}", err=True)
+    if not summary.ok:
+        typer.echo(f"{len(summary.errors)} file(s) failed; see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def query(
+    sql: str = typer.Argument(..., help="Canned query name (see `tracedb queries`), path to a .sql file, or - for stdin"),
+    param: List[str] = typer.Option([], "--param", "-p", help="name=value, repeatable"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json | parquet"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout"),
+    dialect: Optional[str] = typer.Option(None, "--dialect", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it"),
+    warehouse: Optional[Path] = WarehouseOpt,
+):
+    """Run a canned or ad-hoc SQL query over the warehouse views.
+
+    Example: tracedb query top_kernels --param run_id=resnet50 --format csv
+    """
+    from tracedb import output as out
+    from tracedb import query as q
+
+    try:
+        canned = q.load(sql)
+        params = {}
+        for item in param:
+            if "=" not in item:
+                raise TracedbError(f"--param {item!r}: expected name=value")
+            k, v = item.split("=", 1)
+            params[k.strip()] = v
+        if dialect:
+            typer.echo(q.transpile(canned, dialect), nl=False)
+            return
+        table = q.run_query(canned, params, _warehouse(warehouse))
+        out.write(table, fmt, output)
+    except TracedbError as e:
+        _fail(e)
+
+
+@app.command()
+def queries():
+    """List the canned queries with their parameters.
+
+    Example: tracedb queries
+    """
+    from tracedb import query as q
+
+    for cq in q.list_queries():
+        typer.echo(f"{cq.name}: {cq.title}")
+        if cq.description:
+            typer.echo(f"    {cq.description}")
+        for p in cq.params:
+            default = "required" if p.required else f"default {p.default!r}" if p.default is not None else "default NULL"
+            typer.echo(f"    --param {p.name}=<{p.type}>  {p.description} ({default})")
+
+
+@app.command()
+def formats():
+    """List the trace formats tracedb detects.
+
+    Example: tracedb formats
+    """
+    from tracedb.formats import all_formats
+
+    for mod in all_formats():
+        typer.echo(f"{mod.NAME}: {mod.DESCRIPTION}")
+
+
+@app.command()
+def migrate(warehouse: Optional[Path] = WarehouseOpt):
+    """Bring a warehouse made by an older tracedb up to the current schema.
+
+    Example: tracedb migrate --warehouse /data/tracedb
+    """
+    try:
+        done = catalog.migrate_warehouse(_warehouse(warehouse))
+    except TracedbError as e:
+        _fail(e)
+    typer.echo("applied: " + ", ".join(done) if done else "warehouse is up to date")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

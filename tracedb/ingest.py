@@ -1,0 +1,331 @@
+"""`tracedb ingest`: find runs, sniff and read every trace, stage parquet, commit per run.
+
+Each source file is read on its own (in a worker process with --jobs > 1) into staging;
+a file that fails is recorded with a one-line error and leaves nothing behind, while the
+run's other files still land. A run is committed in one catalog transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from tracedb import catalog, formats, schema
+from tracedb.errors import TracedbError, TraceFormatError
+from tracedb.formats.base import ReadContext
+from tracedb.store import STAGING, FileWriter
+
+RUN_LABELS = "run.json"
+
+
+@dataclass
+class RunSpec:
+    run_id: str
+    root: Path  # folder the run's file paths are relative to
+    files: list[Path]
+    labels_file: Path | None = None
+
+
+@dataclass
+class FileResult:
+    path: str  # as shown to the user
+    rel: str  # relative to the run root: recorded in the warehouse
+    size_bytes: int = 0
+    sha256: str = ""
+    format: str | None = None
+    rows: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    seconds: float = 0.0
+    staged: list[catalog.StagedFile] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    files: list[FileResult]
+    seconds: float
+    label_error: str | None = None
+
+    @property
+    def rows(self) -> dict[str, int]:
+        total = {t: 0 for t in schema.TABLES}
+        for f in self.files:
+            for t, n in f.rows.items():
+                total[t] += n
+        return total
+
+    @property
+    def errors(self) -> list[tuple[str, str]]:
+        errs = [(f.path, f.error) for f in self.files if f.error]
+        if self.label_error:
+            errs.append((self.run_id + "/" + RUN_LABELS, self.label_error))
+        return errs
+
+
+@dataclass
+class IngestSummary:
+    warehouse: Path
+    runs: list[RunSummary]
+
+    @property
+    def errors(self) -> list[tuple[str, str]]:
+        return [e for r in self.runs for e in r.errors]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _run_name(path: Path) -> str:
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    return Path(name).stem
+
+
+def _trace_files(folder: Path) -> list[Path]:
+    return sorted(
+        p for p in folder.rglob("*")
+        if p.is_file() and p.name != RUN_LABELS
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+
+
+def discover_runs(paths: list[Path], run_id: str | None = None) -> list[RunSpec]:
+    """Runs named by the contract's rules: subfolder = run, loose file = run named after its stem."""
+    if run_id is not None and len(paths) != 1:
+        raise TracedbError("--run-id needs exactly one PATH (a trace file or one run folder)")
+    runs: list[RunSpec] = []
+    for path in paths:
+        if not path.exists():
+            raise TracedbError(f"{path}: no such file or folder")
+        if path.is_file():
+            runs.append(RunSpec(run_id or _run_name(path), path.parent, [path]))
+        elif run_id is not None:
+            runs.append(RunSpec(run_id, path, _trace_files(path), _labels(path)))
+        else:
+            for child in sorted(path.iterdir()):
+                if child.name.startswith(".") or child.name == RUN_LABELS:
+                    continue
+                if child.is_dir():
+                    runs.append(RunSpec(child.name, child, _trace_files(child), _labels(child)))
+                elif child.is_file():
+                    runs.append(RunSpec(_run_name(child), path, [child]))
+    seen: dict[str, RunSpec] = {}
+    for r in runs:
+        if r.run_id in seen:
+            raise TracedbError(f"two runs would be named {r.run_id!r}: {seen[r.run_id].root} and {r.root}")
+        seen[r.run_id] = r
+    if not runs:
+        raise TracedbError(f"no runs found in {', '.join(map(str, paths))}")
+    return runs
+
+
+def _labels(folder: Path) -> Path | None:
+    p = folder / RUN_LABELS
+    return p if p.is_file() else None
+
+
+def _read_labels(path: Path | None) -> tuple[dict, str | None]:
+    if path is None:
+        return {}, None
+    try:
+        labels = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return {}, f"invalid run labels: {e}"
+    if not isinstance(labels, dict):
+        return {}, "invalid run labels: expected a JSON object"
+    return {str(k): v for k, v in labels.items()}, None
+
+
+def _hash(path: Path) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
+@dataclass
+class _Job:
+    path: Path
+    display: str
+    rel: str
+    run_id: str
+    format: str | None
+    ordinal: int
+    staging_root: Path
+    file_tag: str
+    sniff_error: str | None = None
+
+
+def _read_one(job: _Job) -> FileResult:
+    """Read one trace into staging. Never raises: errors land in the result."""
+    res = FileResult(path=job.display, rel=job.rel, format=job.format)
+    start = time.perf_counter()
+    try:
+        res.size_bytes, res.sha256 = _hash(job.path)
+    except OSError as e:
+        res.error = f"cannot read: {e.strerror or e}"
+        return res
+    if job.sniff_error:
+        res.error = job.sniff_error
+        return res
+    ctx = ReadContext(run_id=job.run_id, source_file=job.rel, file_ordinal=job.ordinal)
+    writer = FileWriter(job.staging_root, job.run_id, job.file_tag,
+                        fill={"source_format": job.format, "source_file": job.rel})
+    try:
+        module = formats.get_format(job.format)
+        for table, batch in module.read(job.path, ctx):
+            writer.write(table, batch)
+        written = writer.close()
+    except TraceFormatError as e:
+        writer.abort()
+        res.error = str(e)
+    except (MemoryError, KeyboardInterrupt):
+        writer.abort()
+        raise
+    except Exception as e:  # noqa: BLE001 - a reader bug on odd input must not stop the batch
+        writer.abort()
+        res.error = f"unexpected {type(e).__name__} while reading: {e}"
+    else:
+        res.rows = {t: 0 for t in schema.TABLES}
+        for w in written:
+            res.rows[w.table] += w.rows
+            res.staged.append(catalog.StagedFile(
+                w.table, w.device, job.staging_root / w.path, w.path.as_posix(), w.rows))
+        res.metadata = ctx.metadata
+        if sum(res.rows.values()) == 0:
+            res.error = "no rows: the trace holds no events tracedb can store"
+            for s in res.staged:
+                s.staged.unlink(missing_ok=True)
+            res.staged = []
+    res.error = " ".join(res.error.split()) if res.error else None  # one line
+    res.seconds = time.perf_counter() - start
+    return res
+
+
+def _plan(run: RunSpec, staging_root: Path, ingest_id: str, start_index: int) -> list[_Job]:
+    """Sniff every file (cheap) so each file knows its ordinal among its format's files."""
+    jobs: list[_Job] = []
+    counts: dict[str, int] = {}
+    for i, path in enumerate(run.files):
+        rel = path.relative_to(run.root).as_posix() if path.is_relative_to(run.root) else path.name
+        fmt, err = None, None
+        try:
+            fmt = formats.detect(path).NAME
+        except TraceFormatError as e:
+            err = str(e)
+        except OSError as e:
+            err = f"cannot read: {e.strerror or e}"
+        ordinal = counts.get(fmt, 0) if fmt else 0
+        if fmt:
+            counts[fmt] = ordinal + 1
+        jobs.append(_Job(path, str(path), rel, run.run_id, fmt, ordinal, staging_root,
+                         f"{ingest_id}-{start_index + i:05d}", err))
+    return jobs
+
+
+def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
+    ok = [r for r in results if r.ok]
+    metadata: dict = {}
+    for r in ok:
+        for k, v in r.metadata.items():
+            metadata.setdefault(k, v)
+    row = {
+        "run_id": run.run_id,
+        "ingested_at": datetime.now(timezone.utc),
+        "source_files": [r.rel for r in ok],
+        "formats": sorted({r.format for r in ok}),
+        "labels": json.dumps(labels, sort_keys=True) if labels else None,
+        "metadata": json.dumps(metadata, sort_keys=True, default=str) if metadata else None,
+    }
+    for key in ("model", "commit", "hardware", "started_at"):
+        if key in labels:
+            row[key] = str(labels[key])
+    return row
+
+
+def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dict:
+    return {
+        "run_id": run_id, "path": r.rel, "size_bytes": r.size_bytes, "sha256": r.sha256,
+        "format": r.format,
+        **{f"rows_{t}": r.rows.get(t, 0) if r.ok else None for t in schema.TABLES},
+        "status": "ok" if r.ok else "error", "error": r.error, "seconds": round(r.seconds, 6),
+        "ingest_id": ingest_id, "ingested_at": when,
+    }
+
+
+def ingest(
+    paths: list[Path],
+    warehouse: Path | None = None,
+    run_id: str | None = None,
+    jobs: int = 1,
+    on_run: Callable[[RunSummary], None] | None = None,
+    on_file: Callable[[FileResult], None] | None = None,
+) -> IngestSummary:
+    """Ingest runs into the warehouse; see the module docstring. Raises TracedbError only
+    for problems with the request itself (no such path, warehouse cannot be opened)."""
+    warehouse = Path(warehouse or catalog.default_warehouse())
+    runs = discover_runs([Path(p) for p in paths], run_id)
+    if jobs < 1:
+        raise TracedbError("--jobs must be at least 1")
+    con = catalog.open_for_write(warehouse)
+    ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+    staging_root = warehouse / STAGING / ingest_id
+    summaries: list[RunSummary] = []
+    pool: Executor | None = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    try:
+        planned, index = [], 0
+        for run in runs:
+            run_jobs = _plan(run, staging_root, ingest_id, index)
+            index += len(run_jobs)
+            futures = [pool.submit(_read_one, j) for j in run_jobs] if pool else None
+            planned.append((run, run_jobs, futures))
+        for run, run_jobs, futures in planned:
+            start = time.perf_counter()
+            results = []
+            for i, job in enumerate(run_jobs):
+                r = futures[i].result() if futures else _read_one(job)
+                if on_file:
+                    on_file(r)
+                results.append(r)
+            labels, label_error = _read_labels(run.labels_file)
+            ok = [r for r in results if r.ok]
+            when = datetime.now(timezone.utc)
+            catalog.commit_run(
+                con, warehouse, ingest_id, _run_row(run, results, labels),
+                [s for r in ok for s in r.staged],
+                [_file_row(r, run.run_id, ingest_id, when) for r in results],
+                replace=bool(ok),
+            )
+            summary = RunSummary(run.run_id, results, time.perf_counter() - start, label_error)
+            summaries.append(summary)
+            if on_run:
+                on_run(summary)
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
+        catalog.remove_staging(staging_root)
+        _remove_if_empty(warehouse / STAGING)
+        con.close()
+    return IngestSummary(warehouse, summaries)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass

@@ -1,0 +1,226 @@
+"""Canned queries: one `.sql` file each in `sql/`, metadata in a header comment.
+
+    -- title: Top kernels
+    -- description: One line saying what question it answers.
+    -- param: run_id VARCHAR NULL Only this run (NULL: every run)
+    -- param: limit BIGINT 20 Rows to return
+
+Parameters are DuckDB named placeholders (`$run_id`) bound at execution, never pasted
+into the SQL. A parameter's default is a literal, `NULL`, or `REQUIRED`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+from tracedb import catalog
+from tracedb.errors import TracedbError
+from tracedb.resources import sql_dir
+
+TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
+DIALECTS = ("duckdb", "spark", "trino", "postgres", "bigquery", "snowflake", "databricks", "clickhouse")
+_HEADER = re.compile(r"^--\s*(title|description|param):\s*(.*)$")
+_PARAM = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s+(?P<type>[A-Z]+)\s+(?P<default>'[^']*'|\S+)\s*(?P<doc>.*)$")
+_BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+@dataclass
+class Param:
+    name: str
+    type: str
+    default: Any = None
+    required: bool = False
+    description: str = ""
+
+
+@dataclass
+class CannedQuery:
+    name: str
+    sql: str
+    title: str = ""
+    description: str = ""
+    params: list[Param] = field(default_factory=list)
+    path: Path | None = None
+    has_header: bool = False
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+def coerce(param: Param, value: Any) -> Any:
+    """A --param string (or Python value) as the parameter's type; TracedbError if it isn't."""
+    if value is None or (isinstance(value, str) and value.upper() == "NULL"):
+        return None
+    if not isinstance(value, str):
+        return value
+    try:
+        if param.type == "BIGINT":
+            return int(value)
+        if param.type == "DOUBLE":
+            return float(value)
+        if param.type == "BOOLEAN":
+            return _BOOL[value.lower()]
+        if param.type == "TIMESTAMP":
+            return datetime.fromisoformat(value)
+    except (ValueError, KeyError):
+        raise TracedbError(f"parameter {param.name} must be {param.type}, got {value!r}") from None
+    return value
+
+
+def _parse_param(line: str, where: str) -> Param:
+    m = _PARAM.match(line.strip())
+    if not m or m["type"] not in TYPES:
+        raise TracedbError(f"{where}: bad param header {line!r} (want: name TYPE DEFAULT description; TYPE one of {', '.join(TYPES)})")
+    p = Param(m["name"], m["type"], description=m["doc"].strip())
+    raw = m["default"]
+    if raw.upper() == "REQUIRED":
+        p.required = True
+    elif raw.upper() != "NULL":
+        p.default = coerce(p, raw.strip("'"))
+    return p
+
+
+def parse(text: str, name: str, path: Path | None = None) -> CannedQuery:
+    q = CannedQuery(name=name, sql=text, path=path)
+    where = str(path or name)
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if not line.lstrip().startswith("--"):
+            break
+        m = _HEADER.match(line.strip())
+        if not m:
+            continue
+        q.has_header = True
+        key, value = m[1], m[2].strip()
+        if key == "param":
+            q.params.append(_parse_param(value, where))
+        else:
+            setattr(q, key, value)
+    return q
+
+
+def list_queries() -> list[CannedQuery]:
+    return [parse(p.read_text(), p.stem, p) for p in sorted(sql_dir().glob("*.sql"))]
+
+
+def load(spec: str) -> CannedQuery:
+    """A canned query by name, a path to a .sql file, or '-' for stdin."""
+    if spec == "-":
+        import sys
+
+        return parse(sys.stdin.read(), "stdin")
+    path = Path(spec)
+    if path.suffix == ".sql" and path.is_file():
+        return parse(path.read_text(), path.stem, path)
+    canned = sql_dir() / f"{spec}.sql"
+    if re.fullmatch(r"[A-Za-z0-9_]+", spec) and canned.is_file():
+        return parse(canned.read_text(), spec, canned)
+    if path.suffix == ".sql":
+        raise TracedbError(f"{spec}: no such file")
+    names = ", ".join(q.name for q in list_queries())
+    raise TracedbError(f"no canned query named {spec!r} (known: {names}); or give a path to a .sql file, or - for stdin")
+
+
+def placeholders(sql: str) -> set[str]:
+    """Names of the `$name` placeholders sqlglot finds in the SQL."""
+    try:
+        tree = sqlglot.parse(sql, read="duckdb")
+    except sqlglot.errors.ParseError as e:
+        raise TracedbError(f"SQL does not parse: {str(e).splitlines()[0]}") from e
+    return {p.name for t in tree if t for p in t.find_all(exp.Placeholder) if p.name}
+
+
+def bind(query: CannedQuery, given: dict[str, Any]) -> dict[str, Any]:
+    """Validate parameters against the header and return the values to bind."""
+    used = placeholders(query.sql)
+    if not query.has_header:
+        # Ad-hoc SQL: bind what was given to the placeholders found; numbers stay numbers.
+        unknown = set(given) - used
+        if unknown:
+            raise TracedbError(f"unknown parameter(s) {', '.join(sorted(unknown))}; the SQL uses: {', '.join(sorted(used)) or 'none'}")
+        missing = used - set(given)
+        if missing:
+            raise TracedbError(f"missing parameter(s): {', '.join(sorted(missing))}")
+        return {k: _guess(v) for k, v in given.items()}
+    known = {p.name for p in query.params}
+    unknown = set(given) - known
+    if unknown:
+        raise TracedbError(
+            f"{query.name}: unknown parameter(s) {', '.join(sorted(unknown))}; "
+            f"it takes: {', '.join(sorted(known)) or 'none'}"
+        )
+    values = {}
+    for p in query.params:
+        if p.name in given:
+            values[p.name] = coerce(p, given[p.name])
+        elif p.required:
+            raise TracedbError(f"{query.name}: missing required parameter {p.name} ({p.type}): pass --param {p.name}=...")
+        else:
+            values[p.name] = p.default
+    return {k: v for k, v in values.items() if k in used}
+
+
+def _guess(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value
+
+
+def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, params: dict[str, Any]) -> pa.Table:
+    values = bind(query, params)
+    try:
+        return catalog.query_arrow(con, query.sql, values)
+    except duckdb.Error as e:
+        raise TracedbError(f"{query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+
+
+def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
+              warehouse: Path | None = None, output: str = "arrow"):
+    """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
+
+    Returns an Arrow table; output="pandas" or "polars" converts when installed.
+    """
+    query = spec if isinstance(spec, CannedQuery) else load(spec)
+    con = catalog.connect(warehouse)
+    try:
+        table = execute(con, query, params or {})
+    finally:
+        con.close()
+    if output == "pandas":
+        return table.to_pandas()
+    if output == "polars":
+        import polars
+
+        return polars.from_arrow(table)
+    return table
+
+
+def transpile(query: CannedQuery, dialect: str) -> str:
+    """The query's SQL for another engine (header kept), via sqlglot; errors on anything
+    sqlglot cannot express in that dialect."""
+    if dialect not in DIALECTS:
+        raise TracedbError(f"unknown dialect {dialect!r} (one of: {', '.join(DIALECTS)})")
+    lines = query.sql.splitlines()
+    header = [ln for ln in lines if _HEADER.match(ln.strip())]
+    body = "\n".join(ln for ln in lines if not _HEADER.match(ln.strip()))
+    try:
+        out = sqlglot.transpile(body, read="duckdb", write=dialect, pretty=True,
+                                unsupported_level=sqlglot.ErrorLevel.RAISE)
+    except sqlglot.errors.SqlglotError as e:
+        raise TracedbError(f"{query.name}: cannot transpile to {dialect}: {str(e).splitlines()[0]}") from e
+    return "\n".join(header + [";\n".join(out)]) + "\n"
