@@ -131,3 +131,22 @@ def test_parallel_jobs_give_the_same_rows(tmp_path):
 def test_no_warehouse_is_a_clear_error(tmp_path):
     with pytest.raises(TracedbError, match="no warehouse"):
         catalog.connect(tmp_path / "nothing")
+
+
+def test_commit_failure_leaves_previous_run_intact(tmp_path, warehouse, monkeypatch):
+    """If the catalog transaction fails, readers keep seeing the old run and its files."""
+    trace = tmp_path / "t.txt"
+    shutil.copy(scenario("node_shape_dump"), trace)
+    ingest([trace], warehouse)
+    before = sorted(warehouse.rglob("*.parquet"))
+
+    def boom(con):
+        raise RuntimeError("simulated crash while committing")
+
+    monkeypatch.setattr(catalog, "refresh_views", boom)
+    shutil.copy(scenario("node_name_list"), trace)  # same run id, different content
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        ingest([trace], warehouse)
+    monkeypatch.undo()
+    assert counts(warehouse)["nodes"] == 178
+    assert sorted(warehouse.rglob("*.parquet")) == before

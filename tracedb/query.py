@@ -184,9 +184,23 @@ def _guess(value: Any) -> Any:
 def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, params: dict[str, Any]) -> pa.Table:
     values = bind(query, params)
     try:
-        return catalog.query_arrow(con, query.sql, values)
+        return _plain_numbers(catalog.query_arrow(con, query.sql, values))
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+
+
+def _plain_numbers(table: pa.Table) -> pa.Table:
+    """DuckDB sums BIGINTs into HUGEINT (Arrow decimal128): give integers back as int64
+    and other decimals as float64, so CSV/JSON/pandas see numbers."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_decimal(f.type):
+            target = pa.int64() if f.type.scale == 0 else pa.float64()
+            try:
+                col = table.column(i).cast(target)
+            except pa.ArrowInvalid:  # beyond int64: keep the exact decimal
+                continue
+            table = table.set_column(i, pa.field(f.name, target), col)
+    return table
 
 
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,

@@ -1,0 +1,89 @@
+"""Format detection is by content: every real trace under a meaningless name, bad files."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+
+import pytest
+
+from conftest import SCENARIOS, scenario
+from tracedb import catalog, formats
+from tracedb.errors import TraceFormatError
+from tracedb.ingest import ingest
+
+EXPECTED = {
+    "tf_runmetadata_text": "tf_stepstats",
+    "tf_stepstats_gpu_streams": "tf_stepstats",
+    "node_shape_dump": "node_dump",
+    "node_name_list": "node_list",
+    "megengine_graph_profile": "megengine",
+    "kineto_h200_fp32": "kineto",
+    "xspace_jax_h200": "xspace",
+}
+
+
+def test_every_format_module_has_the_interface():
+    mods = formats.all_formats()
+    assert [m.NAME for m in mods] == formats.FORMAT_MODULES
+    for m in mods:
+        assert callable(m.sniff) and callable(m.read) and m.DESCRIPTION
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_real_trace_detected_under_meaningless_name(tmp_path, name):
+    data = scenario(name).read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    plain = tmp_path / "trace.bin"
+    plain.write_bytes(data)
+    assert formats.detect(plain).NAME == EXPECTED[name]
+    zipped = tmp_path / "other.dat"
+    zipped.write_bytes(gzip.compress(data))
+    assert formats.detect(zipped).NAME == EXPECTED[name]
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"", "empty file"),
+    (b"\n\n  \n", "empty file"),
+    (bytes((i * 7919 + 13) % 256 for i in range(5000)), "unknown format"),
+    (b'{"hello": "world"}', "unknown format"),
+])
+def test_bad_files_leave_the_warehouse_as_it_was(tmp_path, content, message):
+    wh = tmp_path / "wh"
+    ingest([scenario("node_shape_dump")], wh, run_id="good")
+    before = sorted(p.relative_to(wh) for p in wh.rglob("*") if p.suffix == ".parquet")
+    bad = tmp_path / "trace.bin"
+    bad.write_bytes(content)
+    with pytest.raises(TraceFormatError, match=message):
+        formats.detect(bad)
+    summary = ingest([bad], wh, run_id="good")  # same run id: must not wipe the good run
+    [(path, err)] = summary.errors
+    assert path.endswith("trace.bin") and message in err
+    assert sorted(p.relative_to(wh) for p in wh.rglob("*") if p.suffix == ".parquet") == before
+    con = catalog.connect(wh)
+    assert con.execute("SELECT count(*) FROM nodes WHERE run_id = 'good'").fetchone()[0] == 178
+
+
+def test_run_folder_may_mix_formats(tmp_path):
+    run = tmp_path / "runs" / "resnet_job"
+    run.mkdir(parents=True)
+    shutil.copy(scenario("tf_runmetadata_text"), run / "step_0.pbtxt")
+    shutil.copy(scenario("node_shape_dump"), run / "graph_nodes.txt")
+    summary = ingest([tmp_path / "runs"], tmp_path / "wh")
+    assert summary.ok
+    con = catalog.connect(tmp_path / "wh")
+    rows = con.execute("SELECT source_format, count(*) FROM nodes GROUP BY 1 ORDER BY 1").fetchall()
+    assert rows == [("node_dump", 178), ("tf_stepstats", 292)]
+    assert con.execute("SELECT formats FROM runs").fetchone()[0] == ["node_dump", "tf_stepstats"]
+
+
+def test_one_step_per_step_file(tmp_path):
+    run = tmp_path / "stepped"
+    run.mkdir()
+    for i in range(3):
+        shutil.copy(scenario("tf_runmetadata_text"), run / f"run_metadata_{i}.pbtxt")
+    assert ingest([run], tmp_path / "wh", run_id="stepped").ok
+    con = catalog.connect(tmp_path / "wh")
+    rows = con.execute("SELECT step, count(*) FROM nodes GROUP BY 1 ORDER BY 1").fetchall()
+    assert rows == [(0, 292), (1, 292), (2, 292)]

@@ -1,0 +1,55 @@
+"""Migrations against a frozen warehouse made before migration 0002 (ingest log)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import DATA, scenario
+from tracedb import catalog, migrate
+from tracedb.cli import app
+from tracedb.errors import TracedbError
+from tracedb.ingest import ingest
+
+FROZEN = DATA / "frozen_warehouse_m0001"
+
+
+@pytest.fixture
+def old_warehouse(tmp_path):
+    wh = tmp_path / "old"
+    shutil.copytree(FROZEN, wh)
+    return wh
+
+
+def test_migrations_are_numbered_and_discovered_by_sorting():
+    found = migrate.discover()
+    assert [m.number for m in found] == list(range(1, len(found) + 1))
+    assert found[0].name == "catalog_tables" and found[1].name == "ingest_log"
+
+
+def test_old_warehouse_refuses_until_migrated(old_warehouse):
+    with pytest.raises(TracedbError, match="tracedb migrate"):
+        catalog.connect(old_warehouse)
+    with pytest.raises(TracedbError, match="0002_ingest_log"):
+        ingest([scenario("node_name_list")], old_warehouse)
+
+
+def test_migrate_brings_frozen_warehouse_up_to_date(old_warehouse):
+    result = CliRunner().invoke(app, ["migrate", "--warehouse", str(old_warehouse)])
+    assert result.exit_code == 0, result.output
+    assert "0002_ingest_log" in result.output
+    con = catalog.connect(old_warehouse)
+    assert con.execute("SELECT count(*) FROM nodes").fetchone()[0] == 178
+    # the old warehouse's one ingested file was carried into the new log
+    assert con.execute("SELECT run_id, path, status FROM ingest_log").fetchall() == [
+        ("alexnet_dump", "002_11cf062b29f34b60.txt", "ok")]
+    applied = con.execute("SELECT number FROM tracedb_migrations ORDER BY 1").fetchall()
+    assert applied == [(m.number,) for m in migrate.discover()]
+    con.close()
+    # idempotent; and the warehouse takes new runs again
+    assert catalog.migrate_warehouse(old_warehouse) == []
+    assert ingest([scenario("node_name_list")], old_warehouse).ok
+    con = catalog.connect(old_warehouse)
+    assert con.execute("SELECT count(*) FROM ingest_log").fetchone()[0] == 2
