@@ -82,6 +82,19 @@ def test_ingest_exit_code_is_one_when_a_file_fails(tmp_path):
 
 
 def test_help_shows_examples():
-    for cmd in ("ingest", "query", "queries", "migrate", "formats"):
+    for cmd in ("ingest", "query", "queries", "migrate", "formats", "export"):
         r = runner.invoke(app, [cmd, "--help"])
         assert r.exit_code == 0 and "Example: tracedb" in r.output, cmd
+
+
+def test_export_command_writes_viewable_json(tmp_path):
+    wh = tmp_path / "wh"
+    assert runner.invoke(app, ["ingest", str(scenario("xspace_jax_h200")), "--run-id", "jax", "-w", str(wh)]).exit_code == 0
+    out = tmp_path / "jax.json"
+    r = runner.invoke(app, ["export", "--run", "jax", "-o", str(out), "-w", str(wh)])
+    assert r.exit_code == 0, r.output
+    events = json.loads(out.read_text())["traceEvents"]
+    gpu = [e for e in events if e["ph"] == "X" and e.get("args", {}).get("kind") == "kernel"]
+    assert len(gpu) == 30
+    r = runner.invoke(app, ["export", "--run", "missing", "-o", str(out), "-w", str(wh)])
+    assert r.exit_code == 2 and "no events for run 'missing'" in r.output

@@ -135,6 +135,31 @@ def formats():
 
 
 @app.command()
+def export(
+    run: str = typer.Option(..., "--run", help="Run id to export"),
+    device: List[str] = typer.Option([], "--device", help="Only these devices (GPU:0, CPU:0); repeatable"),
+    fmt: str = typer.Option("chrome", "--format", "-f", help="chrome (Chrome-trace JSON for Perfetto UI / chrome://tracing)"),
+    output: Path = typer.Option(..., "--output", "-o", help="FILE (.json or .json.gz), or - for stdout"),
+    warehouse: Optional[Path] = WarehouseOpt,
+):
+    """Write an ingested run, whatever its source format, as a trace a viewer opens.
+
+    Example: tracedb export --run resnet50 --format chrome -o resnet50.json.gz  (then open it in ui.perfetto.dev)
+    """
+    from tracedb.export import export_chrome
+
+    try:
+        if fmt != "chrome":
+            raise TracedbError(f"unknown export format {fmt!r} (supported: chrome)")
+        target = sys.stdout if str(output) == "-" else output
+        n = export_chrome(_warehouse(warehouse), run, target, device or None)
+    except TracedbError as e:
+        _fail(e)
+    if str(output) != "-":
+        typer.echo(f"wrote {n} events to {output}", err=True)
+
+
+@app.command()
 def migrate(warehouse: Optional[Path] = WarehouseOpt):
     """Bring a warehouse made by an older tracedb up to the current schema.
 

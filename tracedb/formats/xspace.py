@@ -1,0 +1,315 @@
+"""TF2 / JAX XSpace (`*.xplane.pb`): GPU planes to `kernels`, host events to `nodes`.
+
+An XSpace holds planes (`/device:GPU:N`, `/host:CPU`, metadata planes); a plane holds
+lines (a GPU stream, a host thread) of events. Names and stat names live in per-plane
+metadata maps, so every event and stat is resolved through them. Times: an event starts
+at `line.timestamp_ns + offset_ps / 1000`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+from google.protobuf.message import DecodeError
+
+from tracedb import devices
+from tracedb.errors import TraceFormatError
+from tracedb.formats.base import BatchBuilder, ReadContext, read_all
+from tracedb.proto import xplane_pb2
+
+NAME = "xspace"
+DESCRIPTION = "TF2 / JAX profiler XSpace (*.xplane.pb): GPU streams, host events"
+
+_GPU_PLANE = re.compile(r"^/device:GPU:(\d+)$")
+_STREAM = re.compile(r"Stream #(\d+)")
+# Derived timelines (XLA Ops, Steps, ...) that the profiler adds to a device plane repeat
+# stream activity; their ids start at 0xdeadbeef (stored as a C++ int, so maybe negative).
+_DERIVED_MIN = 0xDEADBEEF
+_DERIVED_SPAN = 1000
+_ALLOCATOR_DEVICE = re.compile(r"^([A-Za-z]+)_(\d+)_")  # GPU_0_bfc -> GPU:0
+_MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}
+_COPY_KINDS = {"H2D": "HtoD", "D2H": "DtoH", "D2D": "DtoD", "P2P": "PtoP", "H2H": "HtoH"}
+_HOST_MEMORY = {"pageable", "pinned", "managed"}
+
+
+def _is_derived(line_id: int) -> bool:
+    return any(0 <= line_id - base < _DERIVED_SPAN for base in (_DERIVED_MIN, _DERIVED_MIN - 2**32))
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    for _ in range(10):
+        if i >= len(buf):
+            raise IndexError
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, i
+    raise IndexError
+
+
+def sniff(head: bytes) -> bool:
+    """XSpace field 1 (planes) whose XPlane starts with `id` (varint, field 1, often
+    omitted when 0) then `name` (field 2) holding a printable plane name. TF StepStats /
+    RunMetadata also open with a length-delimited field 1, but their nested message opens
+    with another length-delimited field 1 (tag 0x0a), never 0x08 / 0x12."""
+    try:
+        if not head or head[0] != 0x0A:
+            return False
+        plane_len, i = _varint(head, 1)
+        end = i + plane_len
+        if head[i] == 0x08:  # XPlane.id
+            _, i = _varint(head, i + 1)
+        if head[i] != 0x12:  # XPlane.name
+            return False
+        name_len, i = _varint(head, i + 1)
+        if not 0 < name_len <= 256 or i + name_len > min(end, len(head)):
+            return False
+        name = head[i : i + name_len].decode("utf-8")
+    except (IndexError, UnicodeDecodeError):
+        return False
+    return name.isprintable()
+
+
+def parse_space(data: bytes) -> xplane_pb2.XSpace:
+    space = xplane_pb2.XSpace()
+    try:
+        space.ParseFromString(data)
+    except DecodeError as e:
+        raise TraceFormatError(f"truncated or corrupt XSpace protobuf: {e}") from e
+    if not space.planes:
+        raise TraceFormatError("XSpace has no planes")
+    return space
+
+
+class _Plane:
+    """A plane's metadata maps, for resolving event names and stat values."""
+
+    def __init__(self, plane: xplane_pb2.XPlane):
+        self.plane = plane
+        self.stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
+        self.event_md = plane.event_metadata
+
+    def value(self, stat: xplane_pb2.XStat) -> Any:
+        which = stat.WhichOneof("value")
+        if which is None:
+            return None
+        v = getattr(stat, which)
+        if which == "ref_value":  # interned string: the referenced stat metadata's name
+            return self.stat_names.get(v, v)
+        if which == "bytes_value":  # serialized protos (HLO, options): not useful as text
+            return f"<{len(v)} bytes>"
+        return v
+
+    def stats(self, *groups) -> dict[str, Any]:
+        """Stats by name; later groups (the event's own) override earlier (its metadata's)."""
+        out: dict[str, Any] = {}
+        for group in groups:
+            for st in group:
+                name = self.stat_names.get(st.metadata_id) or f"stat_{st.metadata_id}"
+                out[name] = self.value(st)
+        return out
+
+    def event(self, ev: xplane_pb2.XEvent) -> tuple[str, str, dict[str, Any]]:
+        """(name, display name, stats) of an event."""
+        md = self.event_md.get(ev.metadata_id)
+        if md is None:
+            return f"event_{ev.metadata_id}", f"event_{ev.metadata_id}", self.stats(ev.stats)
+        return md.name, md.display_name or md.name, self.stats(md.stats, ev.stats)
+
+
+def _times(line: xplane_pb2.XLine, ev: xplane_pb2.XEvent) -> tuple[int, int]:
+    return line.timestamp_ns + ev.offset_ps // 1000, ev.duration_ps // 1000
+
+
+def _details(text: Any) -> dict[str, str]:
+    """CUPTI detail stats: 'regs:168 grid:512,1,1 ...' -> {'regs': '168', 'grid': '512,1,1'}."""
+    if not isinstance(text, str):
+        return {}
+    return dict(p.split(":", 1) for p in text.split() if ":" in p)
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(v: Any) -> float | None:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _dims(v: str | None) -> list[int] | None:
+    if not v:
+        return None
+    try:
+        return [int(x) for x in v.split(",")]
+    except ValueError:
+        return None
+
+
+def _tf_op(v: Any) -> tuple[str, str] | None:
+    """TF op fullname `scope/name:Type` -> (name, Type)."""
+    if not isinstance(v, str):
+        return None
+    name, _, typ = v.rpartition(":")
+    return (name, typ) if name and typ else None
+
+
+def _params(d: dict[str, Any]) -> str | None:
+    return json.dumps(d, default=str) if d else None
+
+
+def _copy_kind(name: str, details: dict[str, str]) -> str | None:
+    for tag, kind in _COPY_KINDS.items():
+        if name.upper().endswith(tag):
+            return kind
+    src, dst = details.get("kind_src"), details.get("kind_dst")
+    if src and dst:
+        side = lambda k: "H" if k in _HOST_MEMORY else "D"  # noqa: E731
+        return f"{side(src)}to{side(dst)}"
+    return None
+
+
+def _kernel_row(p: _Plane, line, ev, device: str, raw: str, stream: int) -> dict | None:
+    full, name, stats = p.event(ev)
+    if any(k in stats for k in ("memalloc_details", "memfree_details", "memory_residency_details")):
+        return None  # driver memory management, not stream activity
+    start, dur = _times(line, ev)
+    row: dict[str, Any] = {
+        "device": device, "device_raw": raw, "stream": stream, "name": name,
+        "start_ns": start, "duration_ns": dur,
+        "correlation_id": _int(stats.pop("correlation_id", None)),
+    }
+    lname = name.lower()
+    if "memcpy_details" in stats or lname.startswith("memcpy"):
+        det = _details(stats.pop("memcpy_details", None))
+        row.update(kind="memcpy", copy_kind=_copy_kind(name, det),
+                   bytes=_int(det.get("size", det.get("num_bytes"))))
+        stats.update({f"memcpy_{k}": v for k, v in det.items() if k not in ("size", "num_bytes")})
+    elif "memset_details" in stats or lname.startswith("memset"):
+        det = _details(stats.pop("memset_details", None))
+        row.update(kind="memset", bytes=_int(det.get("num_bytes", det.get("size"))))
+        stats.update({f"memset_{k}": v for k, v in det.items() if k not in ("size", "num_bytes")})
+    else:
+        row["kind"] = "kernel"
+        det = _details(stats.pop("kernel_details", None))
+        shared = [v for k in ("static_shared", "dynamic_shared") if (v := _int(det.get(k))) is not None]
+        row.update(
+            grid=_dims(det.get("grid")), block=_dims(det.get("block")),
+            registers_per_thread=_int(det.get("regs")),
+            shared_memory_bytes=sum(shared) if shared else None,  # static + dynamic, as Kineto
+        )
+        occ = stats.pop("theoretical_occupancy_pct", None)
+        row["occupancy"] = float(occ) if occ is not None else _float(det.get("occ_pct"))
+    if stats.get("hlo_op"):  # the op that launched it
+        row["node_name"] = stats.pop("hlo_op")
+    elif (op := _tf_op(stats.get("tf_op"))) is not None:
+        row["node_name"] = op[0]
+        stats.pop("tf_op")
+    if full != name:
+        stats["full_name"] = full
+    row["params"] = _params(stats)
+    return row
+
+
+def _gpu_plane(p: _Plane, device: str, kernels: BatchBuilder) -> Iterator[tuple[str, pa.RecordBatch]]:
+    raw = p.plane.name
+    for line in p.plane.lines:
+        if _is_derived(line.id):
+            continue
+        m = _STREAM.search(line.name) or _STREAM.search(line.display_name)
+        if m is None and line.name.startswith("CUPTI overhead"):
+            continue
+        stream = int(m.group(1)) if m else line.id
+        for ev in line.events:
+            if ev.WhichOneof("data") == "num_occurrences":
+                continue  # aggregated: no start time
+            row = _kernel_row(p, line, ev, device, raw, stream)
+            if row is not None:
+                yield from kernels.append(row)
+
+
+def _allocation_row(stats: dict[str, Any], sign: int, ts: int) -> dict[str, Any]:
+    allocator = stats.pop("allocator_name", None)
+    m = _ALLOCATOR_DEVICE.match(allocator or "")
+    size = stats.pop("allocation_bytes", None)
+    if size is None:
+        size = stats.get("requested_bytes")
+    return {
+        "device": devices.canonical(m.group(1), m.group(2)) if m else "CPU:0",
+        "device_raw": allocator, "allocator": allocator, "ts_ns": ts,
+        "bytes": None if size is None else sign * int(size),
+        "address": _int(stats.pop("addr", None)),
+        "total_allocated_bytes": _int(stats.pop("bytes_allocated", None)),
+        "total_reserved_bytes": _int(stats.pop("bytes_reserved", None)),
+        "kind": "alloc" if sign > 0 else "free",
+        "params": _params(stats),
+    }
+
+
+def _host_plane(p: _Plane, nodes: BatchBuilder, allocs: BatchBuilder) -> Iterator[tuple[str, pa.RecordBatch]]:
+    raw, device = p.plane.name, "CPU:0"  # one host per XSpace
+    seq = 0
+    for line in p.plane.lines:
+        thread_name = line.display_name or line.name
+        for ev in line.events:
+            if ev.WhichOneof("data") == "num_occurrences":
+                continue
+            full, display, stats = p.event(ev)
+            start, dur = _times(line, ev)
+            if full in _MEMORY_EVENTS and "allocator_name" in stats:
+                yield from allocs.append(_allocation_row(stats, _MEMORY_EVENTS[full], start))
+                continue
+            node_name, op_type = full, display
+            if (op := _tf_op(stats.get("tf_op"))) is not None:
+                node_name, op_type = op
+                stats.pop("tf_op")
+            extra = {"thread_name": thread_name, **stats}
+            if display != full:
+                extra["display_name"] = display
+            yield from nodes.append({
+                "device": device, "device_raw": raw, "node_name": node_name, "op_type": op_type,
+                "start_ns": start, "duration_ns": dur, "thread_id": line.id, "seq": seq,
+                "correlation_id": _int(stats.get("correlation_id")), "params": _params(extra),
+            })
+            seq += 1
+
+
+def _metadata(space: xplane_pb2.XSpace, ctx: ReadContext) -> None:
+    info: dict[str, Any] = {"hostnames": list(space.hostnames)}
+    if space.errors:
+        info["errors"] = list(space.errors)
+    for plane in space.planes:
+        p = _Plane(plane)
+        stats = p.stats(plane.stats)
+        if m := _GPU_PLANE.match(plane.name):
+            ctx.metadata.setdefault("devices", {})[devices.canonical("GPU", m.group(1))] = stats
+        elif plane.name in ("/host:metadata", "Task Environment"):
+            info[plane.name] = stats
+    ctx.metadata["xspace"] = info
+
+
+def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    space = parse_space(read_all(path))
+    _metadata(space, ctx)
+    kernels, nodes, allocs = BatchBuilder("kernels"), BatchBuilder("nodes"), BatchBuilder("allocations")
+    for plane in space.planes:
+        p = _Plane(plane)
+        if m := _GPU_PLANE.match(plane.name):
+            yield from _gpu_plane(p, devices.canonical("GPU", m.group(1)), kernels)
+        elif plane.name == "/host:CPU":
+            yield from _host_plane(p, nodes, allocs)
+        # other planes (metadata, call stacks, task environment, TPUs) carry no GPU/host ops
+    for b in (kernels, nodes, allocs):
+        yield from b.flush()
