@@ -1,0 +1,51 @@
+"""The Python API for notebooks: the same library the CLI uses, returning Arrow tables
+(or pandas / polars DataFrames when those are installed).
+
+    import tracedb
+    wh = tracedb.Warehouse("tracedb-warehouse")
+    wh.ingest("runs/")
+    wh.query("top_kernels", limit=10)                  # pyarrow.Table
+    wh.query("top_kernels", output="pandas", limit=10)  # pandas.DataFrame
+    wh.sql("select count(*) n from kernels where run_id = $r", r="resnet")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import IO, Any
+
+import duckdb
+
+from tracedb import catalog, query
+from tracedb.ingest import IngestSummary, ingest
+
+
+class Warehouse:
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path is not None else catalog.default_warehouse()
+
+    def __repr__(self) -> str:
+        return f"Warehouse({str(self.path)!r})"
+
+    def ingest(self, *paths: str | Path, run_id: str | None = None, jobs: int = 1) -> IngestSummary:
+        return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs)
+
+    def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with the views ready (close it when done)."""
+        return catalog.connect(self.path, read_only=read_only)
+
+    def queries(self) -> list[query.CannedQuery]:
+        return query.list_queries()
+
+    def query(self, name: str, output: str = "arrow", **params: Any):
+        """Run a canned query (name or .sql path); parameters as keyword arguments."""
+        return query.run_query(name, params, self.path, output=output)
+
+    def sql(self, sql: str, output: str = "arrow", **params: Any):
+        """Run ad-hoc SQL over the views; `$name` placeholders bound from keyword arguments."""
+        return query.run_query(query.parse(sql, "sql"), params, self.path, output=output)
+
+    def export_chrome(self, run_id: str, out: str | Path | IO, devices: list[str] | None = None) -> int:
+        from tracedb.export import export_chrome
+
+        return export_chrome(self.path, run_id, Path(out) if isinstance(out, str) else out, devices)
