@@ -150,3 +150,12 @@ def test_commit_failure_leaves_previous_run_intact(tmp_path, warehouse, monkeypa
     monkeypatch.undo()
     assert counts(warehouse)["nodes"] == 178
     assert sorted(warehouse.rglob("*.parquet")) == before
+
+
+def test_source_metadata_kept_per_file_and_per_run(warehouse):
+    assert ingest([scenario("xspace_jax_h200")], warehouse, run_id="jax").ok
+    con = catalog.connect(warehouse)
+    file_meta = json.loads(con.execute("SELECT metadata FROM files").fetchone()[0])
+    run_meta = json.loads(con.execute("SELECT metadata FROM runs").fetchone()[0])
+    assert file_meta == run_meta
+    assert "GPU:0" in file_meta["devices"]

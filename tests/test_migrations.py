@@ -26,7 +26,7 @@ def old_warehouse(tmp_path):
 def test_migrations_are_numbered_and_discovered_by_sorting():
     found = migrate.discover()
     assert [m.number for m in found] == list(range(1, len(found) + 1))
-    assert found[0].name == "catalog_tables" and found[1].name == "ingest_log"
+    assert [m.name for m in found[:3]] == ["catalog_tables", "ingest_log", "file_metadata"]
 
 
 def test_old_warehouse_refuses_until_migrated(old_warehouse):
@@ -39,7 +39,7 @@ def test_old_warehouse_refuses_until_migrated(old_warehouse):
 def test_migrate_brings_frozen_warehouse_up_to_date(old_warehouse):
     result = CliRunner().invoke(app, ["migrate", "--warehouse", str(old_warehouse)])
     assert result.exit_code == 0, result.output
-    assert "0002_ingest_log" in result.output
+    assert "0002_ingest_log, 0003_file_metadata" in result.output
     con = catalog.connect(old_warehouse)
     assert con.execute("SELECT count(*) FROM nodes").fetchone()[0] == 178
     # the old warehouse's one ingested file was carried into the new log

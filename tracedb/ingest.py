@@ -240,6 +240,7 @@ def _plan(run: RunSpec, staging_root: Path, ingest_id: str, start_index: int) ->
 
 def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
     ok = [r for r in results if r.ok]
+    # Run-level metadata: the first file's value of each key (every file's own is in `files`).
     metadata: dict = {}
     for r in ok:
         for k, v in r.metadata.items():
@@ -265,6 +266,7 @@ def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dic
         **{f"rows_{t}": r.rows.get(t, 0) if r.ok else None for t in schema.TABLES},
         "status": "ok" if r.ok else "error", "error": r.error, "seconds": round(r.seconds, 6),
         "ingest_id": ingest_id, "ingested_at": when,
+        "metadata": json.dumps(r.metadata, sort_keys=True, default=str) if r.metadata else None,
     }
 
 
