@@ -42,6 +42,7 @@ def ingest(
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id for a single file or folder"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Parallel reader processes"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print a line per file as it lands"),
 ):
     """Ingest traces: each subfolder of a runs folder is one run; formats are sniffed from content.
 
@@ -52,6 +53,9 @@ def ingest(
     def on_file(f):
         if f.error:
             typer.echo(f"error: {f.path}: {f.error}", err=True)
+        elif verbose:
+            rows = ", ".join(f"{n} {t}" for t, n in f.rows.items() if n)
+            typer.echo(f"  {f.path} [{f.format}]: {rows} ({f.seconds:.2f}s)", err=True)
 
     def on_run(r):
         if quiet:
