@@ -82,7 +82,7 @@ def test_ingest_exit_code_is_one_when_a_file_fails(tmp_path):
 
 
 def test_help_shows_examples():
-    for cmd in ("ingest", "query", "queries", "migrate", "formats", "export"):
+    for cmd in ("ingest", "query", "queries", "migrate", "formats", "export", "report"):
         r = runner.invoke(app, [cmd, "--help"])
         assert r.exit_code == 0 and "Example: tracedb" in r.output, cmd
 

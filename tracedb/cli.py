@@ -176,6 +176,11 @@ def migrate(warehouse: Optional[Path] = WarehouseOpt):
     typer.echo("applied: " + ", ".join(done) if done else "warehouse is up to date")
 
 
+from tracedb.report import report_command  # noqa: E402  (a library module with its typer command)
+
+app.command("report")(report_command)
+
+
 def main() -> None:
     app()
 
