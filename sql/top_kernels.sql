@@ -3,7 +3,12 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: limit BIGINT 50 Rows to return
 WITH k AS (
-    SELECT name, duration_ns
+    SELECT
+        name,
+        duration_ns,
+        -- rank within the name, for an exact median that every engine computes alike
+        row_number() OVER (PARTITION BY name ORDER BY duration_ns) AS rn,
+        count(*) OVER (PARTITION BY name) AS cnt
     FROM kernels
     WHERE kind = 'kernel'
       AND ($run_id IS NULL OR run_id = $run_id)
@@ -11,9 +16,9 @@ WITH k AS (
 SELECT
     name,
     count(*) AS instances,
-    sum(duration_ns) AS total_ns,
+    CAST(sum(duration_ns) AS BIGINT) AS total_ns,
     round(avg(duration_ns), 1) AS avg_ns,
-    median(duration_ns) AS median_ns,
+    avg(CASE WHEN rn IN (floor((cnt + 1) / 2.0), floor((cnt + 2) / 2.0)) THEN duration_ns END) AS median_ns,
     min(duration_ns) AS min_ns,
     max(duration_ns) AS max_ns,
     round(stddev_samp(duration_ns), 1) AS stddev_ns,

@@ -210,6 +210,7 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     Returns an Arrow table; output="pandas" or "polars" converts when installed.
     """
     query = spec if isinstance(spec, CannedQuery) else load(spec)
+    bind(query, params or {})  # parameter errors first, before the warehouse is opened
     con = catalog.connect(warehouse)
     try:
         table = execute(con, query, params or {})

@@ -1,0 +1,67 @@
+-- title: Fleet trend
+-- description: One row per run in run order (runs.started_at, then ingested_at): total GPU kernel time, kernel and node counts, steps and mean step time (wall span of a step's ops and GPU activity), with the change from the previous run (XProf / HTA across-run trends).
+-- param: model VARCHAR NULL Only runs with this model label (NULL: every run)
+WITH k AS (
+    SELECT run_id, count(*) AS kernels, CAST(sum(duration_ns) AS BIGINT) AS gpu_kernel_ns
+    FROM kernels
+    WHERE kind = 'kernel'
+    GROUP BY run_id
+),
+n AS (
+    SELECT run_id, count(*) AS nodes
+    FROM nodes
+    GROUP BY run_id
+),
+spans AS (
+    SELECT run_id, step, start_ns, start_ns + duration_ns AS end_ns
+    FROM nodes
+    WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
+    UNION ALL
+    SELECT run_id, step, start_ns, start_ns + duration_ns AS end_ns
+    FROM kernels
+    WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
+),
+steps AS (
+    SELECT run_id, step, max(end_ns) - min(start_ns) AS wall_ns
+    FROM spans
+    GROUP BY run_id, step
+),
+s AS (
+    SELECT run_id, count(*) AS steps, avg(wall_ns) AS mean_step_ns
+    FROM steps
+    GROUP BY run_id
+),
+t AS (
+    SELECT
+        r.run_id,
+        r.started_at,
+        r.ingested_at,
+        r.model,
+        r.hardware,
+        coalesce(n.nodes, 0) AS nodes,
+        coalesce(k.kernels, 0) AS kernels,
+        k.gpu_kernel_ns,
+        coalesce(s.steps, 0) AS steps,
+        round(s.mean_step_ns, 1) AS mean_step_ns
+    FROM runs r
+    LEFT JOIN k ON k.run_id = r.run_id
+    LEFT JOIN n ON n.run_id = r.run_id
+    LEFT JOIN s ON s.run_id = r.run_id
+    WHERE ($model IS NULL OR r.model = $model)
+)
+SELECT
+    run_id,
+    started_at,
+    ingested_at,
+    model,
+    hardware,
+    nodes,
+    kernels,
+    gpu_kernel_ns,
+    steps,
+    mean_step_ns,
+    round(100.0 * (gpu_kernel_ns - lag(gpu_kernel_ns) OVER w) / nullif(lag(gpu_kernel_ns) OVER w, 0), 2) AS gpu_kernel_change_pct,
+    round(100.0 * (mean_step_ns - lag(mean_step_ns) OVER w) / nullif(lag(mean_step_ns) OVER w, 0), 2) AS step_change_pct
+FROM t
+WINDOW w AS (ORDER BY started_at NULLS LAST, ingested_at, run_id)
+ORDER BY started_at NULLS LAST, ingested_at, run_id

@@ -1,0 +1,215 @@
+"""Throwaway parsers for the raw seed traces, written for the query tests only.
+
+They share no code with tracedb's readers, so the canned queries' results can be checked
+against numbers worked out straight from the files: a line-by-line protobuf-text walk
+for TF StepStats, plain `json` (floats as Decimal, so µs -> ns is exact) for Kineto, and
+plain-Python interval arithmetic.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+
+from conftest import scenario
+
+
+# ---- TensorFlow StepStats text ------------------------------------------------------
+
+def parse_pbtxt(text: str) -> dict:
+    """Protobuf text as nested dicts; every field is a list (fields may repeat)."""
+    root: dict = {}
+    stack = [root]
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line == "}":
+            stack.pop()
+        elif line.endswith("{"):
+            child: dict = {}
+            stack[-1].setdefault(line[:-1].strip(), []).append(child)
+            stack.append(child)
+        else:
+            key, _, value = line.partition(":")
+            value = value.strip()
+            if value.startswith('"'):
+                value = value[1:-1]
+            elif re.fullmatch(r"-?\d+", value):
+                value = int(value)
+            stack[-1].setdefault(key.strip(), []).append(value)
+    return root
+
+
+def one(d: dict, key: str, default=None):
+    return d.get(key, [default])[0]
+
+
+@dataclass
+class Act:
+    """One GPU activity (kernel, memcpy, memset) or host op, in integer ns."""
+
+    device: str
+    stream: int | None
+    kind: str
+    name: str
+    node: str | None
+    start: int
+    dur: int
+    step: int | None = None
+    bytes: int | None = None
+    copy_kind: str | None = None
+    launch: int | None = None
+    op_type: str | None = None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.dur
+
+
+@dataclass
+class TfTrace:
+    kernels: list[Act]
+    nodes: list[Act]
+    allocations: list[tuple[str, str, int, int]]  # (device, allocator, ts_ns, bytes)
+    tensors: list[dict]
+
+
+@lru_cache(maxsize=None)
+def tf(scenario_name: str = "tf_stepstats_gpu_streams") -> TfTrace:
+    root = parse_pbtxt(scenario(scenario_name).read_text())
+    stats = one(root, "step_stats", root)  # RunMetadata wraps StepStats
+    kernels, nodes, allocations, tensors = [], [], [], []
+    for dev in stats["dev_stats"]:
+        name = one(dev, "device")
+        stream = re.fullmatch(r"/device:GPU:(\d+)/stream:(\d+)", name)
+        host = re.search(r"^/job:.*/device:(\w+):(\d+)$", name)
+        for ns in dev.get("node_stats", []):
+            start = one(ns, "all_start_micros") * 1000
+            dur = one(ns, "all_end_rel_micros", 0) * 1000
+            label = one(ns, "timeline_label", "")
+            if stream:
+                node, _, kname = one(ns, "node_name").partition(":")
+                copy = re.match(r"MEMCPY(\w+) (\d+) bytes", label)
+                kernels.append(Act(
+                    f"GPU:{stream[1]}", int(stream[2]), "memcpy" if copy else "kernel", kname, node,
+                    start, dur, step=0, bytes=int(copy[2]) if copy else None,
+                    copy_kind=copy[1] if copy else None))
+            elif host:
+                device = f"{host[1]}:{host[2]}"
+                op = re.search(r"\S = (\w+)\(", label)
+                nodes.append(Act(device, None, "node", one(ns, "node_name"), one(ns, "node_name"),
+                                 start, dur, step=0, op_type=op[1] if op else None))
+                for mem in ns.get("memory", []):
+                    for rec in mem.get("allocation_records", []):
+                        allocations.append((device, one(mem, "allocator_name"),
+                                            one(rec, "alloc_micros") * 1000, one(rec, "alloc_bytes")))
+                for out in ns.get("output", []):
+                    desc = one(out, "tensor_description", {})
+                    alloc = one(desc, "allocation_description", {})
+                    shape = [one(d, "size") for d in one(desc, "shape", {}).get("dim", [])]
+                    tensors.append({
+                        "device": device, "node_name": one(ns, "node_name"), "slot": one(out, "slot", 0),
+                        "dtype": one(desc, "dtype"), "shape": shape,
+                        "requested_bytes": one(alloc, "requested_bytes"),
+                        "allocated_bytes": one(alloc, "allocated_bytes"),
+                        "allocator": one(alloc, "allocator_name"),
+                    })
+    return TfTrace(kernels, nodes, allocations, tensors)
+
+
+# ---- Kineto Chrome-trace JSON ------------------------------------------------------
+
+def us_ns(v) -> int:
+    return int(Decimal(str(v)) * 1000)
+
+
+@dataclass
+class KinetoTrace:
+    kernels: list[Act]
+    nodes: list[Act]
+    steps: dict[int, tuple[int, int]]  # N -> (start, end) of ProfilerStep#N
+
+
+def load_kineto_json(path=None) -> dict:
+    with gzip.open(path or scenario("kineto_h200_fp32"), "rt") as f:
+        return json.load(f, parse_float=Decimal)
+
+
+def kineto(doc: dict | None = None) -> KinetoTrace:
+    """Kernels with their launching op, launch time and step, as Kineto links them:
+    kernel -> correlation -> cuda runtime call -> External id -> cpu_op."""
+    doc = doc if doc is not None else load_kineto_json()
+    base = int(doc.get("baseTimeNanoseconds", 0))
+    events = doc["traceEvents"]
+    steps = {}
+    for e in events:
+        m = re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name")))
+        if m and e.get("ph") == "X":
+            steps[int(m[1])] = (base + us_ns(e["ts"]), base + us_ns(e["ts"]) + us_ns(e["dur"]))
+
+    def step_at(t):
+        return next((n for n, (s, e) in steps.items() if s <= t < e), None)
+
+    runtime = {e["args"]["correlation"]: e for e in events
+               if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    ops = {e["args"]["External id"]: e for e in events
+           if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+    nodes = [Act("CPU:0", None, "node", e["name"], e["name"], base + us_ns(e["ts"]), us_ns(e["dur"]),
+                 step=step_at(base + us_ns(e["ts"])), op_type=e["name"])
+             for e in events if e.get("cat") == "cpu_op"]
+    kernels = []
+    kinds = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+    for e in events:
+        if e.get("cat") not in kinds:
+            continue
+        a = e["args"]
+        call = runtime.get(a.get("correlation"))
+        ext = a.get("External id", call["args"].get("External id") if call else None)
+        op = ops.get(ext)
+        launch = base + us_ns(call["ts"]) if call else None
+        step = step_at(base + us_ns(op["ts"])) if op else (step_at(launch) if call else None)
+        copy = re.match(r"Memcpy (\w+)", e["name"])
+        kernels.append(Act(
+            f"GPU:{a['device']}", a["stream"], kinds[e["cat"]], e["name"], op["name"] if op else None,
+            base + us_ns(e["ts"]), us_ns(e["dur"]), step=step,
+            bytes=a.get("bytes") if e["cat"] != "kernel" else None,
+            copy_kind=copy[1] if copy and e["cat"] == "gpu_memcpy" else None, launch=launch))
+    return KinetoTrace(kernels, nodes, steps)
+
+
+@lru_cache(maxsize=None)
+def kineto_seed() -> KinetoTrace:
+    return kineto()
+
+
+# ---- interval arithmetic -----------------------------------------------------------
+
+def union(intervals) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def length(intervals) -> int:
+    return sum(e - s for s, e in intervals)
+
+
+def intersect(a: tuple[int, int], islands) -> int:
+    return sum(max(0, min(a[1], e) - max(a[0], s)) for s, e in islands)
+
+
+def quantile_cont(values, q: float) -> float:
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)

@@ -1,0 +1,142 @@
+"""Time queries (step_times, gpu_busy_idle, stream_overlap, launch_delay) on the seed
+warehouse, checked against the raw trace files with plain-Python interval arithmetic."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+import rawtrace
+from tracedb.query import run_query
+
+TF = "tf_stepstats_gpu_streams"
+KINETO = "kineto_h200_fp32"
+
+
+def rows(name, wh, **params):
+    return run_query(name, params, wh).to_pylist()
+
+
+def raw(run):
+    return rawtrace.tf() if run == TF else rawtrace.kineto_seed()
+
+
+@pytest.mark.parametrize("run", [TF, KINETO])
+def test_step_times_match_raw(seed_warehouse, run):
+    trace = raw(run)
+    spans = defaultdict(list)
+    kernel_ns = defaultdict(int)
+    counts = defaultdict(lambda: [0, 0])
+    for n in trace.nodes:
+        spans[n.step].append((n.start, n.end))
+        counts[n.step][0] += 1
+    for k in trace.kernels:
+        spans[k.step].append((k.start, k.end))
+        if k.kind == "kernel":
+            kernel_ns[k.step] += k.dur
+            counts[k.step][1] += 1
+    got = rows("step_times", seed_warehouse, run_id=run)
+    assert [r["step"] for r in got] == ([0] if run == TF else [1, 2, 3, None])
+    for r in got:
+        s = spans[r["step"]]
+        wall = max(e for _, e in s) - min(b for b, _ in s)
+        assert (r["start_ns"], r["wall_ns"], r["gpu_kernel_ns"]) == (min(b for b, _ in s), wall, kernel_ns[r["step"]])
+        assert [r["nodes"], r["kernels"]] == counts[r["step"]]
+        assert r["gpu_kernel_pct"] == pytest.approx(100 * kernel_ns[r["step"]] / wall, abs=0.005)
+    if run == KINETO:
+        # 273 kernels a profiled step; 219 more were launched by ops outside any step.
+        assert [r["kernels"] for r in got] == [273, 273, 273, 219]
+        assert sum(r["gpu_kernel_ns"] for r in got) == 231_940_705
+
+
+def test_step_times_untimed_and_stepless_runs(seed_warehouse):
+    by_run = defaultdict(list)
+    for r in rows("step_times", seed_warehouse):
+        by_run[r["run_id"]].append(r["step"])
+    assert "node_name_list" not in by_run and "node_shape_dump" not in by_run  # nothing timed
+    assert by_run["megengine_graph_profile"] == [None]
+
+
+@pytest.mark.parametrize("run", [TF, KINETO])
+def test_gpu_busy_idle_matches_interval_union(seed_warehouse, run):
+    per_step = defaultdict(list)
+    for k in raw(run).kernels:
+        per_step[k.step].append((k.start, k.end))
+    got = rows("gpu_busy_idle", seed_warehouse, run_id=run)
+    assert {r["step"] for r in got} == set(per_step)
+    for r in got:
+        iv = per_step[r["step"]]
+        u = rawtrace.union(iv)
+        span = max(e for _, e in iv) - min(s for s, _ in iv)
+        assert (r["busy_ns"], r["span_ns"], r["idle_ns"]) == (rawtrace.length(u), span, span - rawtrace.length(u))
+        assert (r["activities"], r["busy_intervals"]) == (len(iv), len(u))
+        assert r["activity_ns"] == sum(e - s for s, e in iv)
+    if run == TF:
+        # copies on streams 14/15 overlap compute on stream 13: busy < sum of durations
+        [r] = got
+        assert (r["activity_ns"], r["busy_ns"], r["span_ns"]) == (7_590_000, 7_558_000, 12_429_000)
+
+
+def test_gpu_busy_idle_kernels_only(seed_warehouse):
+    iv = [(k.start, k.end) for k in rawtrace.tf().kernels if k.kind == "kernel"]
+    [r] = rows("gpu_busy_idle", seed_warehouse, run_id=TF, kind="kernel")
+    assert r["busy_ns"] == rawtrace.length(rawtrace.union(iv))
+    assert r["activities"] == 729
+
+
+def sweep(acts):
+    """(busy, overlap, max active, stream-ns) from per-stream unions, by an event sweep."""
+    by_stream = defaultdict(list)
+    for a in acts:
+        by_stream[a.stream].append((a.start, a.end))
+    delta = defaultdict(int)
+    for iv in by_stream.values():
+        for s, e in rawtrace.union(iv):
+            delta[s] += 1
+            delta[e] -= 1
+    ts = sorted(delta)
+    active = busy = overlap = most = stream_ns = 0
+    for t, nxt in zip(ts, ts[1:]):
+        active += delta[t]
+        most = max(most, active)
+        if active >= 1:
+            busy += nxt - t
+            stream_ns += active * (nxt - t)
+        if active >= 2:
+            overlap += nxt - t
+    return busy, overlap, most, stream_ns, len(by_stream)
+
+
+@pytest.mark.parametrize("run", [TF, KINETO])
+def test_stream_overlap_matches_sweep(seed_warehouse, run):
+    busy, overlap, most, stream_ns, streams = sweep(raw(run).kernels)
+    [r] = rows("stream_overlap", seed_warehouse, run_id=run)
+    assert (r["streams"], r["busy_ns"], r["overlap_ns"], r["max_active_streams"]) == (streams, busy, overlap, most)
+    assert r["mean_active_streams"] == pytest.approx(stream_ns / busy, abs=0.0005)
+    if run == TF:
+        assert (streams, busy, overlap, most) == (3, 7_558_000, 32_000, 2)
+    else:
+        assert (streams, overlap) == (1, 0)  # one stream: never concurrent
+
+
+def test_stream_overlap_megengine_without_streams(seed_warehouse):
+    [r] = rows("stream_overlap", seed_warehouse, run_id="megengine_graph_profile")
+    assert (r["streams"], r["overlap_ns"], r["busy_ns"]) == (1, 0, 22_430_132)
+
+
+def test_launch_delay_matches_raw(seed_warehouse):
+    delays = defaultdict(list)
+    for k in rawtrace.kineto_seed().kernels:
+        if k.launch is not None:
+            delays[k.kind].append(k.start - k.launch)
+    got = rows("launch_delay", seed_warehouse, run_id=KINETO)
+    assert KINETO in {r["run_id"] for r in rows("launch_delay", seed_warehouse)}
+    assert not [r for r in rows("launch_delay", seed_warehouse) if r["run_id"] == TF]  # TF has no launch calls
+    assert {r["kind"]: r["launches"] for r in got} == {"kernel": 819, "memcpy": 36, "memset": 87}
+    for r in got:
+        d = delays[r["kind"]]
+        assert (r["launches"], r["min_ns"], r["max_ns"]) == (len(d), min(d), max(d))
+        assert r["avg_ns"] == pytest.approx(sum(d) / len(d), abs=0.051)
+        assert r["p50_ns"] == pytest.approx(rawtrace.quantile_cont(d, 0.5), abs=1e-3)
+        assert r["p95_ns"] == pytest.approx(rawtrace.quantile_cont(d, 0.95), abs=1e-3)

@@ -1,0 +1,140 @@
+"""The canned SQL library as a whole: headers, parameters, portability, and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import re
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from tracedb import query as q
+from tracedb.cli import app
+from tracedb.errors import TracedbError
+from tracedb.resources import sql_dir
+
+QUERIES = q.list_queries()
+NAMES = [c.name for c in QUERIES]
+# Runs given to required VARCHAR parameters, in header order (baseline/candidate, run_a/run_b).
+REQUIRED_RUNS = ["tf_runmetadata_text", "tf_stepstats_gpu_streams"]
+# Queries with nothing to report on the seed traces (they hold no communication kernels).
+EMPTY_ON_SEED = {"collectives"}
+
+runner = CliRunner()
+
+
+def test_library_is_complete():
+    assert len(QUERIES) >= 20
+    assert len(NAMES) == len(list(sql_dir().glob("*.sql")))
+    for name in ["top_kernels", "kernel_summary", "kernel_duration_histogram", "kernel_launch_config",
+                 "memcpy_summary", "top_ops", "op_type_time", "op_kernel_map", "step_times",
+                 "gpu_busy_idle", "stream_overlap", "launch_delay", "peak_memory", "memory_timeline",
+                 "largest_tensors", "collectives", "compare_runs", "fleet_trend"]:
+        assert name in NAMES
+
+
+@pytest.mark.parametrize("cq", QUERIES, ids=NAMES)
+def test_header_and_params(cq):
+    assert cq.has_header and cq.title and cq.description, cq.name
+    assert len(cq.description) > 40 and "\n" not in cq.description
+    names = [p.name for p in cq.params]
+    assert len(names) == len(set(names))
+    assert set(names) == q.placeholders(cq.sql), f"{cq.name}: header params != placeholders"
+    for p in cq.params:
+        assert p.description, f"{cq.name}: param {p.name} has no description"
+    if any(p.name == "run_id" for p in cq.params):
+        p = cq.param("run_id")
+        assert (p.type, p.default, p.required) == ("VARCHAR", None, False)
+
+
+@pytest.mark.parametrize("cq", QUERIES, ids=NAMES)
+@pytest.mark.parametrize("dialect", ["spark", "trino"])
+def test_transpiles_without_error_or_warning(cq, dialect, caplog):
+    with caplog.at_level(logging.DEBUG, logger="sqlglot"):
+        out = q.transpile(cq, dialect)
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("sqlglot") and r.levelno >= logging.WARNING]
+    assert warnings == [], f"{cq.name} -> {dialect}: {warnings}"
+    assert out.startswith(f"-- title: {cq.title}\n")
+    assert "$" not in out.split("\n", len(cq.params) + 2)[-1]  # placeholders rewritten
+
+
+def required_params(cq):
+    runs = iter(REQUIRED_RUNS)
+    return {p.name: next(runs) for p in cq.params if p.required}
+
+
+@pytest.mark.parametrize("cq", QUERIES, ids=NAMES)
+def test_runs_on_seed_warehouse(cq, seed_warehouse):
+    table = q.run_query(cq, required_params(cq), seed_warehouse)
+    if cq.name not in EMPTY_ON_SEED:
+        assert table.num_rows > 0, cq.name
+    # sums of integer ns and bytes stay BIGINT: no HUGEINT (decimal in Arrow) leaks out
+    for field in table.schema:
+        assert not pa.types.is_decimal(field.type), (cq.name, field.name, field.type)
+        if field.name in ("total_ns", "total_bytes", "busy_ns", "gpu_kernel_ns", "peak_bytes"):
+            assert field.type == pa.int64(), (cq.name, field.name, field.type)
+
+
+def test_queries_command_lists_all():
+    result = runner.invoke(app, ["queries"])
+    assert result.exit_code == 0, result.output
+    listed = re.findall(r"^(\w+): ", result.output, flags=re.M)
+    assert listed == NAMES
+    assert "--param baseline=<VARCHAR>" in result.output and "(required)" in result.output
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"nope": "1"}, r"kernel_summary: unknown parameter\(s\) nope; it takes: device, kind, limit, run_id"),
+    ({"limit": "ten"}, r"parameter limit must be BIGINT, got 'ten'"),
+    ({"bucket_ns": "1.5"}, r"parameter bucket_ns must be BIGINT"),
+])
+def test_bad_params_are_clear_errors(params, message):
+    name = "kernel_duration_histogram" if "bucket_ns" in params else "kernel_summary"
+    with pytest.raises(TracedbError, match=message):
+        q.bind(q.load(name), params)
+
+
+def test_missing_required_param():
+    with pytest.raises(TracedbError, match="compare_runs: missing required parameter candidate"):
+        q.bind(q.load("compare_runs"), {"baseline": "a"})
+
+
+def test_cli_param_errors_exit_2_without_output(seed_warehouse):
+    for args, message in [
+        (["compare_runs", "-p", "baseline=x"], "missing required parameter candidate"),
+        (["top_ops", "-p", "limit=lots"], "parameter limit must be BIGINT"),
+        (["top_ops", "-p", "run=x"], "unknown parameter(s) run"),
+        (["top_ops", "-p", "limit"], "expected name=value"),
+    ]:
+        result = runner.invoke(app, ["query", *args, "-w", str(seed_warehouse)])
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+        assert result.output.count("\n") == 1  # one line, no traceback, no table
+
+
+def test_cli_runs_a_query_with_params(seed_warehouse):
+    result = runner.invoke(app, ["query", "memcpy_summary", "-p", "run_id=tf_stepstats_gpu_streams",
+                                 "--format", "csv", "-w", str(seed_warehouse)])
+    assert result.exit_code == 0, result.output
+    header, *body = csv.reader(io.StringIO(result.output))
+    assert header[:7] == ["run_id", "device", "kind", "copy_kind", "operations", "total_bytes", "total_ns"]
+    assert [(r[3], r[4]) for r in body] == [("DtoD", "7"), ("DtoH", "8"), ("HtoD", "11")]
+
+
+@pytest.mark.parametrize("dialect", ["trino", "spark"])
+def test_cli_dialect_prints_transpiled_sql(dialect, tmp_path):
+    # Needs no warehouse: it prints instead of running.
+    result = runner.invoke(app, ["query", "gpu_busy_idle", "--dialect", dialect, "-w", str(tmp_path / "none")])
+    assert result.exit_code == 0, result.output
+    assert result.output == q.transpile(q.load("gpu_busy_idle"), dialect)
+    assert result.output.startswith("-- title: GPU busy and idle time\n")
+    assert "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING" in result.output
+    assert "$run_id" not in result.output
+
+
+def test_cli_unknown_dialect():
+    result = runner.invoke(app, ["query", "top_ops", "--dialect", "cobol"])
+    assert result.exit_code == 2 and "unknown dialect 'cobol'" in result.output
