@@ -1,0 +1,189 @@
+"""Generic Chrome-trace JSON (`{"traceEvents": [...]}` or a bare event array), e.g. the
+output of TensorFlow's `timeline.Timeline(step_stats).generate_chrome_trace_format()`.
+
+- `X` complete events, and `B`/`E` pairs matched per (pid, tid) stack, become rows; an
+  `E` with no open `B` (a trace window that starts mid-event) is skipped, a `B` never
+  closed becomes a row with NULL duration.
+- `M` metadata events name processes/threads. An event whose process or thread name
+  looks like a GPU stream (`/device:GPU:0/stream:12 Compute`, `stream 7`, `GPU 0`) is a
+  `kernels` row (stream from the name); any other is a `nodes` row.
+- TF's `/stream:all` and `/memcpy` processes repeat the activity of the numbered streams,
+  so they are skipped when the same device has numbered streams (each activity once).
+- Names: TF puts the op type in the event name and the node in `args.name` / `args.op`;
+  node_name = args.name else the event name, op_type = args.op else the event name.
+- Time: `ts`/`dur` are µs (absolute, there is no base time) -> integer ns exactly.
+
+Two passes over the stream (`jsonstream.EventStream`): pass 1 collects the `M` names
+(they may come anywhere in the file), pass 2 emits rows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+
+from tracedb.devices import canonical
+from tracedb.errors import TraceFormatError
+from tracedb.formats.base import BatchBuilder, ReadContext, text_head
+from tracedb.formats.jsonstream import EventStream, num, us_to_ns
+
+NAME = "chrome_trace"
+DESCRIPTION = "Chrome-trace JSON (TF timeline, generic traceEvents), optionally gzipped"
+
+_EVENT = re.compile(r'"ph"\s*:\s*"[A-Za-z]"')
+_TF_DEV = re.compile(r"/device:(?P<type>[A-Za-z_]+):(?P<index>\d+)(?P<rest>/stream:(?P<stream>\w+)|/memcpy)?")
+_STREAM = re.compile(r"\bstream\s*:?\s*#?(\d+)", re.IGNORECASE)
+_GPU = re.compile(r"\bGPU\b\s*:?\s*(\d+)?", re.IGNORECASE)
+_COPY = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)", re.IGNORECASE)
+_COPY_KINDS = {k.lower(): k for k in ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")}
+_BYTES = re.compile(r"(\d+) bytes")
+
+
+def sniff(head: bytes) -> bool:
+    text = text_head(head).lstrip()
+    if text.startswith("{"):
+        return '"traceEvents"' in text
+    return text.startswith("[") and bool(_EVENT.search(text[:8192]))
+
+
+class _Lane:
+    """Where an event lands, decided once per (pid, tid) from the M names."""
+
+    __slots__ = ("gpu", "device", "device_raw", "stream", "skip")
+
+    def __init__(self, pname: str, tname: str, tid: Any, numbered: set[str]):
+        raw = " / ".join(n for n in (pname, tname) if n)
+        self.device_raw = raw or None
+        self.skip = False
+        self.stream = None
+        m = _TF_DEV.search(raw)
+        if m:
+            dev = canonical("GPU" if m["type"].upper() == "GPU" else m["type"], m["index"])
+            # `/device:GPU:0 Compute` holds ops timed on the host: nodes, not kernels.
+            self.gpu = m["type"].upper() == "GPU" and m["rest"] is not None
+            stream_tag = "memcpy" if m["rest"] == "/memcpy" else m["stream"]
+            if stream_tag and stream_tag.isdigit():
+                self.stream = int(stream_tag)
+            elif self.gpu and stream_tag and dev in numbered:
+                self.skip = True  # stream:all / memcpy repeat the numbered streams
+        else:
+            s, g = _STREAM.search(raw), _GPU.search(raw)
+            self.gpu = bool(s or g)
+            dev = canonical("GPU", g[1] if g and g[1] else 0) if self.gpu else "CPU:0"
+            if s:
+                self.stream = int(s[1])
+        if self.gpu and self.stream is None and type(tid) is int:
+            self.stream = tid
+        self.device = dev
+
+
+def _names(stream: EventStream) -> tuple[dict, dict, set[str]]:
+    procs: dict[Any, str] = {}
+    threads: dict[tuple, str] = {}
+    for ev in stream:
+        if ev.get("ph") == "M":
+            name = (ev.get("args") or {}).get("name")
+            if not isinstance(name, str):
+                continue
+            if ev.get("name") == "process_name":
+                procs[ev.get("pid")] = name
+            elif ev.get("name") == "thread_name":
+                threads[(ev.get("pid"), ev.get("tid"))] = name
+    numbered = set()
+    for n in list(procs.values()) + list(threads.values()):
+        m = _TF_DEV.search(n)
+        if m and m["stream"] and m["stream"].isdigit():
+            numbered.add(canonical(m["type"], m["index"]))
+    return procs, threads, numbered
+
+
+def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    procs, threads, numbered = _names(EventStream(path))
+    lanes: dict[tuple, _Lane] = {}
+    open_b: dict[tuple, list] = {}
+    nodes, kernels = BatchBuilder("nodes"), BatchBuilder("kernels")
+    stream = EventStream(path)
+    for i, ev in enumerate(stream):
+        ph = ev.get("ph")
+        if ph not in ("X", "B", "E"):
+            continue
+        key = (ev.get("pid"), ev.get("tid"))
+        if ph == "B":
+            open_b.setdefault(key, []).append((i, ev))
+            continue
+        if ph == "E":
+            stack = open_b.get(key)
+            if not stack:
+                continue  # began before the trace window
+            i, begin = stack.pop()
+            start = us_to_ns(_need(begin, "ts", i))
+            dur = us_to_ns(_need(ev, "ts", i)) - start
+            if ev.get("args"):  # E may carry args too; they merge into the B's
+                begin = {**begin, "args": {**(begin.get("args") or {}), **ev["args"]}}
+            ev = begin
+        else:
+            start = us_to_ns(_need(ev, "ts", i))
+            dur = us_to_ns(_need(ev, "dur", i))
+        yield from _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernels)
+    for key, stack in open_b.items():  # never closed: start known, duration not
+        for i, ev in stack:
+            yield from _emit(ev, i, us_to_ns(_need(ev, "ts", i)), None, key, lanes, procs,
+                             threads, numbered, nodes, kernels)
+    if stream.meta:
+        ctx.metadata["chrome_trace"] = json.loads(json.dumps(stream.meta))
+    yield from nodes.flush()
+    yield from kernels.flush()
+
+
+def _need(ev: dict, key: str, i: int) -> Any:
+    val = ev.get(key)
+    if val is None:
+        raise TraceFormatError(f"{ev.get('ph')} event #{i} ({str(ev.get('name'))[:60]!r}) has no '{key}'")
+    return val
+
+
+def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernels):
+    lane = lanes.get(key)
+    if lane is None:
+        lane = lanes[key] = _Lane(procs.get(key[0], ""), threads.get(key, ""), key[1], numbered)
+    if lane.skip:
+        return
+    name = _need(ev, "name", i)
+    args = ev.get("args") or {}
+    node = args.get("name") if isinstance(args.get("name"), str) else None
+    op = args.get("op") if isinstance(args.get("op"), str) else None
+    extra = {k: v for k, v in args.items() if k not in ("name", "op")}
+    if ev.get("cat") is not None:
+        extra["cat"] = ev["cat"]
+    params = json.dumps(extra, separators=(",", ":")) if extra else None
+    if lane.gpu:
+        label = " ".join(str(v) for v in (name, *args.values()) if isinstance(v, str))
+        copy = _COPY.search(label) if re.search(r"memcpy|HtoD|DtoH|DtoD", label, re.IGNORECASE) else None
+        kind = "memcpy" if copy or "memcpy" in label.lower() else (
+            "memset" if "memset" in label.lower() else "kernel")
+        nbytes = num(args.get("bytes")) if kind != "kernel" else None  # copies and sets only
+        if nbytes is None and kind != "kernel":
+            m = _BYTES.search(label)
+            nbytes = int(m[1]) if m else None
+        yield from kernels.append({
+            "device": lane.device, "device_raw": lane.device_raw, "stream": lane.stream,
+            "kind": kind, "name": name, "node_name": node,
+            "start_ns": start, "duration_ns": dur,
+            "bytes": int(nbytes) if nbytes is not None else None,
+            "copy_kind": _COPY_KINDS[copy[1].lower()] if copy else None,
+            "params": params,
+        })
+    else:
+        tid = key[1]
+        yield from nodes.append({
+            "device": lane.device, "device_raw": lane.device_raw,
+            "node_name": node or name, "op_type": op or name,
+            "start_ns": start, "duration_ns": dur,
+            "thread_id": tid if type(tid) is int else None,
+            "seq": i,
+            "params": params,
+        })
