@@ -104,3 +104,24 @@ def test_errors(tmp_path):
         path.write_text(text)
         with pytest.raises(TraceFormatError, match=msg):
             _read(path)
+
+
+def test_explicit_kind_and_copy_kind_win_over_name_guessing(tmp_path):
+    """tracedb's export writes args.kind: a kernel whose launching op says 'memcpy' stays a kernel."""
+    from tracedb.formats import chrome_trace
+    from tracedb.formats.base import ReadContext
+
+    trace = {"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "GPU:0"}},
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "stream 7"}},
+        {"ph": "X", "name": "copy_kernel", "pid": 1, "tid": 7, "ts": 1.0, "dur": 2.0,
+         "args": {"kind": "kernel", "name": "aten::memcpy_"}},
+        {"ph": "X", "name": "Memcpy", "pid": 1, "tid": 7, "ts": 5.0, "dur": 1.5,
+         "args": {"kind": "memcpy", "copy_kind": "DtoH", "bytes": 64}},
+    ]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(trace))
+    rows = [r for t, b in chrome_trace.read(path, ReadContext("r", "t.json")) if t == "kernels" for r in b.to_pylist()]
+    assert [(r["kind"], r["copy_kind"], r["bytes"], r["stream"]) for r in rows] == [
+        ("kernel", None, None, 7), ("memcpy", "DtoH", 64, 7)]
+    assert [r["duration_ns"] for r in rows] == [2000, 1500]

@@ -163,8 +163,12 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernel
     if lane.gpu:
         label = " ".join(str(v) for v in (name, *args.values()) if isinstance(v, str))
         copy = _COPY.search(label) if re.search(r"memcpy|HtoD|DtoH|DtoD", label, re.IGNORECASE) else None
-        kind = "memcpy" if copy or "memcpy" in label.lower() else (
-            "memset" if "memset" in label.lower() else "kernel")
+        kind = args.get("kind")  # tracedb's own export says what each activity is
+        if kind not in ("kernel", "memcpy", "memset"):
+            kind = "memcpy" if copy or "memcpy" in label.lower() else (
+                "memset" if "memset" in label.lower() else "kernel")
+        if args.get("copy_kind") in _COPY_KINDS.values():
+            copy = (None, args["copy_kind"])
         nbytes = num(args.get("bytes")) if kind != "kernel" else None  # copies and sets only
         if nbytes is None and kind != "kernel":
             m = _BYTES.search(label)
