@@ -10,6 +10,7 @@ ops), then measures in separate subprocesses, each reporting its own peak RSS
 
   - baseline: `json.load` of the file (what a non-streaming reader would hold),
   - reader:   `tracedb.formats.kineto.read` consuming every batch,
+  - ingest:   the whole `tracedb ingest` of the file into a fresh warehouse,
   - idle:     the same imports doing nothing (the interpreter + pyarrow floor).
 """
 
@@ -104,6 +105,15 @@ _CHILD = {
         "    rows[t] = rows.get(t, 0) + b.num_rows\n"
         "out = rows"
     ),
+    # The whole `tracedb ingest`: reader + parquet writer + catalog commit.
+    "ingest": (
+        "import tempfile, tracedb.formats.kineto, pyarrow\n"
+        "from tracedb.ingest import ingest\n"
+        "wh = Path(tempfile.mkdtemp()) / 'wh'\n"
+        "s = ingest([path], wh, run_id='bench')\n"
+        "assert s.ok, s.errors\n"
+        "out = dict(s.runs[0].rows)"
+    ),
 }
 
 
@@ -157,6 +167,7 @@ def main() -> None:
           f" in {time.perf_counter() - t0:.1f}s")
     idle = measure("idle", path)
     reader = measure("reader", path)
+    full = measure("ingest", path)
     base = measure("baseline", path)
     print(f"idle interpreter + imports : peak RSS {idle['peak_rss_mb']:8.0f} MB")
     print(f"json.load (baseline)       : peak RSS {base['peak_rss_mb']:8.0f} MB"
@@ -164,7 +175,9 @@ def main() -> None:
     rows = {k: v for k, v in reader.items() if k not in ("seconds", "peak_rss_mb")}
     print(f"kineto.read (streaming)    : peak RSS {reader['peak_rss_mb']:8.0f} MB"
           f"  {reader['seconds']:6.1f}s  rows {rows}")
+    print(f"tracedb ingest (to parquet): peak RSS {full['peak_rss_mb']:8.0f} MB  {full['seconds']:6.1f}s")
     print(f"ratio reader / json.load   : {reader['peak_rss_mb'] / base['peak_rss_mb']:.3f}")
+    print(f"ratio ingest / json.load   : {full['peak_rss_mb'] / base['peak_rss_mb']:.3f}")
     if tmp:
         tmp.cleanup()
 
