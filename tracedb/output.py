@@ -22,7 +22,11 @@ def _cell(v) -> str:
     if v is None:
         return "NULL"
     if isinstance(v, float):
-        return f"{v:.6g}" if abs(v) < 1e15 else f"{v:.6e}"
+        if v != v or v in (float("inf"), float("-inf")) or abs(v) >= 1e15:
+            return f"{v:.6g}"
+        if v == int(v):
+            return str(int(v))
+        return f"{v:.1f}" if abs(v) >= 1000 else f"{v:.4g}"  # ns averages: no exponent
     if isinstance(v, list):
         return "[" + ", ".join(_cell(x) for x in v) + "]"
     return str(v)
