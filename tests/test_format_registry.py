@@ -87,3 +87,26 @@ def test_one_step_per_step_file(tmp_path):
     con = catalog.connect(tmp_path / "wh")
     rows = con.execute("SELECT step, count(*) FROM nodes GROUP BY 1 ORDER BY 1").fetchall()
     assert rows == [(0, 292), (1, 292), (2, 292)]
+
+
+def test_file_failing_after_batches_were_written_leaves_nothing(tmp_path):
+    """A Kineto trace whose last kernel lacks 'ts': the reader has already streamed batches
+    to staging when it fails; they must all go, and the run's previous data stay."""
+    import json
+
+    doc = json.loads(gzip.decompress(scenario("kineto_h200_fp32").read_bytes()))
+    events = doc["traceEvents"] * 3  # > 16k cpu_op rows: at least one batch is flushed first
+    last_kernel = max(i for i, e in enumerate(events) if e.get("cat") == "kernel")
+    events[last_kernel] = {k: v for k, v in events[last_kernel].items() if k != "ts"}
+    doc["traceEvents"] = events
+    bad = tmp_path / "rank0.json"
+    bad.write_text(json.dumps(doc))
+    wh = tmp_path / "wh"
+    assert ingest([scenario("node_shape_dump")], wh, run_id="job").ok
+    summary = ingest([bad], wh, run_id="job")
+    [(path, err)] = summary.errors
+    assert path.endswith("rank0.json") and "has no 'ts'" in err
+    assert [p.relative_to(wh).parts[0] for p in wh.rglob("*.parquet")] == ["nodes", "nodes"]
+    assert not (wh / "_staging").exists()
+    con = catalog.connect(wh)
+    assert con.execute("SELECT count(*), min(source_format) FROM nodes").fetchone() == (178, "node_dump")
