@@ -8,6 +8,7 @@ run's other files still land. A run is committed in one catalog transaction.
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import json
 import secrets
 import time
@@ -288,7 +289,12 @@ def ingest(
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     staging_root = warehouse / STAGING / ingest_id
     summaries: list[RunSummary] = []
-    pool: Executor | None = ProcessPoolExecutor(max_workers=jobs) if jobs > 1 else None
+    # spawn, not fork: this process already runs DuckDB and Arrow threads, and a forked
+    # child could inherit a lock one of them held.
+    pool: Executor | None = (
+        ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        if jobs > 1 else None
+    )
     try:
         planned, index = [], 0
         for run in runs:
