@@ -159,3 +159,26 @@ def test_source_metadata_kept_per_file_and_per_run(warehouse):
     run_meta = json.loads(con.execute("SELECT metadata FROM runs").fetchone()[0])
     assert file_meta == run_meta
     assert "GPU:0" in file_meta["devices"]
+
+
+def test_odd_run_labels(tmp_path, warehouse):
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    shutil.copy(scenario("node_name_list"), run / "names.txt")
+    labels = {"model": "bert", "Model": "dup", "started_at": "2026-11-01T10:00:00Z",
+              "batch": 32, "tags": ["a", "b"], "it's": "quoted"}
+    (run / "run.json").write_text(json.dumps(labels))
+    assert ingest([tmp_path / "runs"], warehouse).ok
+    con = catalog.connect(warehouse)
+    row = con.execute("SELECT model, started_at, batch, tags, \"it's\" FROM runs").fetchone()
+    assert row[0] == "bert" and row[1].isoformat() == "2026-11-01T10:00:00+00:00"
+    assert row[2:] == ("32", '["a","b"]', "quoted")  # `Model` is dropped: it would collide with `model`
+    con.close()
+    # a started_at that is no timestamp is an error on run.json; the traces still land
+    labels["started_at"] = "last tuesday"
+    (run / "run.json").write_text(json.dumps(labels))
+    summary = ingest([tmp_path / "runs"], warehouse)
+    [(path, err)] = summary.errors
+    assert path == "r1/run.json" and "not an ISO 8601 timestamp" in err
+    con = catalog.connect(warehouse)
+    assert con.execute("SELECT count(*), max(started_at) FROM nodes, runs").fetchone() == (2467, None)

@@ -135,10 +135,16 @@ def _table_view_sql(con: duckdb.DuckDBPyConnection, table: str) -> str:
 
 
 def _runs_view_sql(con: duckdb.DuckDBPyConnection) -> str:
-    keys = sorted({
+    # DuckDB identifiers are case-insensitive: a label `Model` would collide with `model`.
+    taken = {c.lower() for c in _RUN_COLUMNS}
+    keys = []
+    for k in sorted({
         k for (labels,) in con.execute("SELECT labels FROM tracedb_runs WHERE labels IS NOT NULL").fetchall()
         for k in json.loads(labels)
-    } - set(_RUN_COLUMNS))
+    }):
+        if k.lower() not in taken:
+            taken.add(k.lower())
+            keys.append(k)
     extra = "".join(
         f", json_extract_string(labels, {_sql_str('$.' + json.dumps(k))}) AS {_ident(k)}" for k in keys
     )

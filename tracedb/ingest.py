@@ -146,7 +146,21 @@ def _read_labels(path: Path | None) -> tuple[dict, str | None]:
         return {}, f"invalid run labels: {e}"
     if not isinstance(labels, dict):
         return {}, "invalid run labels: expected a JSON object"
-    return {str(k): v for k, v in labels.items()}, None
+    labels = {str(k): v for k, v in labels.items()}
+    if "started_at" in labels and _timestamp(labels["started_at"]) is None:
+        return labels, f"invalid run labels: started_at {labels['started_at']!r} is not an ISO 8601 timestamp"
+    return labels, None
+
+
+def _timestamp(value) -> datetime | None:
+    """An ISO 8601 label as an aware datetime (UTC when no zone is given), else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        ts = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
 
 
 def _hash(path: Path) -> tuple[int, str]:
@@ -254,9 +268,10 @@ def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
         "labels": json.dumps(labels, sort_keys=True) if labels else None,
         "metadata": json.dumps(metadata, sort_keys=True, default=str) if metadata else None,
     }
-    for key in ("model", "commit", "hardware", "started_at"):
-        if key in labels:
-            row[key] = str(labels[key])
+    for key in ("model", "commit", "hardware"):
+        if labels.get(key) is not None:
+            row[key] = labels[key] if isinstance(labels[key], str) else json.dumps(labels[key])
+    row["started_at"] = _timestamp(labels.get("started_at"))
     return row
 
 
