@@ -182,3 +182,18 @@ def test_odd_run_labels(tmp_path, warehouse):
     assert path == "r1/run.json" and "not an ISO 8601 timestamp" in err
     con = catalog.connect(warehouse)
     assert con.execute("SELECT count(*), max(started_at) FROM nodes, runs").fetchone() == (2467, None)
+
+
+def test_many_runs_land_in_groups(tmp_path, warehouse):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    n = 120  # more than one commit group (ingest.COMMIT_EVERY_RUNS)
+    data = scenario("node_shape_dump").read_bytes()
+    for i in range(n):
+        (runs / f"job{i:03d}.txt").write_bytes(data)
+    landed = []
+    summary = ingest([runs], warehouse, on_run=lambda r: landed.append(r.run_id))
+    assert summary.ok and landed == [f"job{i:03d}" for i in range(n)]
+    con = catalog.connect(warehouse)
+    assert con.execute("SELECT count(DISTINCT run_id), count(*) FROM nodes").fetchone() == (n, n * 178)
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == n

@@ -131,7 +131,9 @@ def _table_view_sql(con: duckdb.DuckDBPyConnection, table: str) -> str:
         return _empty_select(sch)
     cols = ", ".join(_ident(f.name) for f in sch)
     files = "[" + ", ".join(_sql_str(p) for p in paths) + "]"
-    return f"SELECT {cols} FROM read_parquet({files}, union_by_name = true, hive_partitioning = false)"
+    # Every file of a table is written with the table's full schema (store.conform), so
+    # DuckDB binds from one footer; union_by_name would read all of them on every refresh.
+    return f"SELECT {cols} FROM read_parquet({files}, hive_partitioning = false)"
 
 
 def _runs_view_sql(con: duckdb.DuckDBPyConnection) -> str:
@@ -169,64 +171,80 @@ class StagedFile:
     rows: int
 
 
-def commit_run(
-    con: duckdb.DuckDBPyConnection,
-    warehouse: Path,
-    ingest_id: str,
-    run_row: dict,
-    staged: list[StagedFile],
-    file_rows: list[dict],
-    replace: bool,
-) -> None:
-    """Make a run's staged files live and record its source files, atomically.
+@dataclass
+class RunCommit:
+    """One run's part of a commit. replace=False (no source file of the run could be read)
+    keeps the run's previous data and only records the errors."""
 
-    replace=False (no source file of the run could be read) keeps the run's previous
-    data and only records the errors.
+    run_row: dict
+    staged: list[StagedFile]
+    file_rows: list[dict]
+    replace: bool
+
+
+def commit_runs(con: duckdb.DuckDBPyConnection, warehouse: Path, ingest_id: str, runs: list[RunCommit]) -> None:
+    """Make runs' staged files live and record their source files, in one transaction.
+
+    Several runs share a transaction so that recreating the views (which lists every
+    file of the warehouse) is paid once per group, not once per run.
     """
-    run_id = run_row["run_id"]
-    if replace:
-        for s in staged:
-            dest = warehouse / s.final
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(s.staged, dest)
+    moved: list[Path] = []
     old_paths: list[str] = []
-    con.execute("BEGIN")
     try:
-        if replace:
-            old_paths = [r[0] for r in con.execute(
-                "SELECT path FROM tracedb_data_files WHERE run_id = ?", [run_id]).fetchall()]
-            con.execute("DELETE FROM tracedb_data_files WHERE run_id = ?", [run_id])
-            con.executemany(
-                "INSERT INTO tracedb_data_files VALUES (?, ?, ?, ?, ?, ?)",
-                [[s.table, run_id, s.device, s.final, s.rows, ingest_id] for s in staged],
-            )
-            con.execute("DELETE FROM tracedb_files WHERE run_id = ?", [run_id])
-            con.execute("DELETE FROM tracedb_runs WHERE run_id = ?", [run_id])
-            con.execute(
-                f"INSERT INTO tracedb_runs ({', '.join(_ident(c) for c in _RUN_COLUMNS)}) "
-                f"VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})",
-                [run_row.get(c) for c in _RUN_COLUMNS],
-            )
-        cols = list(file_rows[0]) if file_rows else []
-        if file_rows:
-            placeholders = ", ".join("?" for _ in cols)
-            names = ", ".join(cols)
-            rows = [[r[c] for c in cols] for r in file_rows]
-            if replace:
-                con.executemany(f"INSERT INTO tracedb_files ({names}) VALUES ({placeholders})", rows)
-            con.executemany(f"INSERT INTO tracedb_ingest_log ({names}) VALUES ({placeholders})", rows)
-        refresh_views(con)
-        con.execute("COMMIT")
+        for run in runs:
+            if run.replace:
+                for s in run.staged:
+                    dest = warehouse / s.final
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(s.staged, dest)
+                    moved.append(dest)
+        con.execute("BEGIN")
+        try:
+            for run in runs:
+                old_paths += _record_run(con, ingest_id, run)
+            refresh_views(con)
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
     except Exception:
-        con.execute("ROLLBACK")
-        if replace:
-            for s in staged:
-                (warehouse / s.final).unlink(missing_ok=True)
+        for dest in moved:
+            dest.unlink(missing_ok=True)
         raise
-    new = {s.final for s in staged}
+    new = {s.final for run in runs for s in run.staged}
     for p in old_paths:
         if p not in new:
             _remove_with_empty_parents(warehouse, warehouse / p)
+
+
+def _record_run(con: duckdb.DuckDBPyConnection, ingest_id: str, run: RunCommit) -> list[str]:
+    """Swap one run's metadata rows inside the open transaction; returns its old file paths."""
+    run_id = run.run_row["run_id"]
+    old_paths: list[str] = []
+    if run.replace:
+        old_paths = [r[0] for r in con.execute(
+            "SELECT path FROM tracedb_data_files WHERE run_id = ?", [run_id]).fetchall()]
+        con.execute("DELETE FROM tracedb_data_files WHERE run_id = ?", [run_id])
+        if run.staged:
+            con.executemany(
+                "INSERT INTO tracedb_data_files VALUES (?, ?, ?, ?, ?, ?)",
+                [[s.table, run_id, s.device, s.final, s.rows, ingest_id] for s in run.staged],
+            )
+        con.execute("DELETE FROM tracedb_files WHERE run_id = ?", [run_id])
+        con.execute("DELETE FROM tracedb_runs WHERE run_id = ?", [run_id])
+        con.execute(
+            f"INSERT INTO tracedb_runs ({', '.join(_ident(c) for c in _RUN_COLUMNS)}) "
+            f"VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})",
+            [run.run_row.get(c) for c in _RUN_COLUMNS],
+        )
+    if run.file_rows:
+        cols = list(run.file_rows[0])
+        names, marks = ", ".join(cols), ", ".join("?" for _ in cols)
+        rows = [[r[c] for c in cols] for r in run.file_rows]
+        if run.replace:
+            con.executemany(f"INSERT INTO tracedb_files ({names}) VALUES ({marks})", rows)
+        con.executemany(f"INSERT INTO tracedb_ingest_log ({names}) VALUES ({marks})", rows)
+    return old_paths
 
 
 def _remove_with_empty_parents(root: Path, path: Path) -> None:

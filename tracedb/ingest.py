@@ -24,6 +24,9 @@ from tracedb.formats.base import ReadContext
 from tracedb.store import STAGING, FileWriter
 
 RUN_LABELS = "run.json"
+# A commit lands at most this many runs, and at least every this many seconds.
+COMMIT_EVERY_RUNS = 50
+COMMIT_EVERY_SECONDS = 10.0
 
 
 @dataclass
@@ -317,6 +320,20 @@ def ingest(
             index += len(run_jobs)
             futures = [pool.submit(_read_one, j) for j in run_jobs] if pool else None
             planned.append((run, run_jobs, futures))
+        pending: list[tuple[catalog.RunCommit, RunSummary]] = []
+        last_commit = time.monotonic()
+
+        def commit() -> None:
+            nonlocal last_commit
+            if pending:
+                catalog.commit_runs(con, warehouse, ingest_id, [c for c, _ in pending])
+                for _, summary in pending:
+                    summaries.append(summary)
+                    if on_run:
+                        on_run(summary)
+                pending.clear()
+            last_commit = time.monotonic()
+
         for run, run_jobs, futures in planned:
             start = time.perf_counter()
             results = []
@@ -328,16 +345,20 @@ def ingest(
             labels, label_error = _read_labels(run.labels_file)
             ok = [r for r in results if r.ok]
             when = datetime.now(timezone.utc)
-            catalog.commit_run(
-                con, warehouse, ingest_id, _run_row(run, results, labels),
-                [s for r in ok for s in r.staged],
-                [_file_row(r, run.run_id, ingest_id, when) for r in results],
-                replace=bool(ok),
-            )
-            summary = RunSummary(run.run_id, results, time.perf_counter() - start, label_error)
-            summaries.append(summary)
-            if on_run:
-                on_run(summary)
+            pending.append((
+                catalog.RunCommit(
+                    _run_row(run, results, labels),
+                    [s for r in ok for s in r.staged],
+                    [_file_row(r, run.run_id, ingest_id, when) for r in results],
+                    replace=bool(ok),
+                ),
+                RunSummary(run.run_id, results, time.perf_counter() - start, label_error),
+            ))
+            # Runs land in groups: a reader sees whole runs, and the views (which list
+            # every file) are rebuilt once a group rather than once a run.
+            if len(pending) >= COMMIT_EVERY_RUNS or time.monotonic() - last_commit >= COMMIT_EVERY_SECONDS:
+                commit()
+        commit()
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)

@@ -2,7 +2,7 @@
 
 Readers stream batches; `FileWriter` routes them by device into one parquet file per
 (table, device) in a staging folder. Nothing under the warehouse's table folders is
-touched until the catalog commits (see `catalog.commit_run`), so a failed or crashed
+touched until the catalog commits (see `catalog.commit_runs`), so a failed or crashed
 ingest never leaves half a run visible.
 """
 
