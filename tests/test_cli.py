@@ -98,3 +98,18 @@ def test_export_command_writes_viewable_json(tmp_path):
     assert len(gpu) == 30
     r = runner.invoke(app, ["export", "--run", "missing", "-o", str(out), "-w", str(wh)])
     assert r.exit_code == 2 and "no events for run 'missing'" in r.output
+
+
+def test_warehouse_from_environment(tmp_path, monkeypatch):
+    wh = tmp_path / "env_wh"
+    env = {"TRACEDB_WAREHOUSE": str(wh)}
+    r = runner.invoke(app, ["ingest", str(scenario("node_name_list")), "--run-id", "names"], env=env)
+    assert r.exit_code == 0, r.output
+    assert (wh / "catalog.duckdb").is_file()
+    r = runner.invoke(app, ["query", "-", "-f", "csv"], input="select count(*) n from nodes", env=env)
+    assert r.output.split() == ['"n"', "2467"]
+    # and the default is ./tracedb-warehouse
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRACEDB_WAREHOUSE", raising=False)
+    assert runner.invoke(app, ["ingest", str(scenario("node_name_list"))]).exit_code == 0
+    assert (tmp_path / "tracedb-warehouse" / "catalog.duckdb").is_file()
