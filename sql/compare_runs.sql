@@ -21,8 +21,8 @@ j AS (
         coalesce(c.kind, b.kind) AS kind,
         coalesce(c.name, b.name) AS name,
         CASE
-            WHEN b.name IS NULL THEN 'new'
-            WHEN c.name IS NULL THEN 'vanished'
+            WHEN b.instances IS NULL THEN 'new'
+            WHEN c.instances IS NULL THEN 'vanished'
             WHEN b.instances = c.instances AND b.total_ns = c.total_ns THEN 'unchanged'
             ELSE 'changed'
         END AS status,
@@ -33,7 +33,7 @@ j AS (
         c.total_ns AS candidate_ns,
         coalesce(c.total_ns, 0) - coalesce(b.total_ns, 0) AS delta_ns
     FROM b
-    FULL OUTER JOIN c ON c.kind = b.kind AND c.name = b.name
+    FULL OUTER JOIN c ON c.kind = b.kind AND c.name IS NOT DISTINCT FROM b.name
 )
 SELECT
     kind,

@@ -13,8 +13,8 @@ SELECT
     round(avg(bytes), 1) AS avg_bytes,
     min(bytes) AS min_bytes,
     max(bytes) AS max_bytes,
-    -- bytes per ns = GB/s (10^9 bytes a second).
-    round(sum(bytes) / nullif(sum(duration_ns), 0), 3) AS gb_per_s
+    -- bytes per ns = GB/s (10^9 bytes a second); only rows that know their byte count count
+    round(sum(bytes) / nullif(sum(CASE WHEN bytes IS NOT NULL THEN duration_ns END), 0), 3) AS gb_per_s
 FROM kernels
 WHERE kind IN ('memcpy', 'memset')
   AND ($run_id IS NULL OR run_id = $run_id)

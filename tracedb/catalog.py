@@ -40,6 +40,15 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def _search_path(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:
+    """Resolve the views' relative paths against the warehouse folder."""
+    root = str(warehouse.resolve())
+    if "," in root:
+        # file_search_path is a comma-separated list with no escaping.
+        raise TracedbError(f"warehouse path {root!r} contains a comma, which DuckDB cannot search; use another folder")
+    con.execute(f"SET file_search_path = {_sql_str(root)}")
+
+
 def query_arrow(con: duckdb.DuckDBPyConnection, sql: str, params: dict | list | None = None) -> pa.Table:
     """Run SQL with bound parameters and return an Arrow table (duckdb 1.x and 2.x)."""
     rel = con.sql(sql, params=params or None)
@@ -59,7 +68,11 @@ def connect(warehouse: Path | None = None, read_only: bool = True) -> duckdb.Duc
         con = duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as e:
         raise TracedbError(f"cannot open {path}: {e}") from e
-    con.execute(f"SET file_search_path = {_sql_str(str(warehouse.resolve()))}")
+    try:
+        _search_path(con, warehouse)
+    except TracedbError:
+        con.close()
+        raise
     missing = migrate.pending(con) if not read_only else _pending_read_only(con)
     if missing:
         con.close()
@@ -81,13 +94,15 @@ def _pending_read_only(con: duckdb.DuckDBPyConnection) -> list[migrate.Migration
 
 def open_for_write(warehouse: Path) -> duckdb.DuckDBPyConnection:
     """Open (creating if new) a warehouse for ingest; an old one must be migrated first."""
+    if "," in str(warehouse.resolve()):
+        _search_path(duckdb.connect(), warehouse)  # raises the clear error before mkdir
     warehouse.mkdir(parents=True, exist_ok=True)
     fresh = not (warehouse / CATALOG).exists()
     try:
         con = duckdb.connect(str(warehouse / CATALOG))
     except duckdb.Error as e:
         raise TracedbError(f"cannot open {warehouse / CATALOG} for writing: {e}") from e
-    con.execute(f"SET file_search_path = {_sql_str(str(warehouse.resolve()))}")
+    _search_path(con, warehouse)
     if fresh:
         for m in migrate.pending(con):
             migrate.apply(con, warehouse, m)
@@ -104,8 +119,8 @@ def migrate_warehouse(warehouse: Path) -> list[str]:
     if not (warehouse / CATALOG).is_file():
         raise TracedbError(f"no warehouse at {warehouse} ({CATALOG} not found)")
     con = duckdb.connect(str(warehouse / CATALOG))
-    con.execute(f"SET file_search_path = {_sql_str(str(warehouse.resolve()))}")
     try:
+        _search_path(con, warehouse)
         done = []
         for m in migrate.pending(con):
             migrate.apply(con, warehouse, m)
@@ -136,6 +151,11 @@ def _table_view_sql(con: duckdb.DuckDBPyConnection, table: str) -> str:
     return f"SELECT {cols} FROM read_parquet({files}, hive_partitioning = false)"
 
 
+def label_path(key: str) -> str:
+    """JSON path of a run.json label; DuckDB does not decode \\u escapes in paths."""
+    return "$." + json.dumps(key, ensure_ascii=False)
+
+
 def _runs_view_sql(con: duckdb.DuckDBPyConnection) -> str:
     # DuckDB identifiers are case-insensitive: a label `Model` would collide with `model`.
     taken = {c.lower() for c in _RUN_COLUMNS}
@@ -144,11 +164,11 @@ def _runs_view_sql(con: duckdb.DuckDBPyConnection) -> str:
         k for (labels,) in con.execute("SELECT labels FROM tracedb_runs WHERE labels IS NOT NULL").fetchall()
         for k in json.loads(labels)
     }):
-        if k.lower() not in taken:
+        if k.strip() and k.lower() not in taken:
             taken.add(k.lower())
             keys.append(k)
     extra = "".join(
-        f", json_extract_string(labels, {_sql_str('$.' + json.dumps(k))}) AS {_ident(k)}" for k in keys
+        f", json_extract_string(labels, {_sql_str(label_path(k))}) AS {_ident(k)}" for k in keys
     )
     return f"SELECT {', '.join(_ident(c) for c in _RUN_COLUMNS)}{extra} FROM tracedb_runs"
 
@@ -241,8 +261,10 @@ def _record_run(con: duckdb.DuckDBPyConnection, ingest_id: str, run: RunCommit) 
         cols = list(run.file_rows[0])
         names, marks = ", ".join(cols), ", ".join("?" for _ in cols)
         rows = [[r[c] for c in cols] for r in run.file_rows]
-        if run.replace:
-            con.executemany(f"INSERT INTO tracedb_files ({names}) VALUES ({marks})", rows)
+        if not run.replace:  # the run's old data stays; its files' rows show this attempt
+            con.execute("DELETE FROM tracedb_files WHERE run_id = ? AND list_contains(?, path)",
+                        [run_id, [r["path"] for r in run.file_rows]])
+        con.executemany(f"INSERT INTO tracedb_files ({names}) VALUES ({marks})", rows)
         con.executemany(f"INSERT INTO tracedb_ingest_log ({names}) VALUES ({marks})", rows)
     return old_paths
 

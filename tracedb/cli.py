@@ -68,9 +68,9 @@ def ingest(
         summary = do_ingest(paths, _warehouse(warehouse), run_id=run_id, jobs=jobs, on_run=on_run, on_file=on_file)
     except TracedbError as e:
         _fail(e)
-    for path, err in summary.errors:
-        if path.endswith("run.json"):
-            typer.echo(f"error: {path}: {err}", err=True)
+    for run in summary.runs:  # file errors were printed as they happened
+        if run.run_error:
+            typer.echo(f"error: {run.run_error[0]}: {run.run_error[1]}", err=True)
     if not summary.ok:
         typer.echo(f"{len(summary.errors)} file(s) failed; see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
         raise typer.Exit(1)

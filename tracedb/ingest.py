@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import os
 import json
 import secrets
 import time
@@ -60,7 +61,8 @@ class RunSummary:
     run_id: str
     files: list[FileResult]
     seconds: float
-    label_error: str | None = None
+    # A problem of the run rather than of one trace: (where, message), e.g. a bad run.json.
+    run_error: tuple[str, str] | None = None
 
     @property
     def rows(self) -> dict[str, int]:
@@ -73,8 +75,8 @@ class RunSummary:
     @property
     def errors(self) -> list[tuple[str, str]]:
         errs = [(f.path, f.error) for f in self.files if f.error]
-        if self.label_error:
-            errs.append((self.run_id + "/" + RUN_LABELS, self.label_error))
+        if self.run_error:
+            errs.append(self.run_error)
         return errs
 
 
@@ -98,11 +100,12 @@ def _run_name(path: Path) -> str:
 
 
 def _trace_files(folder: Path) -> list[Path]:
-    return sorted(
-        p for p in folder.rglob("*")
-        if p.is_file() and p.name != RUN_LABELS
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-    )
+    """Every file under a run folder (symlinked folders followed), but run.json and dot-files."""
+    found = []
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(root) / f for f in files if not f.startswith(".") and f != RUN_LABELS]
+    return sorted(found)
 
 
 def discover_runs(paths: list[Path], run_id: str | None = None) -> list[RunSpec]:
@@ -343,6 +346,9 @@ def ingest(
                     on_file(r)
                 results.append(r)
             labels, label_error = _read_labels(run.labels_file)
+            run_error = (f"{run.run_id}/{RUN_LABELS}", label_error) if label_error else None
+            if not run.files:
+                run_error = (str(run.root), "no trace files in this run folder")
             ok = [r for r in results if r.ok]
             when = datetime.now(timezone.utc)
             pending.append((
@@ -352,7 +358,7 @@ def ingest(
                     [_file_row(r, run.run_id, ingest_id, when) for r in results],
                     replace=bool(ok),
                 ),
-                RunSummary(run.run_id, results, time.perf_counter() - start, label_error),
+                RunSummary(run.run_id, results, time.perf_counter() - start, run_error),
             ))
             # Runs land in groups: a reader sees whole runs, and the views (which list
             # every file) are rebuilt once a group rather than once a run.

@@ -3,6 +3,11 @@
 `migrations/NNNN_name.sql` runs as SQL against catalog.duckdb; `NNNN_name.py` defines
 `up(con, warehouse)` for changes that must touch parquet files. Each applied migration is
 recorded in `tracedb_migrations`, so `migrate` is idempotent.
+
+The views read each table's files with one schema (bound from a single footer), so a
+migration that adds a column to a table in `tracedb/schema.py` must be a `.py` one calling
+`conform_table_files(con, warehouse, "kernels")`: it rewrites the old files with the new
+column as NULL.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow.parquet as pq
 
 from tracedb.resources import migrations_dir
 
@@ -72,3 +78,23 @@ def apply(con: duckdb.DuckDBPyConnection, warehouse: Path, migration: Migration)
     except Exception:
         con.execute("ROLLBACK")
         raise
+
+
+def conform_table_files(con: duckdb.DuckDBPyConnection, warehouse: Path, table: str) -> int:
+    """Rewrite every parquet file of `table` in the table's current schema (new columns
+    NULL, types cast); returns how many files changed."""
+    from tracedb import schema
+    from tracedb.store import conform
+
+    target = schema.TABLES[table]
+    changed = 0
+    for (rel,) in con.execute("SELECT path FROM tracedb_data_files WHERE table_name = ?", [table]).fetchall():
+        path = warehouse / rel
+        old = pq.read_table(path)
+        if old.schema.equals(target, check_metadata=False):
+            continue
+        tmp = path.with_suffix(".parquet.tmp")
+        pq.write_table(conform(old, table, {}), tmp, compression="zstd")
+        tmp.replace(path)
+        changed += 1
+    return changed

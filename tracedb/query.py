@@ -151,7 +151,9 @@ def bind(query: CannedQuery, given: dict[str, Any]) -> dict[str, Any]:
         missing = used - set(given)
         if missing:
             raise TracedbError(f"missing parameter(s): {', '.join(sorted(missing))}")
-        return {k: _guess(v) for k, v in given.items()}
+        # Values stay as given: DuckDB casts a string parameter to the column's type where
+        # needed, while guessing "007" to be the number 7 would change its meaning.
+        return dict(given)
     known = {p.name for p in query.params}
     unknown = set(given) - known
     if unknown:
@@ -168,17 +170,6 @@ def bind(query: CannedQuery, given: dict[str, Any]) -> dict[str, Any]:
         else:
             values[p.name] = p.default
     return {k: v for k, v in values.items() if k in used}
-
-
-def _guess(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
 
 
 def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, params: dict[str, Any]) -> pa.Table:

@@ -404,7 +404,7 @@ def _label_filters(labels: list[str], prefix: str) -> tuple[str, dict]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise TracedbError(f"label selector {item!r}: expected KEY=VALUE")
-        params[f"{prefix}k{i}"] = "$." + json.dumps(key.strip())
+        params[f"{prefix}k{i}"] = catalog.label_path(key.strip())
         params[f"{prefix}v{i}"] = value
         sql.append(f"AND json_extract_string(labels, ${prefix}k{i}) = ${prefix}v{i}")
     return " ".join(sql), params

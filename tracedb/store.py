@@ -28,8 +28,9 @@ def partition_dir(table: str, run_id: str, device: str) -> Path:
     return Path(table) / f"run_id={enc(run_id)}" / f"device={enc(device)}"
 
 
-def conform(batch: pa.RecordBatch, table: str, fill: dict[str, object]) -> pa.Table:
-    """Give a reader's batch the full table schema: missing columns NULL, constants filled."""
+def conform(batch: pa.RecordBatch | pa.Table, table: str, fill: dict[str, object]) -> pa.Table:
+    """Give a reader's batch (or an old file's table) the full table schema: missing
+    columns NULL, constants filled, types cast."""
     target = schema.TABLES[table]
     n = batch.num_rows
     cols = []
