@@ -197,3 +197,16 @@ def test_many_runs_land_in_groups(tmp_path, warehouse):
     con = catalog.connect(warehouse)
     assert con.execute("SELECT count(DISTINCT run_id), count(*) FROM nodes").fetchone() == (n, n * 178)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == n
+
+
+def test_exclude_skips_non_trace_files(tmp_path, warehouse):
+    run = tmp_path / "runs" / "r1"
+    (run / "logs").mkdir(parents=True)
+    shutil.copy(scenario("node_shape_dump"), run / "graph.txt")
+    (run / "README.md").write_text("# notes about this run\n")
+    (run / "logs" / "loss.csv").write_text("step,loss\n1,0.5\n")
+    (tmp_path / "runs" / "NOTES.md").write_text("not a run\n")
+    assert not ingest([tmp_path / "runs"], tmp_path / "strict").ok  # unknown formats fail by default
+    summary = ingest([tmp_path / "runs"], warehouse, exclude=["*.md", "logs/*"])
+    assert summary.ok and [r.run_id for r in summary.runs] == ["r1"]
+    assert [f.rel for f in summary.runs[0].files] == ["graph.txt"]

@@ -41,12 +41,13 @@ def ingest(
     warehouse: Optional[Path] = WarehouseOpt,
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id for a single file or folder"),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Parallel reader processes"),
+    exclude: List[str] = typer.Option([], "--exclude", "-x", help="Skip files matching this glob (name or relative path), e.g. '*.md'; repeatable"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print a line per file as it lands"),
 ):
     """Ingest traces: each subfolder of a runs folder is one run; formats are sniffed from content.
 
-    Example: tracedb ingest examples/runs --warehouse wh --jobs 2
+    Example: tracedb ingest examples/runs --warehouse wh --jobs 2 --exclude '*.md'
     """
     from tracedb.ingest import ingest as do_ingest
 
@@ -65,7 +66,8 @@ def ingest(
         typer.echo(f"{r.run_id}: {ok}/{len(r.files)} files, {rows or 'no rows'} ({r.seconds:.2f}s)")
 
     try:
-        summary = do_ingest(paths, _warehouse(warehouse), run_id=run_id, jobs=jobs, on_run=on_run, on_file=on_file)
+        summary = do_ingest(paths, _warehouse(warehouse), run_id=run_id, jobs=jobs, exclude=exclude,
+                            on_run=on_run, on_file=on_file)
     except TracedbError as e:
         _fail(e)
     for run in summary.runs:  # file errors were printed as they happened

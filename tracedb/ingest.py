@@ -7,6 +7,7 @@ run's other files still land. A run is committed in one catalog transaction.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import multiprocessing
 import os
@@ -99,16 +100,24 @@ def _run_name(path: Path) -> str:
     return Path(name).stem
 
 
-def _trace_files(folder: Path) -> list[Path]:
-    """Every file under a run folder (symlinked folders followed), but run.json and dot-files."""
+def _excluded(path: Path, base: Path, exclude: tuple[str, ...]) -> bool:
+    """Dot-files, run.json, and what --exclude names (matched on the file name or the
+    path relative to the folder given)."""
+    rel = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.name
+    return (path.name.startswith(".") or path.name == RUN_LABELS
+            or any(fnmatch.fnmatch(path.name, g) or fnmatch.fnmatch(rel, g) for g in exclude))
+
+
+def _trace_files(folder: Path, exclude: tuple[str, ...] = ()) -> list[Path]:
+    """Every file under a run folder (symlinked folders followed) that is not excluded."""
     found = []
     for root, dirs, files in os.walk(folder, followlinks=True):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [Path(root) / f for f in files if not f.startswith(".") and f != RUN_LABELS]
+        found += [p for f in files if not _excluded(p := Path(root) / f, folder, exclude)]
     return sorted(found)
 
 
-def discover_runs(paths: list[Path], run_id: str | None = None) -> list[RunSpec]:
+def discover_runs(paths: list[Path], run_id: str | None = None, exclude: tuple[str, ...] = ()) -> list[RunSpec]:
     """Runs named by the contract's rules: subfolder = run, loose file = run named after its stem."""
     if run_id is not None and len(paths) != 1:
         raise TracedbError("--run-id needs exactly one PATH (a trace file or one run folder)")
@@ -119,14 +128,12 @@ def discover_runs(paths: list[Path], run_id: str | None = None) -> list[RunSpec]
         if path.is_file():
             runs.append(RunSpec(run_id or _run_name(path), path.parent, [path]))
         elif run_id is not None:
-            runs.append(RunSpec(run_id, path, _trace_files(path), _labels(path)))
+            runs.append(RunSpec(run_id, path, _trace_files(path, exclude), _labels(path)))
         else:
             for child in sorted(path.iterdir()):
-                if child.name.startswith(".") or child.name == RUN_LABELS:
-                    continue
-                if child.is_dir():
-                    runs.append(RunSpec(child.name, child, _trace_files(child), _labels(child)))
-                elif child.is_file():
+                if child.is_dir() and not child.name.startswith("."):
+                    runs.append(RunSpec(child.name, child, _trace_files(child, exclude), _labels(child)))
+                elif child.is_file() and not _excluded(child, path, exclude):
                     runs.append(RunSpec(_run_name(child), path, [child]))
     seen: dict[str, RunSpec] = {}
     for r in runs:
@@ -297,13 +304,14 @@ def ingest(
     warehouse: Path | None = None,
     run_id: str | None = None,
     jobs: int = 1,
+    exclude: tuple[str, ...] | list[str] = (),
     on_run: Callable[[RunSummary], None] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
 ) -> IngestSummary:
     """Ingest runs into the warehouse; see the module docstring. Raises TracedbError only
     for problems with the request itself (no such path, warehouse cannot be opened)."""
     warehouse = Path(warehouse or catalog.default_warehouse())
-    runs = discover_runs([Path(p) for p in paths], run_id)
+    runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
     if jobs < 1:
         raise TracedbError("--jobs must be at least 1")
     con = catalog.open_for_write(warehouse)
