@@ -210,3 +210,12 @@ def test_exclude_skips_non_trace_files(tmp_path, warehouse):
     summary = ingest([tmp_path / "runs"], warehouse, exclude=["*.md", "logs/*"])
     assert summary.ok and [r.run_id for r in summary.runs] == ["r1"]
     assert [f.rel for f in summary.runs[0].files] == ["graph.txt"]
+
+
+def test_filter_on_run_skips_other_runs_files(tmp_path, warehouse):
+    for rid in ("a/b", "c"):
+        assert ingest([scenario("node_shape_dump")], warehouse, run_id=rid).ok
+    con = catalog.connect(warehouse)
+    assert con.execute("SELECT run_id, count(*) FROM nodes GROUP BY 1 ORDER BY 1").fetchall() == [("a/b", 178), ("c", 178)]
+    plan = con.execute("EXPLAIN ANALYZE SELECT count(*) FROM nodes WHERE run_id = 'c'").fetchall()[0][1]
+    assert "Scanning Files: 2/4" in plan  # c's GPU:0 and CPU:0 files only

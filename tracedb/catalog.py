@@ -148,7 +148,10 @@ def _table_view_sql(con: duckdb.DuckDBPyConnection, table: str) -> str:
     files = "[" + ", ".join(_sql_str(p) for p in paths) + "]"
     # Every file of a table is written with the table's full schema (store.conform), so
     # DuckDB binds from one footer; union_by_name would read all of them on every refresh.
-    return f"SELECT {cols} FROM read_parquet({files}, hive_partitioning = false)"
+    # run_id and device are in the files and in the Hive paths (URL-decoded by DuckDB):
+    # reading the paths lets a filter on either skip other runs' files unopened.
+    return (f"SELECT {cols} FROM read_parquet({files}, hive_partitioning = true, "
+            "hive_types = {'run_id': VARCHAR, 'device': VARCHAR})")
 
 
 def label_path(key: str) -> str:
