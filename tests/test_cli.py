@@ -82,7 +82,7 @@ def test_ingest_exit_code_is_one_when_a_file_fails(tmp_path):
 
 
 def test_help_shows_examples():
-    for cmd in ("ingest", "query", "queries", "migrate", "formats", "export", "report"):
+    for cmd in ("ingest", "query", "queries", "migrate", "formats", "export", "report", "runs", "rm", "vacuum"):
         r = runner.invoke(app, [cmd, "--help"])
         assert r.exit_code == 0 and "Example: tracedb" in r.output, cmd
 
@@ -113,3 +113,30 @@ def test_warehouse_from_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("TRACEDB_WAREHOUSE", raising=False)
     assert runner.invoke(app, ["ingest", str(scenario("node_name_list"))]).exit_code == 0
     assert (tmp_path / "tracedb-warehouse" / "catalog.duckdb").is_file()
+
+
+def test_runs_rm_and_vacuum(tmp_path):
+    wh = tmp_path / "wh"
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copy(scenario("node_shape_dump"), runs / "dump.txt")
+    shutil.copy(scenario("tf_stepstats_gpu_streams"), runs / "lstm.txt")
+    assert runner.invoke(app, ["ingest", str(runs), "-w", str(wh)]).exit_code == 0
+    r = runner.invoke(app, ["runs", "-w", str(wh), "-f", "json"])
+    listed = {row["run_id"]: row for row in json.loads(r.output)}
+    assert listed["lstm"]["kernels"] == 755 and listed["dump"]["nodes"] == 178
+    assert listed["lstm"]["formats"] == ["tf_stepstats"]
+    # an orphan, as a crash between moving files and committing would leave
+    orphan = wh / "nodes" / "run_id=ghost" / "device=CPU%3A0" / "part-x.parquet"
+    orphan.parent.mkdir(parents=True)
+    shutil.copy(next(wh.glob("nodes/run_id=dump/device=CPU%3A0/*.parquet")), orphan)
+    r = runner.invoke(app, ["vacuum", "-w", str(wh)])
+    assert r.exit_code == 0 and "removed 1" in r.output
+    assert not (wh / "nodes" / "run_id=ghost").exists()
+    r = runner.invoke(app, ["rm", "dump", "-w", str(wh)])
+    assert r.exit_code == 0 and "removed 1 run(s): dump" in r.output
+    assert not (wh / "nodes" / "run_id=dump").exists()
+    r = runner.invoke(app, ["query", "-", "-w", str(wh), "-f", "csv"], input="select count(*) n from nodes")
+    assert r.output.split() == ['"n"', "577"]
+    r = runner.invoke(app, ["rm", "dump", "-w", str(wh)])
+    assert r.exit_code == 2 and "no such run(s): dump" in r.output

@@ -272,6 +272,50 @@ def _record_run(con: duckdb.DuckDBPyConnection, ingest_id: str, run: RunCommit) 
     return old_paths
 
 
+def delete_runs(con: duckdb.DuckDBPyConnection, warehouse: Path, run_ids: list[str]) -> list[str]:
+    """Remove runs (their data files and records) in one transaction; returns those found.
+
+    The ingest log keeps their history."""
+    found = [r[0] for r in con.execute(
+        "SELECT run_id FROM tracedb_runs WHERE list_contains(?, run_id) ORDER BY run_id", [run_ids]).fetchall()]
+    missing = sorted(set(run_ids) - set(found))
+    if missing:
+        raise TracedbError(f"no such run(s): {', '.join(missing)}")
+    con.execute("BEGIN")
+    try:
+        paths = [r[0] for r in con.execute(
+            "SELECT path FROM tracedb_data_files WHERE list_contains(?, run_id)", [found]).fetchall()]
+        for table in ("tracedb_data_files", "tracedb_files", "tracedb_runs"):
+            con.execute(f"DELETE FROM {table} WHERE list_contains(?, run_id)", [found])
+        refresh_views(con)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    for p in paths:
+        _remove_with_empty_parents(warehouse, warehouse / p)
+    return found
+
+
+def vacuum(con: duckdb.DuckDBPyConnection, warehouse: Path) -> list[Path]:
+    """Delete parquet files no view lists (left by an ingest that crashed between moving
+    its files and committing) and leftover staging folders; returns what was removed."""
+    from tracedb import schema
+    from tracedb.store import STAGING
+
+    live = {r[0] for r in con.execute("SELECT path FROM tracedb_data_files").fetchall()}
+    removed = []
+    for table in schema.TABLES:
+        for path in sorted((warehouse / table).rglob("*.parquet")):
+            if path.relative_to(warehouse).as_posix() not in live:
+                _remove_with_empty_parents(warehouse, path)
+                removed.append(path)
+    if (warehouse / STAGING).is_dir():
+        removed.append(warehouse / STAGING)
+        shutil.rmtree(warehouse / STAGING, ignore_errors=True)
+    return removed
+
+
 def _remove_with_empty_parents(root: Path, path: Path) -> None:
     path.unlink(missing_ok=True)
     parent = path.parent

@@ -166,6 +166,68 @@ def export(
 
 
 @app.command()
+def runs(warehouse: Optional[Path] = WarehouseOpt,
+         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json")):
+    """List the runs in the warehouse: files, formats, rows per table, labels.
+
+    Example: tracedb runs --format csv
+    """
+    from tracedb import output
+    from tracedb.query import parse, run_query
+
+    sql = """
+        WITH f AS (
+            SELECT run_id, sum(rows_nodes) AS nodes, sum(rows_kernels) AS kernels,
+                   sum(rows_tensors) AS tensors, sum(rows_allocations) AS allocations,
+                   count(*) FILTER (WHERE status = 'error') AS failed_files
+            FROM files GROUP BY run_id)
+        SELECT r.run_id, r.ingested_at, len(r.source_files) AS files, r.formats,
+               f.nodes, f.kernels, f.tensors, f.allocations, f.failed_files,
+               r.model, r."commit", r.hardware, r.started_at
+        FROM runs r LEFT JOIN f USING (run_id)
+        ORDER BY coalesce(r.started_at, r.ingested_at), r.run_id"""
+    try:
+        output.write(run_query(parse(sql, "runs"), {}, _warehouse(warehouse)), fmt)
+    except TracedbError as e:
+        _fail(e)
+
+
+@app.command("rm")
+def remove(run: List[str] = typer.Argument(..., help="Run id(s) to delete"),
+           warehouse: Optional[Path] = WarehouseOpt):
+    """Delete runs: their parquet files and catalog rows, in one transaction (the ingest log keeps their history).
+
+    Example: tracedb rm nightly-2026-10-01 nightly-2026-10-02
+    """
+    try:
+        con = catalog.open_for_write(_warehouse(warehouse))
+        try:
+            gone = catalog.delete_runs(con, _warehouse(warehouse), run)
+        finally:
+            con.close()
+    except TracedbError as e:
+        _fail(e)
+    typer.echo(f"removed {len(gone)} run(s): {', '.join(gone)}")
+
+
+@app.command()
+def vacuum(warehouse: Optional[Path] = WarehouseOpt):
+    """Delete parquet files no view lists and leftover staging folders (after a crashed ingest).
+
+    Example: tracedb vacuum --warehouse /data/tracedb
+    """
+    try:
+        con = catalog.open_for_write(_warehouse(warehouse))
+        try:
+            removed = catalog.vacuum(con, _warehouse(warehouse))
+        finally:
+            con.close()
+    except TracedbError as e:
+        _fail(e)
+    typer.echo(f"removed {len(removed)} orphaned file(s)/folder(s)")
+
+
+@app.command()
 def migrate(warehouse: Optional[Path] = WarehouseOpt):
     """Bring a warehouse made by an older tracedb up to the current schema.
 
