@@ -29,7 +29,7 @@ import pyarrow as pa
 from tracedb.devices import canonical
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import EventStream, num, us_to_ns
+from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, num, us_to_ns
 
 NAME = "chrome_trace"
 DESCRIPTION = "Chrome-trace JSON (TF timeline, generic traceEvents), optionally gzipped"
@@ -41,6 +41,12 @@ _GPU = re.compile(r"\bGPU\b\s*:?\s*(\d+)?", re.IGNORECASE)
 _COPY = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)", re.IGNORECASE)
 _COPY_KINDS = {k.lower(): k for k in ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")}
 _BYTES = re.compile(r"(\d+) bytes")
+
+
+_NODE_COLS = ("device", "device_raw", "node_name", "op_type", "start_ns", "duration_ns",
+              "thread_id", "seq", "params")
+_KERNEL_COLS = ("device", "device_raw", "stream", "kind", "name", "node_name", "start_ns",
+                "duration_ns", "bytes", "copy_kind", "params")
 
 
 def sniff(head: bytes) -> bool:
@@ -102,10 +108,15 @@ def _names(stream: EventStream) -> tuple[dict, dict, set[str]]:
 
 
 def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    return gc_paused(_read(path, ctx))
+
+
+def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     procs, threads, numbered = _names(EventStream(path))
     lanes: dict[tuple, _Lane] = {}
     open_b: dict[tuple, list] = {}
-    nodes, kernels = BatchBuilder("nodes"), BatchBuilder("kernels")
+    nodes = BatchBuilder("nodes", columns=_NODE_COLS)
+    kernels = BatchBuilder("kernels", columns=_KERNEL_COLS)
     stream = EventStream(path)
     for i, ev in enumerate(stream):
         ph = ev.get("ph")
@@ -159,7 +170,7 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernel
     extra = {k: v for k, v in args.items() if k not in ("name", "op")}
     if ev.get("cat") is not None:
         extra["cat"] = ev["cat"]
-    params = json.dumps(extra, separators=(",", ":")) if extra else None
+    params = dumps_compact(extra) if extra else None
     if lane.gpu:
         label = " ".join(str(v) for v in (name, *args.values()) if isinstance(v, str))
         copy = _COPY.search(label) if re.search(r"memcpy|HtoD|DtoH|DtoD", label, re.IGNORECASE) else None
@@ -173,21 +184,15 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernel
         if nbytes is None and kind != "kernel":
             m = _BYTES.search(label)
             nbytes = int(m[1]) if m else None
-        yield from kernels.append({
-            "device": lane.device, "device_raw": lane.device_raw, "stream": lane.stream,
-            "kind": kind, "name": name, "node_name": node,
-            "start_ns": start, "duration_ns": dur,
-            "bytes": int(nbytes) if nbytes is not None else None,
-            "copy_kind": _COPY_KINDS[copy[1].lower()] if copy else None,
-            "params": params,
-        })
+        yield from kernels.append((
+            lane.device, lane.device_raw, lane.stream, kind, name, node, start, dur,
+            int(nbytes) if nbytes is not None else None,
+            _COPY_KINDS[copy[1].lower()] if copy else None,
+            params,
+        ))
     else:
         tid = key[1]
-        yield from nodes.append({
-            "device": lane.device, "device_raw": lane.device_raw,
-            "node_name": node or name, "op_type": op or name,
-            "start_ns": start, "duration_ns": dur,
-            "thread_id": tid if type(tid) is int else None,
-            "seq": i,
-            "params": params,
-        })
+        yield from nodes.append((
+            lane.device, lane.device_raw, node or name, op or name, start, dur,
+            tid if type(tid) is int else None, i, params,
+        ))

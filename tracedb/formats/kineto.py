@@ -22,6 +22,9 @@ Streaming: two passes over `EventStream`. Pass 1 keeps small maps (step spans,
 correlation -> (launch ns, External id), External id -> (op name, start)); pass 2 emits
 rows. Two passes because Kineto writes the CPU ops before the ProfilerStep spans and the
 GPU events after, and top-level keys (base time, rank) may follow `traceEvents`.
+Pass 1 reads event numbers as text (it needs only `ts`/`dur`), pass 2 as Decimal: both
+exact and decoded in C; Decimals become floats where they reach a row (`plain`, the
+params encoder). Rows are tuples in `_*_COLS` order, built into batches column-wise.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import pyarrow.compute as pc
 
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import EventStream, num, us_to_ns
+from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, num, plain, us_to_ns
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
@@ -50,9 +53,19 @@ _KINETO_CAT = re.compile(
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
 _COPY_KIND = re.compile(r"Memcpy (\w+)")
 
-# Rows are dicts (~1 KB each) until a batch is built: 16k rows keep that under ~20 MB a
-# table, where 64k rows measured ~90 MB more peak RSS (bench/bench_kineto_memory.py).
+# Rows wait as tuples until a batch is built: 16k rows keep that to a few MB a table,
+# where 64k dict rows measured ~90 MB more peak RSS (bench/bench_kineto_memory.py).
 BATCH_ROWS = 16384
+
+_NODE_COLS = ("device", "device_raw", "rank", "step", "node_name", "op_type", "start_ns",
+              "duration_ns", "thread_id", "seq", "input_shapes", "input_dtypes",
+              "correlation_id", "params")
+_KERNEL_COLS = ("device", "device_raw", "rank", "step", "stream", "kind", "name", "node_name",
+                "start_ns", "duration_ns", "bytes", "copy_kind", "correlation_id",
+                "launch_start_ns", "grid", "block", "registers_per_thread",
+                "shared_memory_bytes", "occupancy", "params")
+_ALLOC_COLS = ("device", "device_raw", "rank", "ts_ns", "bytes", "kind", "address",
+               "total_allocated_bytes", "total_reserved_bytes", "params")
 
 _GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
@@ -60,10 +73,12 @@ _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 _DEVICE_TYPE = {0: ("CPU", "cpu"), 1: ("GPU", "cuda"), 6: ("GPU", "hip"), 9: ("XLA", "xla"),
                 12: ("XPU", "xpu"), 13: ("MPS", "mps"), 15: ("HPU", "hpu"), 19: ("MTIA", "mtia")}
 
-_KERNEL_ARGS = {"device", "stream", "correlation", "External id", "grid", "block",
-                "registers per thread", "shared memory", "est. achieved occupancy %", "bytes"}
-_NODE_ARGS = {"External id", "Input Dims", "Input type"}
-_MEMORY_ARGS = {"Addr", "Bytes", "Total Allocated", "Total Reserved", "Device Type", "Device Id"}
+# Args that have a column (the rest go to `params`).
+_KERNEL_ARGS = ("device", "stream", "correlation", "External id", "grid", "block",
+                "registers per thread", "shared memory", "est. achieved occupancy %", "bytes")
+_NODE_ARGS = ("External id", "Input Dims", "Input type")
+_NODE_ARGS_NESTED = ("External id", "Input type")  # keep nested (TensorList) dims verbatim
+_MEMORY_ARGS = ("Addr", "Bytes", "Total Allocated", "Total Reserved", "Device Type", "Device Id")
 
 
 def sniff(head: bytes) -> bool:
@@ -88,15 +103,20 @@ def _jsonable(v: Any) -> Any:
 
 
 def _int(v: Any) -> int | None:
+    if type(v) is int:
+        return v
     n = num(v)
     return int(n) if n is not None else None
 
 
-def _params(args: dict, known: set[str], extra: dict | None = None) -> str | None:
-    rest = {k: v for k, v in args.items() if k not in known}
+def _params(args: dict, known: tuple[str, ...], extra: dict | None = None) -> str | None:
+    rest = args.copy()  # then drop the known keys: cheaper than filtering every key
+    pop = rest.pop
+    for k in known:
+        pop(k, None)
     if extra:
         rest.update(extra)
-    return json.dumps(rest, separators=(",", ":")) if rest else None
+    return dumps_compact(rest) if rest else None
 
 
 class _IntMap:
@@ -114,9 +134,10 @@ class _IntMap:
     def add(self, key: Any, *vals: int) -> None:
         if type(key) is not int:
             return  # Kineto ids are ints; anything else cannot be linked
-        if self.keys and key < self.keys[-1]:
+        keys = self.keys
+        if keys and key < keys[-1]:
             self._sorted = False
-        self.keys.append(key)
+        keys.append(key)
         for col, v in zip(self.cols, vals):
             col.append(v)
 
@@ -140,13 +161,15 @@ class _IntMap:
     def get(self, key: Any) -> tuple[int, ...] | None:
         if type(key) is not int:
             return None
-        k = bisect.bisect_left(self.keys, key)
-        if k < len(self.keys) and self.keys[k] == key:
-            return tuple(c[k] for c in self.cols)
+        keys = self.keys
+        k = bisect.bisect_left(keys, key)
+        if k < len(keys) and keys[k] == key:
+            return tuple([c[k] for c in self.cols])
         return None
 
 
 _NONE = -(1 << 63)  # "no External id" in an int column
+_NO_ARGS: dict = {}
 
 
 class _Index:
@@ -159,16 +182,19 @@ class _Index:
         self.annotations: dict[int, tuple[int, int]] = {}  # user_annotation ids (few)
         self.names: list[str] = []
         name_ix: dict[str, int] = {}
-        self.strings: dict[str, str] = {}  # pass 2 shares one copy of each repeated name
+        add_op, add_runtime, step_match = self.ops.add, self.runtime.add, _STEP.match
         for i, ev in enumerate(stream):
             if ev.get("ph") != "X":
                 continue
             cat = ev.get("cat")
-            args = ev.get("args") or {}
+            args = ev.get("args") or _NO_ARGS
             if cat == "cpu_op" or cat == "user_annotation":
-                name = _need(ev, "name", i)
-                start = us_to_ns(_need(ev, "ts", i))
-                m = _STEP.match(name)
+                name, ts = ev.get("name"), ev.get("ts")
+                if name is None or ts is None:
+                    for key in ("name", "ts"):
+                        _need(ev, key, i)
+                start = us_to_ns(ts)
+                m = step_match(name)
                 if m:
                     self.steps.append((start, start + us_to_ns(_need(ev, "dur", i)), int(m[1])))
                 ext = args.get("External id")
@@ -178,14 +204,14 @@ class _Index:
                         ix = name_ix[name] = len(self.names)
                         self.names.append(name)
                     if cat == "cpu_op":
-                        self.ops.add(ext, ix, start)
+                        add_op(ext, ix, start)
                     elif type(ext) is int:
                         self.annotations[ext] = (ix, start)
             elif cat in _RUNTIME_CATS:
                 corr = args.get("correlation")
                 if corr is not None:
                     ext = args.get("External id")
-                    self.runtime.add(corr, us_to_ns(_need(ev, "ts", i)), ext if type(ext) is int else _NONE)
+                    add_runtime(corr, us_to_ns(_need(ev, "ts", i)), ext if type(ext) is int else _NONE)
         self.meta = stream.meta  # every top-level key, wherever it stood
         self.ops.finish()
         self.runtime.finish()
@@ -197,9 +223,6 @@ class _Index:
         hit = self.ops.get(ext) or (self.annotations.get(ext) if type(ext) is int else None)
         return (self.names[hit[0]], hit[1]) if hit else None
 
-    def intern(self, s: str) -> str:
-        return self.strings.setdefault(s, s)
-
     def step_at(self, t: int) -> int | None:
         k = bisect.bisect_right(self._starts, t) - 1
         if k >= 0 and t < self.steps[k][1]:
@@ -208,16 +231,43 @@ class _Index:
 
 
 def _shapes(dims: Any) -> list | None:
-    if not isinstance(dims, list):
+    if type(dims) is not list:
         return None
+    for d in dims:  # the usual case: every entry a list of ints, used as it is
+        if type(d) is not list:
+            break
+        for x in d:
+            if type(x) is not int:
+                break
+        else:
+            continue
+        break
+    else:
+        return dims
     # A TensorList input records a list of shapes: not one shape, so NULL (raw in params).
-    return [d if isinstance(d, list) and all(type(x) is int for x in d) else None for d in dims]
+    return [d if type(d) is list and all(type(x) is int for x in d) else None for d in dims]
+
+
+def _dtypes(dtypes: Any) -> list[str] | None:
+    if type(dtypes) is not list:
+        return None
+    for d in dtypes:
+        if type(d) is not str:
+            return [d if type(d) is str else str(plain(d)) for d in dtypes]
+    return dtypes
 
 
 def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    index = _Index(EventStream(path))
-    stream = EventStream(path)
-    nodes, kernels, allocs = (BatchBuilder(t, BATCH_ROWS) for t in ("nodes", "kernels", "allocations"))
+    return gc_paused(_read(path, ctx))
+
+
+def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    index = _Index(EventStream(path, floats="text"))
+    stream = EventStream(path, floats="decimal")
+    nodes = BatchBuilder("nodes", BATCH_ROWS, _NODE_COLS)
+    kernels = BatchBuilder("kernels", BATCH_ROWS, _KERNEL_COLS)
+    allocs = BatchBuilder("allocations", BATCH_ROWS, _ALLOC_COLS)
+    node_rows, kernel_rows, alloc_rows = nodes.rows, kernels.rows, allocs.rows
     base = rank = None
     for i, ev in enumerate(stream):
         if base is None:  # header is complete once the first event arrives
@@ -226,11 +276,20 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         if ph == "X":
             cat = ev.get("cat")
             if cat == "cpu_op":
-                yield from nodes.append(_node(ev, i, base, rank, index))
+                node_rows.append(_node(ev, i, base, rank, index))
+                if len(node_rows) >= BATCH_ROWS:
+                    yield from nodes.flush()
+                    node_rows = nodes.rows
             elif cat in _GPU_KIND:
-                yield from kernels.append(_kernel(ev, i, base, rank, index))
+                kernel_rows.append(_kernel(ev, i, base, rank, index))
+                if len(kernel_rows) >= BATCH_ROWS:
+                    yield from kernels.flush()
+                    kernel_rows = kernels.rows
         elif (ph == "i" or ph == "I") and ev.get("name") == "[memory]":
-            yield from allocs.append(_allocation(ev, i, base, rank))
+            alloc_rows.append(_allocation(ev, i, base, rank))
+            if len(alloc_rows) >= BATCH_ROWS:
+                yield from allocs.flush()
+                alloc_rows = allocs.rows
     if base is None:  # no events at all
         _metadata(index, ctx)
     yield from nodes.flush()
@@ -255,35 +314,30 @@ def _metadata(index: _Index, ctx: ReadContext) -> tuple[int, int | None]:
     return base, rank
 
 
-def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> dict:
-    args = ev.get("args") or {}
-    name = index.intern(_need(ev, "name", i))
-    start = us_to_ns(_need(ev, "ts", i))
+def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple:
+    args = ev.get("args") or _NO_ARGS
+    name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
+    if name is None or ts is None or dur is None:
+        for key in ("name", "ts", "dur"):
+            _need(ev, key, i)  # raises for the first one missing
+    start = us_to_ns(ts)
     tid = ev.get("tid")
-    known = _NODE_ARGS
     shapes = _shapes(args.get("Input Dims"))
-    if shapes is not None and None in shapes:
-        known = _NODE_ARGS - {"Input Dims"}  # keep nested (TensorList) dims verbatim
-    dtypes = args.get("Input type")
-    return {
-        "device": "CPU:0", "device_raw": "CPU", "rank": rank,
-        "step": index.step_at(start),
-        "node_name": name, "op_type": name,
-        "start_ns": base + start, "duration_ns": us_to_ns(_need(ev, "dur", i)),
-        "thread_id": tid if type(tid) is int else None,
-        "seq": i,
-        "input_shapes": shapes,
-        "input_dtypes": [index.intern(str(d)) for d in dtypes] if isinstance(dtypes, list) else None,
-        "correlation_id": _int(args.get("External id")),
-        "params": _params(args, known, None if type(tid) is int else {"tid": tid}),
-    }
+    known = _NODE_ARGS if shapes is None or None not in shapes else _NODE_ARGS_NESTED
+    return ("CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, us_to_ns(dur),
+            tid if type(tid) is int else None, i, shapes, _dtypes(args.get("Input type")),
+            _int(args.get("External id")),
+            _params(args, known, None if type(tid) is int else {"tid": tid}))
 
 
-def _kernel(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> dict:
+def _kernel(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple:
     cat = ev["cat"]
-    args = ev.get("args") or {}
-    name = index.intern(_need(ev, "name", i))
-    start = us_to_ns(_need(ev, "ts", i))
+    args = ev.get("args") or _NO_ARGS
+    name, ts = ev.get("name"), ev.get("ts")
+    if name is None or ts is None:
+        for key in ("name", "ts"):
+            _need(ev, key, i)
+    start = us_to_ns(ts)
     corr = args.get("correlation")
     launch = index.runtime.get(corr)
     ext = args.get("External id")
@@ -299,45 +353,44 @@ def _kernel(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> dic
     grid, block = args.get("grid"), args.get("block")
     occ = num(args.get("est. achieved occupancy %"))
     stream = _int(args.get("stream"))
-    return {
-        "device": f"GPU:{dev}", "device_raw": f"GPU {dev}", "rank": rank, "step": step,
-        "stream": stream if stream is not None else _int(ev.get("tid")),
-        "kind": kind, "name": name, "node_name": op[0] if op else None,
-        "start_ns": base + start, "duration_ns": us_to_ns(_need(ev, "dur", i)),
-        "bytes": _int(args.get("bytes")) if kind != "kernel" else None,
-        "copy_kind": copy[1] if copy else None,
-        "correlation_id": _int(corr),
-        "launch_start_ns": base + launch[0] if launch else None,
-        "grid": grid if isinstance(grid, list) else None,
-        "block": block if isinstance(block, list) else None,
-        "registers_per_thread": _int(args.get("registers per thread")),
-        "shared_memory_bytes": _int(args.get("shared memory")),
-        "occupancy": float(occ) if occ is not None else None,
-        "params": _params(args, _KERNEL_ARGS, {"External id": ext} if ext is not None else None),
-    }
+    return (
+        f"GPU:{dev}", f"GPU {dev}", rank, step,
+        stream if stream is not None else _int(ev.get("tid")),
+        kind, name, op[0] if op else None,
+        base + start, us_to_ns(_need(ev, "dur", i)),
+        _int(args.get("bytes")) if kind != "kernel" else None,
+        copy[1] if copy else None,
+        _int(corr),
+        base + launch[0] if launch else None,
+        plain(grid) if type(grid) is list else None,
+        plain(block) if type(block) is list else None,
+        _int(args.get("registers per thread")),
+        _int(args.get("shared memory")),
+        float(occ) if occ is not None else None,
+        _params(args, _KERNEL_ARGS, {"External id": ext} if ext is not None else None),
+    )
 
 
-def _allocation(ev: dict, i: int, base: int, rank: int | None) -> dict:
+def _allocation(ev: dict, i: int, base: int, rank: int | None) -> tuple:
     args = ev.get("args")
     if not isinstance(args, dict):
         raise TraceFormatError(f"[memory] event #{i} has no 'args'")
     size = _int(args.get("Bytes"))
     if size is None:
         raise TraceFormatError(f"[memory] event #{i} has no numeric 'Bytes'")
-    dtype, did = args.get("Device Type"), _int(args.get("Device Id"))
+    dtype, did = plain(args.get("Device Type")), _int(args.get("Device Id"))
     if isinstance(dtype, str):  # some writers spell the type out
         canon, torch_name = dtype.upper().replace("CUDA", "GPU"), dtype.lower()
     else:
         canon, torch_name = _DEVICE_TYPE.get(_int(dtype), (f"DEVICE{dtype}", f"device{dtype}"))
     idx = did if did is not None and did >= 0 else 0  # CPU events write Device Id -1
     tid = ev.get("tid")
-    return {
-        "device": f"{canon}:{idx}", "device_raw": f"{torch_name}:{did if did is not None else ''}",
-        "rank": rank,
-        "ts_ns": base + us_to_ns(_need(ev, "ts", i)),
-        "bytes": size, "kind": "free" if size < 0 else "alloc",
-        "address": _int(args.get("Addr")),
-        "total_allocated_bytes": _int(args.get("Total Allocated")),
-        "total_reserved_bytes": _int(args.get("Total Reserved")),
-        "params": _params(args, _MEMORY_ARGS, {"tid": tid} if tid is not None else None),
-    }
+    return (
+        f"{canon}:{idx}", f"{torch_name}:{did if did is not None else ''}", rank,
+        base + us_to_ns(_need(ev, "ts", i)),
+        size, "free" if size < 0 else "alloc",
+        _int(args.get("Addr")),
+        _int(args.get("Total Allocated")),
+        _int(args.get("Total Reserved")),
+        _params(args, _MEMORY_ARGS, {"tid": tid} if tid is not None else None),
+    )

@@ -4,12 +4,17 @@
 `/device:GPU:N/stream:K` devices hold GPU activity (-> kernels). `/stream:all` and
 `/memcpy` only repeat rows of the numbered streams (the seed trace checks this), so
 they are skipped and every GPU activity lands once.
+
+Rows are tuples in `_*_COLS` order (batches built column-wise); protobuf fields are read
+once per message and dtype names are memoized, since attribute access on a protobuf
+message costs more than the rest of a row.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from json.encoder import c_make_encoder, encode_basestring_ascii
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -135,14 +140,24 @@ def _device(raw: str) -> tuple[str, str | None]:
     return devices.normalize(raw), None
 
 
-def _ns(node: Any, field: str) -> int:
-    """`<field>_nanos` when set, else `<field>_micros` * 1000 (TF writes both when it can)."""
-    nanos = getattr(node, field + "_nanos")
-    return nanos if nanos else getattr(node, field + "_micros") * 1000
+# Times: `<field>_nanos` when set, else `<field>_micros` * 1000 (TF writes both when it
+# can); written out per field below as `ns.x_nanos or ns.x_micros * 1000`.
+
+_DTYPES: dict[int, str | None] = {}
 
 
 def _dtype(value: int) -> str | None:
     """DT_FLOAT -> float32, DT_HALF_REF -> float16_ref (TF's Python names)."""
+    try:
+        return _DTYPES[value]
+    except KeyError:
+        name = _dtype_name(value)
+        if len(_DTYPES) < 1024:  # the enum has ~50 values; junk files may have more
+            _DTYPES[value] = name
+        return name
+
+
+def _dtype_name(value: int) -> str | None:
     try:
         name = types_pb2.DataType.Name(value)
     except ValueError:
@@ -169,88 +184,116 @@ def _label(label: str) -> tuple[str | None, list[str] | None, list[str] | None]:
     return m["op"], [a for a in args if not a.startswith("^")], [a[1:] for a in args if a.startswith("^")]
 
 
+# json.dumps(d, sort_keys=True) without building an encoder per call.
+if c_make_encoder is not None:
+    _ENCODE = c_make_encoder(None, json.JSONEncoder().default, encode_basestring_ascii, None,
+                             ": ", ", ", True, False, True)
+
+    def _dumps(d: dict[str, Any]) -> str:
+        return "".join(_ENCODE(d, 0))
+else:  # pragma: no cover - CPython always has the C encoder
+    _dumps = json.JSONEncoder(sort_keys=True).encode
+
+
 def _json(d: dict[str, Any]) -> str | None:
     d = {k: v for k, v in d.items() if v not in (None, "", [], {})}
-    return json.dumps(d, sort_keys=True) if d else None
+    return _dumps(d) if d else None
 
 
 def _int64(v: int) -> int | None:
     return v if v <= _INT64_MAX else None
 
 
+_NODE_COLS = ("device", "device_raw", "step", "node_name", "op_type", "start_ns", "duration_ns",
+              "thread_id", "seq", "op_start_ns", "op_end_ns", "scheduled_ns", "timeline_label",
+              "inputs", "control_inputs", "outputs", "output_shapes", "output_dtypes",
+              "temp_memory_bytes", "persistent_memory_bytes", "params")
+_KERNEL_COLS = ("device", "device_raw", "step", "stream", "kind", "name", "node_name",
+                "start_ns", "duration_ns", "bytes", "copy_kind", "params")
+_TENSOR_COLS = ("device", "device_raw", "step", "node_name", "slot", "dtype", "shape",
+                "requested_bytes", "allocated_bytes", "allocator", "allocation_id", "ptr", "params")
+_ALLOC_COLS = ("device", "device_raw", "step", "allocator", "node_name", "ts_ns", "bytes", "kind")
+_MEMORY_KEYS = ("allocator_name", "total_bytes", "peak_bytes", "live_bytes", "allocator_bytes_in_use")
+_BATCH_ROWS = 65536
+
+
 def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     stats = _parse(read_all(path))
-    nodes, kernels = BatchBuilder("nodes"), BatchBuilder("kernels")
-    tensors, allocs = BatchBuilder("tensors"), BatchBuilder("allocations")
+    nodes = BatchBuilder("nodes", _BATCH_ROWS, _NODE_COLS)
+    kernels = BatchBuilder("kernels", _BATCH_ROWS, _KERNEL_COLS)
+    tensors = BatchBuilder("tensors", _BATCH_ROWS, _TENSOR_COLS)
+    allocs = BatchBuilder("allocations", _BATCH_ROWS, _ALLOC_COLS)
     step, seq = ctx.file_ordinal, 0
     for dev_stats in stats.dev_stats:
         raw = dev_stats.device
         dev, stream = _device(raw)
         if stream in ("all", "memcpy"):
             continue  # repeats of numbered-stream rows
-        common = {"device": dev, "device_raw": raw, "step": step}
+        if stream is not None and stream.isdigit():
+            sid = int(stream)
+            for ns in dev_stats.node_stats:
+                kernels.add(_kernel_row(ns, dev, raw, step, sid))
+                if len(kernels) >= _BATCH_ROWS:
+                    yield from kernels.flush()
+            continue
+        # Any other device (normally /job:...) holds framework ops.
+        thread_names = dict(dev_stats.thread_names)
         for ns in dev_stats.node_stats:
-            start = _ns(ns, "all_start")
-            if stream is not None and stream.isdigit():
-                yield from kernels.append(_kernel_row(ns, start, int(stream), common))
-                continue
-            # Any other device (normally /job:...) holds framework ops.
-            yield from nodes.append(_node_row(ns, start, seq, dev_stats, common))
+            name = ns.node_name
+            outputs, memory = ns.output, ns.memory
+            nodes.add(_node_row(ns, name, outputs, memory, seq, thread_names, dev, raw, step))
             seq += 1
-            for out in ns.output:
-                yield from tensors.append(_tensor_row(ns.node_name, out, common))
-            for mem in ns.memory:
+            for out in outputs:
+                tensors.add(_tensor_row(name, out, dev, raw, step))
+            for mem in memory:
+                allocator = mem.allocator_name or None
                 for rec in mem.allocation_records:
-                    yield from allocs.append({
-                        **common,
-                        "allocator": mem.allocator_name or None,
-                        "node_name": ns.node_name,
-                        "ts_ns": rec.alloc_micros * 1000,
-                        "bytes": rec.alloc_bytes,
-                        "kind": "free" if rec.alloc_bytes < 0 else "alloc",
-                    })
+                    size = rec.alloc_bytes
+                    allocs.add((dev, raw, step, allocator, name, rec.alloc_micros * 1000, size,
+                                "free" if size < 0 else "alloc"))
+            for b in (nodes, tensors, allocs):
+                if len(b) >= _BATCH_ROWS:
+                    yield from b.flush()
     for b in (nodes, kernels, tensors, allocs):
         yield from b.flush()
 
 
-def _node_row(ns: Any, start: int, seq: int, dev_stats: Any, common: dict) -> dict[str, Any]:
-    op_type, inputs, control = _label(ns.timeline_label)
-    outs = sorted(ns.output, key=lambda o: o.slot)
+def _node_row(ns: Any, name: str, outputs: Any, memory: Any, seq: int, thread_names: dict,
+              dev: str, raw: str, step: int) -> tuple:
+    label = ns.timeline_label
+    op_type, inputs, control = _label(label)
+    outs = sorted(outputs, key=lambda o: o.slot) if len(outputs) > 1 else list(outputs)
+    descs = [o.tensor_description for o in outs]
     mem = ns.memory_stats if ns.HasField("memory_stats") else None
-    scheduled = _ns(ns, "scheduled")
+    start = ns.all_start_nanos or ns.all_start_micros * 1000
+    scheduled = ns.scheduled_nanos or ns.scheduled_micros * 1000
+    thread_id = ns.thread_id
     params = {
-        "thread_name": dev_stats.thread_names.get(ns.thread_id) if ns.thread_id else None,
-        "memory": [
-            {k: getattr(m, k) for k in ("allocator_name", "total_bytes", "peak_bytes",
-                                        "live_bytes", "allocator_bytes_in_use") if getattr(m, k)}
-            for m in ns.memory
-        ],
+        "thread_name": thread_names.get(thread_id) if thread_id else None,
+        "memory": [{k: v for k in _MEMORY_KEYS if (v := getattr(m, k))} for m in memory],
         "referenced_tensors": len(ns.referenced_tensor) or None,
     }
-    return {
-        **common,
-        "node_name": ns.node_name,
-        "op_type": op_type,
-        "start_ns": start,
-        "duration_ns": _ns(ns, "all_end_rel"),
-        "thread_id": ns.thread_id or None,  # 0 = not recorded
-        "seq": seq,
-        "op_start_ns": start + _ns(ns, "op_start_rel"),
-        "op_end_ns": start + _ns(ns, "op_end_rel"),
-        "scheduled_ns": scheduled or None,
-        "timeline_label": ns.timeline_label or None,
-        "inputs": inputs,
-        "control_inputs": control or None,
-        "outputs": [f"{ns.node_name}:{o.slot}" for o in outs] or None,
-        "output_shapes": [_shape(o.tensor_description.shape) for o in outs] or None,
-        "output_dtypes": [_dtype(o.tensor_description.dtype) for o in outs] or None,
-        "temp_memory_bytes": mem.temp_memory_size if mem else None,
-        "persistent_memory_bytes": mem.persistent_memory_size if mem else None,
-        "params": _json(params),
-    }
+    return (
+        dev, raw, step, name, op_type, start,
+        ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000,
+        thread_id or None,  # 0 = not recorded
+        seq,
+        start + (ns.op_start_rel_nanos or ns.op_start_rel_micros * 1000),
+        start + (ns.op_end_rel_nanos or ns.op_end_rel_micros * 1000),
+        scheduled or None,
+        label or None,
+        inputs,
+        control or None,
+        [f"{name}:{o.slot}" for o in outs] or None,
+        [_shape(d.shape) for d in descs] or None,
+        [_dtype(d.dtype) for d in descs] or None,
+        mem.temp_memory_size if mem else None,
+        mem.persistent_memory_size if mem else None,
+        _json(params),
+    )
 
 
-def _kernel_row(ns: Any, start: int, stream: int, common: dict) -> dict[str, Any]:
+def _kernel_row(ns: Any, dev: str, raw: str, step: int, stream: int) -> tuple:
     # Stream rows are named `op/name:KernelName`; TF node names never contain ':', kernel
     # names may (`void foo::bar<...>`), so split at the first one.
     node_name, sep, name = ns.node_name.partition(":")
@@ -260,33 +303,26 @@ def _kernel_row(ns: Any, start: int, stream: int, common: dict) -> dict[str, Any
     m = _COPY.match(label) or _COPY.match(name)
     kind = {"MEMCPY": "memcpy", "MEMSET": "memset"}[m["kind"]] if m else "kernel"
     nbytes = _BYTES.search(label) if m else None
-    return {
-        **common,
-        "stream": stream,
-        "kind": kind,
-        "name": name,
-        "node_name": node_name,
-        "start_ns": start,
-        "duration_ns": _ns(ns, "all_end_rel"),
-        "bytes": int(nbytes.group(1)) if nbytes else None,
-        "copy_kind": m["dir"] if m and kind == "memcpy" else None,
-        "params": _json({"timeline_label": label}),
-    }
+    return (
+        dev, raw, step, stream, kind, name, node_name,
+        ns.all_start_nanos or ns.all_start_micros * 1000,
+        ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000,
+        int(nbytes.group(1)) if nbytes else None,
+        m["dir"] if m and kind == "memcpy" else None,
+        _json({"timeline_label": label}),
+    )
 
 
-def _tensor_row(node_name: str, out: Any, common: dict) -> dict[str, Any]:
+def _tensor_row(node_name: str, out: Any, dev: str, raw: str, step: int) -> tuple:
     td = out.tensor_description
-    ad = td.allocation_description if td.HasField("allocation_description") else None
-    return {
-        **common,
-        "node_name": node_name,
-        "slot": out.slot,
-        "dtype": _dtype(td.dtype),
-        "shape": _shape(td.shape),
-        "requested_bytes": ad.requested_bytes if ad else None,
-        "allocated_bytes": ad.allocated_bytes if ad else None,
-        "allocator": (ad.allocator_name or None) if ad else None,
-        "allocation_id": ad.allocation_id if ad else None,
-        "ptr": _int64(ad.ptr) if ad and ad.ptr else None,
-        "params": _json({"has_single_reference": True}) if ad and ad.has_single_reference else None,
-    }
+    if td.HasField("allocation_description"):
+        ad = td.allocation_description
+        ptr = ad.ptr
+        return (
+            dev, raw, step, node_name, out.slot, _dtype(td.dtype), _shape(td.shape),
+            ad.requested_bytes, ad.allocated_bytes, ad.allocator_name or None, ad.allocation_id,
+            _int64(ptr) if ptr else None,
+            _json({"has_single_reference": True}) if ad.has_single_reference else None,
+        )
+    return (dev, raw, step, node_name, out.slot, _dtype(td.dtype), _shape(td.shape),
+            None, None, None, None, None, None)
