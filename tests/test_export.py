@@ -146,3 +146,23 @@ def test_round_trip_other_formats(scenario, tmp_path):
             con.close()
     assert rows[0] == rows[1]
     assert rows[0][3] > 0 and "GPU:0" in rows[0][5]
+
+
+def test_round_trip_keeps_kineto_steps(tmp_path):
+    """Steps survive export -> chrome_trace ingest (args.step), for ops and GPU activity."""
+    from tracedb import catalog
+
+    src = Path(__file__).parent / "data" / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
+    wh = tmp_path / "wh"
+    assert ingest([src], wh, run_id="torch").ok
+    out = tmp_path / "torch.json.gz"
+    export_chrome(wh, "torch", out)
+    assert ingest([out], wh, run_id="again").ok
+    con = catalog.connect(wh)
+    q = "SELECT step, count(*) FROM {t} WHERE run_id = ? GROUP BY step ORDER BY step NULLS LAST"
+    for table in ("kernels", "nodes"):
+        before = con.execute(q.format(t=table), ["torch"]).fetchall()
+        assert con.execute(q.format(t=table), ["again"]).fetchall() == before
+    # the fixture's numbers: 3 steps of 2415 ops; 314 GPU activities a step, 260 before step 1
+    assert con.execute(q.format(t="nodes"), ["again"]).fetchall() == [(1, 2415), (2, 2415), (3, 2415)]
+    assert con.execute(q.format(t="kernels"), ["again"]).fetchall() == [(1, 314), (2, 314), (3, 314), (None, 260)]

@@ -44,9 +44,9 @@ _BYTES = re.compile(r"(\d+) bytes")
 
 
 _NODE_COLS = ("device", "device_raw", "node_name", "op_type", "start_ns", "duration_ns",
-              "thread_id", "seq", "params")
+              "thread_id", "seq", "step", "params")
 _KERNEL_COLS = ("device", "device_raw", "stream", "kind", "name", "node_name", "start_ns",
-                "duration_ns", "bytes", "copy_kind", "params")
+                "duration_ns", "bytes", "copy_kind", "step", "params")
 
 
 def sniff(head: bytes) -> bool:
@@ -167,7 +167,10 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernel
     args = ev.get("args") or {}
     node = args.get("name") if isinstance(args.get("name"), str) else None
     op = args.get("op") if isinstance(args.get("op"), str) else None
-    extra = {k: v for k, v in args.items() if k not in ("name", "op")}
+    # `args.step` is how tracedb's export keeps steps through a round trip.
+    step = num(args.get("step"))
+    step = int(step) if step is not None and step == int(step) else None
+    extra = {k: v for k, v in args.items() if k not in ("name", "op", "step")}
     if ev.get("cat") is not None:
         extra["cat"] = ev["cat"]
     params = dumps_compact(extra) if extra else None
@@ -188,11 +191,11 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernel
             lane.device, lane.device_raw, lane.stream, kind, name, node, start, dur,
             int(nbytes) if nbytes is not None else None,
             _COPY_KINDS[copy[1].lower()] if copy else None,
-            params,
+            step, params,
         ))
     else:
         tid = key[1]
         yield from nodes.append((
             lane.device, lane.device_raw, node or name, op or name, start, dur,
-            tid if type(tid) is int else None, i, params,
+            tid if type(tid) is int else None, i, step, params,
         ))
