@@ -219,3 +219,18 @@ def test_filter_on_run_skips_other_runs_files(tmp_path, warehouse):
     assert con.execute("SELECT run_id, count(*) FROM nodes GROUP BY 1 ORDER BY 1").fetchall() == [("a/b", 178), ("c", 178)]
     plan = con.execute("EXPLAIN ANALYZE SELECT count(*) FROM nodes WHERE run_id = 'c'").fetchall()[0][1]
     assert "Scanning Files: 2/4" in plan  # c's GPU:0 and CPU:0 files only
+
+
+def test_catalog_opens_in_the_duckdb_cli(warehouse):
+    """A plain DuckDB CLI (its own, possibly older, DuckDB) opens catalog.duckdb from the
+    warehouse folder and queries the views."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("duckdb_cli")
+    assert ingest([scenario("tf_stepstats_gpu_streams")], warehouse, run_id="lstm").ok
+    out = subprocess.run(
+        [sys.executable, "-m", "duckdb_cli", "-readonly", "-csv", "catalog.duckdb",
+         "-c", "SELECT kind, count(*) AS n, sum(duration_ns) AS ns FROM kernels GROUP BY kind ORDER BY kind"],
+        cwd=warehouse, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["kind,n,ns", "kernel,729,7485000", "memcpy,26,105000"]

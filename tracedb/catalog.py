@@ -98,8 +98,11 @@ def open_for_write(warehouse: Path) -> duckdb.DuckDBPyConnection:
         _search_path(duckdb.connect(), warehouse)  # raises the clear error before mkdir
     warehouse.mkdir(parents=True, exist_ok=True)
     fresh = not (warehouse / CATALOG).exists()
+    # A new catalog is written in DuckDB 1.0's storage format, so BI tools and CLIs that
+    # embed an older DuckDB than ours still open it.
+    config = {"storage_compatibility_version": "v1.0.0"} if fresh else {}
     try:
-        con = duckdb.connect(str(warehouse / CATALOG))
+        con = duckdb.connect(str(warehouse / CATALOG), config=config)
     except duckdb.Error as e:
         raise TracedbError(f"cannot open {warehouse / CATALOG} for writing: {e}") from e
     _search_path(con, warehouse)
