@@ -2,7 +2,7 @@
 -- description: Per run and kernel name and launch configuration: grid, block, registers per thread, shared memory and estimated occupancy where the source records them (NULL where it does not), with instances and GPU time, largest first (XProf kernel stats).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
--- param: limit BIGINT 1000 Rows to return
+-- param: limit BIGINT>=0 1000 Rows to return
 SELECT
     run_id,
     device,

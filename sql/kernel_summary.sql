@@ -3,7 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: kind VARCHAR 'kernel' Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
--- param: limit BIGINT 1000 Rows to return
+-- param: limit BIGINT>=0 1000 Rows to return
 WITH k AS (
     SELECT run_id, device, kind, name, duration_ns
     FROM kernels

@@ -2,7 +2,7 @@
 -- description: The largest node output tensors by allocated (else requested) bytes, with their producer, slot, dtype, shape and allocator (XProf memory viewer's largest buffers).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
--- param: limit BIGINT 50 Rows to return
+-- param: limit BIGINT>=0 50 Rows to return
 SELECT
     run_id,
     device,

@@ -2,7 +2,7 @@
 -- description: Device time of MegEngine operators by operator type (executions, total, mean, max) with throughput from the footprint (GFLOP/s, GB/s), ordered by time, flops or memory.
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: order_by VARCHAR 'time' Sort key: time (total device time), flops (total FLOPs) or memory (total memory traffic)
--- param: limit BIGINT 50 Rows to return
+-- param: limit BIGINT>=0 50 Rows to return
 WITH k AS (
     SELECT run_id, source_file, node_name,
            count(*) AS executions, CAST(sum(duration_ns) AS BIGINT) AS device_ns, max(duration_ns) AS max_ns

@@ -1,7 +1,7 @@
 -- title: MegEngine top operators
 -- description: The MegEngine operators that took the most device time, with their type, share of their run's device time, FLOPs and achieved GFLOP/s and GB/s.
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
--- param: limit BIGINT 20 Rows to return
+-- param: limit BIGINT>=0 20 Rows to return
 WITH k AS (
     -- One operator may run on several comp nodes; sum them per operator.
     SELECT run_id, source_file, node_name, name AS op_type,

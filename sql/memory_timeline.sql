@@ -3,7 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: allocator VARCHAR NULL Only this allocator (NULL: every allocator)
--- param: bucket_ns BIGINT NULL Bucket width in ns (NULL: one row per event timestamp)
+-- param: bucket_ns BIGINT>0 NULL Bucket width in ns (NULL: one row per event timestamp)
 WITH ev AS (
     SELECT run_id, device, allocator, ts_ns, count(*) AS events, sum(bytes) AS delta_bytes
     FROM allocations

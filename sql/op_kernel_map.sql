@@ -2,7 +2,7 @@
 -- description: Which op launched which GPU kernels, copies and sets, per run and GPU: launches and GPU time per (op, kernel), the op's type from nodes of the same run, and the kernel's share of that op's GPU time; node_name NULL collects activity whose launching op is unknown (HTA kernel-to-op attribution).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: node_name VARCHAR NULL Only this op (NULL: every op)
--- param: limit BIGINT 1000 Rows to return
+-- param: limit BIGINT>=0 1000 Rows to return
 WITH ops AS (
     -- An op's node name is its key within a run; its nodes may sit on the host (Kineto)
     -- or on the GPU (TF), so match on run and name, not device.

@@ -2,7 +2,7 @@
 -- description: Framework ops (nodes) by total time per run and device: executions, total, average, min and max duration, and share of that run and device's op time (XProf framework op stats; nested host ops such as Kineto's count their children too).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
--- param: limit BIGINT 50 Rows to return
+-- param: limit BIGINT>=0 50 Rows to return
 WITH g AS (
     SELECT
         run_id,

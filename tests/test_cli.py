@@ -140,3 +140,12 @@ def test_runs_rm_and_vacuum(tmp_path):
     assert r.output.split() == ['"n"', "577"]
     r = runner.invoke(app, ["rm", "dump", "-w", str(wh)])
     assert r.exit_code == 2 and "no such run(s): dump" in r.output
+
+
+def test_param_bounds_are_checked_before_running(lstm_warehouse):
+    r = runner.invoke(app, ["query", "top_kernels", "-w", str(lstm_warehouse), "-p", "limit=-1"])
+    assert r.exit_code == 2 and "parameter limit must be >=0, got -1" in r.output
+    r = runner.invoke(app, ["query", "kernel_duration_histogram", "-w", str(lstm_warehouse), "-p", "bucket_ns=0"])
+    assert r.exit_code == 2 and "parameter bucket_ns must be >0, got 0" in r.output
+    r = runner.invoke(app, ["query", "top_kernels", "-w", str(lstm_warehouse), "-p", "limit=0", "-f", "json"])
+    assert r.exit_code == 0 and json.loads(r.output) == []

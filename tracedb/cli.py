@@ -125,7 +125,7 @@ def queries():
             typer.echo(f"    {cq.description}")
         for p in cq.params:
             default = "required" if p.required else f"default {p.default!r}" if p.default is not None else "default NULL"
-            typer.echo(f"    --param {p.name}=<{p.type}>  {p.description} ({default})")
+            typer.echo(f"    --param {p.name}=<{p.type_text}>  {p.description} ({default})")
 
 
 @app.command()

@@ -23,7 +23,7 @@ def queries_markdown() -> str:
             out += ["", "| parameter | type | default | meaning |", "|---|---|---|---|"]
             for p in q.params:
                 default = "required" if p.required else ("NULL" if p.default is None else f"`{p.default}`")
-                out.append(f"| `{p.name}` | {p.type} | {default} | {p.description} |")
+                out.append(f"| `{p.name}` | {p.type_text} | {default} | {p.description} |")
     return "\n".join(out) + "\n"
 
 

@@ -3,10 +3,11 @@
     -- title: Top kernels
     -- description: One line saying what question it answers.
     -- param: run_id VARCHAR NULL Only this run (NULL: every run)
-    -- param: limit BIGINT 20 Rows to return
+    -- param: limit BIGINT>=0 20 Rows to return
 
 Parameters are DuckDB named placeholders (`$run_id`) bound at execution, never pasted
-into the SQL. A parameter's default is a literal, `NULL`, or `REQUIRED`.
+into the SQL. A parameter's default is a literal, `NULL`, or `REQUIRED`; a numeric type
+may carry a lower bound (`BIGINT>0`, `DOUBLE>=0`) checked before anything runs.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from tracedb.resources import sql_dir
 TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
 DIALECTS = ("duckdb", "spark", "trino", "postgres", "bigquery", "snowflake", "databricks", "clickhouse")
 _HEADER = re.compile(r"^--\s*(title|description|param):\s*(.*)$")
-_PARAM = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s+(?P<type>[A-Z]+)\s+(?P<default>'[^']*'|\S+)\s*(?P<doc>.*)$")
+# `name TYPE DEFAULT description`; TYPE may carry a lower bound: BIGINT>0, BIGINT>=0.
+_PARAM = re.compile(
+    r"^(?P<name>[A-Za-z_]\w*)\s+(?P<type>[A-Z]+)(?P<cmp>>=?)?(?P<bound>-?\d+(?:\.\d+)?)?"
+    r"\s+(?P<default>'[^']*'|\S+)\s*(?P<doc>.*)$"
+)
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
@@ -40,6 +45,14 @@ class Param:
     default: Any = None
     required: bool = False
     description: str = ""
+    minimum: float | None = None  # lower bound from `BIGINT>0` / `BIGINT>=0`
+    exclusive: bool = False
+
+    @property
+    def type_text(self) -> str:
+        if self.minimum is None:
+            return self.type
+        return f"{self.type}{'>' if self.exclusive else '>='}{self.minimum:g}"
 
 
 @dataclass
@@ -60,6 +73,14 @@ def coerce(param: Param, value: Any) -> Any:
     """A --param string (or Python value) as the parameter's type; TracedbError if it isn't."""
     if value is None or (isinstance(value, str) and value.upper() == "NULL"):
         return None
+    value = _convert(param, value)
+    if param.minimum is not None and value is not None:
+        if value < param.minimum or (param.exclusive and value == param.minimum):
+            raise TracedbError(f"parameter {param.name} must be {param.type_text[len(param.type):]}, got {value!r}")
+    return value
+
+
+def _convert(param: Param, value: Any) -> Any:
     if not isinstance(value, str):
         return value
     try:
@@ -78,9 +99,13 @@ def coerce(param: Param, value: Any) -> Any:
 
 def _parse_param(line: str, where: str) -> Param:
     m = _PARAM.match(line.strip())
-    if not m or m["type"] not in TYPES:
-        raise TracedbError(f"{where}: bad param header {line!r} (want: name TYPE DEFAULT description; TYPE one of {', '.join(TYPES)})")
+    if not m or m["type"] not in TYPES or (m["cmp"] is None) != (m["bound"] is None):
+        raise TracedbError(f"{where}: bad param header {line!r} (want: name TYPE DEFAULT description; TYPE one of {', '.join(TYPES)}, optionally with a bound like BIGINT>0)")
     p = Param(m["name"], m["type"], description=m["doc"].strip())
+    if m["bound"] is not None:
+        if m["type"] not in ("BIGINT", "DOUBLE"):
+            raise TracedbError(f"{where}: a bound only fits BIGINT or DOUBLE parameters: {line!r}")
+        p.minimum, p.exclusive = float(m["bound"]), m["cmp"] == ">"
     raw = m["default"]
     if raw.upper() == "REQUIRED":
         p.required = True
