@@ -213,3 +213,21 @@ def quantile_cont(values, q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(v) - 1)
     return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+# ---------------------------------------------------------------- shared by the query tests
+
+TF = "tf_stepstats_gpu_streams"
+KINETO = "kineto_h200_fp32"
+
+
+def rows(name, wh, **params) -> list[dict]:
+    """A canned query's result rows on a warehouse."""
+    from tracedb.query import run_query
+
+    return run_query(name, params, wh).to_pylist()
+
+
+def raw(run: str):
+    """The independently parsed trace behind one of the seed warehouse's runs."""
+    return tf() if run == TF else kineto_seed()

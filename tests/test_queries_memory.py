@@ -10,15 +10,10 @@ from itertools import accumulate
 import pytest
 
 import rawtrace
+from rawtrace import TF, rows
 from conftest import scenario
-from tracedb.query import run_query
 
-TF = "tf_stepstats_gpu_streams"
 TF_RM = "tf_runmetadata_text"
-
-
-def rows(name, wh, **params):
-    return run_query(name, params, wh).to_pylist()
 
 
 def replay(records):

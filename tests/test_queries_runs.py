@@ -13,15 +13,11 @@ from decimal import Decimal
 import pytest
 
 import rawtrace
+from rawtrace import rows
 from conftest import scenario
 from tracedb.ingest import ingest
-from tracedb.query import run_query
 
 NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-
-
-def rows(name, wh, **params):
-    return run_query(name, params, wh).to_pylist()
 
 
 def dump(doc: dict, path) -> None:

@@ -8,18 +8,7 @@ from collections import defaultdict
 import pytest
 
 import rawtrace
-from tracedb.query import run_query
-
-TF = "tf_stepstats_gpu_streams"
-KINETO = "kineto_h200_fp32"
-
-
-def rows(name, wh, **params):
-    return run_query(name, params, wh).to_pylist()
-
-
-def raw(run):
-    return rawtrace.tf() if run == TF else rawtrace.kineto_seed()
+from rawtrace import KINETO, TF, raw, rows
 
 
 @pytest.mark.parametrize("run", [TF, KINETO])

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import pyarrow as pa
@@ -115,6 +117,16 @@ def open_for_write(warehouse: Path) -> duckdb.DuckDBPyConnection:
         con.close()
         return connect(warehouse, read_only=False)  # raises the "run tracedb migrate" error
     return con
+
+
+@contextmanager
+def writing(warehouse: Path) -> Iterator[duckdb.DuckDBPyConnection]:
+    """`with writing(wh) as con:` an open_for_write connection, closed afterwards."""
+    con = open_for_write(warehouse)
+    try:
+        yield con
+    finally:
+        con.close()
 
 
 def migrate_warehouse(warehouse: Path) -> list[str]:

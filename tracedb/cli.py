@@ -200,11 +200,8 @@ def remove(run: List[str] = typer.Argument(..., help="Run id(s) to delete"),
     Example: tracedb rm nightly-2026-10-01 nightly-2026-10-02
     """
     try:
-        con = catalog.open_for_write(_warehouse(warehouse))
-        try:
+        with catalog.writing(_warehouse(warehouse)) as con:
             gone = catalog.delete_runs(con, _warehouse(warehouse), run)
-        finally:
-            con.close()
     except TracedbError as e:
         _fail(e)
     typer.echo(f"removed {len(gone)} run(s): {', '.join(gone)}")
@@ -217,11 +214,8 @@ def vacuum(warehouse: Optional[Path] = WarehouseOpt):
     Example: tracedb vacuum --warehouse /data/tracedb
     """
     try:
-        con = catalog.open_for_write(_warehouse(warehouse))
-        try:
+        with catalog.writing(_warehouse(warehouse)) as con:
             removed = catalog.vacuum(con, _warehouse(warehouse))
-        finally:
-            con.close()
     except TracedbError as e:
         _fail(e)
     typer.echo(f"removed {len(removed)} orphaned file(s)/folder(s)")
