@@ -95,6 +95,8 @@ def tf(scenario_name: str = "tf_stepstats_gpu_streams") -> TfTrace:
             if stream:
                 node, _, kname = one(ns, "node_name").partition(":")
                 copy = re.match(r"MEMCPY(\w+) (\d+) bytes", label)
+                if copy:  # a copy is named by its kind, however TF spelled the row's name
+                    kname = "MEMCPY" + copy[1]
                 kernels.append(Act(
                     f"GPU:{stream[1]}", int(stream[2]), "memcpy" if copy else "kernel", kname, node,
                     start, dur, step=0, bytes=int(copy[2]) if copy else None,

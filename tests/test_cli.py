@@ -25,13 +25,14 @@ def lstm_warehouse(tmp_path):
 
 
 def test_top_kernels_on_stepstats_seed(lstm_warehouse):
-    result = runner.invoke(app, ["query", "top_kernels", "-w", str(lstm_warehouse), "--format", "json"])
+    result = runner.invoke(app, ["query", "top_kernels", "-w", str(lstm_warehouse), "--format", "json", "-p", "limit=1000"])
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert rows[0]["name"] == "MatMul"
     assert rows[0]["instances"] == 83 and rows[0]["total_ns"] == 3_071_000
-    # shares of kernel time add up to 100 over all kernel names (only kind=kernel rows)
-    assert sum(r["instances"] for r in rows) <= 729
+    # every kernel-kind row is counted once, and the shares of kernel time add up to 100
+    assert sum(r["instances"] for r in rows) == 729 and sum(r["total_ns"] for r in rows) == 7_485_000
+    assert abs(sum(r["time_pct"] for r in rows) - 100) < 0.01 * len(rows)
 
 
 def test_query_formats_and_output(lstm_warehouse, tmp_path):

@@ -94,10 +94,8 @@ def test_adhoc_param_is_not_turned_into_a_number(tmp_path, warehouse):
     assert json.loads(r.output) == [{"n": DUMP_NODES}]
 
 
-def test_run_folder_without_trace_files_is_not_exit_0(tmp_path, warehouse):
-    # Contract: exit 0 only when every file was ingested. A run folder whose traces are
-    # missing (here: only a symlinked folder, which discovery does not follow) ingested
-    # nothing, printed "r1: 0/0 files, no rows" and exited 0.
+def test_symlinked_folder_in_a_run_is_followed(tmp_path, warehouse):
+    # A run folder holding only a symlink to its traces ingested nothing and exited 0.
     store = tmp_path / "store"
     store.mkdir()
     shutil.copy(scenario("node_shape_dump"), store / "dump.txt")
@@ -105,9 +103,22 @@ def test_run_folder_without_trace_files_is_not_exit_0(tmp_path, warehouse):
     run.mkdir(parents=True)
     (run / "linked").symlink_to(store, target_is_directory=True)
     r = runner.invoke(app, ["ingest", str(tmp_path / "runs"), "-w", str(warehouse)])
-    if r.exit_code == 0:  # acceptable fix: follow the link and ingest its trace
-        con = catalog.connect(warehouse)
-        assert con.execute("SELECT count(*) FROM nodes WHERE run_id = 'r1'").fetchone()[0] == DUMP_NODES
+    assert r.exit_code == 0, r.output
+    con = catalog.connect(warehouse)
+    assert con.execute("SELECT count(*) FROM nodes WHERE run_id = 'r1'").fetchone()[0] == DUMP_NODES
+    assert con.execute("SELECT path FROM files").fetchall() == [("linked/dump.txt",)]
+
+
+def test_run_folder_without_trace_files_is_not_exit_0(tmp_path, warehouse):
+    # Contract: exit 0 only when every file was ingested; a profiler that wrote nothing
+    # must not look like success to a nightly job.
+    (tmp_path / "runs" / "empty").mkdir(parents=True)
+    (tmp_path / "runs" / "empty" / "run.json").write_text("{}")
+    (tmp_path / "runs" / "good").mkdir()
+    shutil.copy(scenario("node_shape_dump"), tmp_path / "runs" / "good" / "dump.txt")
+    r = runner.invoke(app, ["ingest", str(tmp_path / "runs"), "-w", str(warehouse)])
+    assert r.exit_code == 1
+    assert "no trace files in this run folder" in r.output and "good: 1/1 files" in r.output
 
 
 def test_compare_runs_matches_unnamed_activity(tmp_path, warehouse):

@@ -237,3 +237,30 @@ def test_large_trace_streams_in_bounded_memory(tmp_path):
     k = tables["kernels"]
     assert k.column("node_name").null_count == 260 * replicas
     assert Counter(k.column("step").to_pylist())[3 * replicas] == 314  # last replica's step 3
+
+
+MEMORY_STEP_EVENTS = [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#7", "pid": 1, "tid": 1,
+     "ts": 100.0, "dur": 100.0, "args": {"External id": 1}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 110.5,
+     "dur": 5.25, "args": {"External id": 2}},
+    {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+     "ts": 111.0, "args": {"Total Reserved": 2097152, "Total Allocated": 512, "Bytes": 512,
+                           "Addr": 1398, "Device Type": 1, "Device Id": 0}},
+    {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+     "ts": 150.0, "args": {"Total Reserved": 2097152, "Total Allocated": 0, "Bytes": -512,
+                           "Addr": 1398, "Device Type": 1, "Device Id": 0}},
+]
+
+
+def test_memory_events_carry_their_profiler_step(tmp_path: Path):
+    """ProfilerStep#7 spans 100..200 us; the alloc at 111 us and its free at 150 us lie in it."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"baseTimeNanoseconds": 0, "deviceProperties": [], "traceEvents": MEMORY_STEP_EVENTS}))
+    batches: dict[str, list] = {}
+    for table, batch in kineto.read(path, ReadContext("r", path.name)):
+        batches.setdefault(table, []).append(batch)
+    nodes = pa.Table.from_batches(batches["nodes"]).to_pylist()
+    allocs = pa.Table.from_batches(batches["allocations"]).to_pylist()
+    assert [n["step"] for n in nodes] == [7]
+    assert [(a["bytes"], a["step"]) for a in allocs] == [(512, 7), (-512, 7)]

@@ -327,3 +327,14 @@ def test_warehouse_ingest(tmp_path):
 ])
 def test_device_names(raw, expected):
     assert tf_stepstats._device(raw) == expected
+
+
+def test_copy_names_are_the_copy_kind():
+    """Seed 001 names 10 stream-13 copies `op:Pack:MEMCPYDtoD`; each copy's name is its kind.
+    Counted with grep: 26 numbered-stream MEMCPY rows, 8 DtoH, 11 HtoD, 7 DtoD."""
+    batches = [b for t, b in tf_stepstats.read(STREAMS, ReadContext("r", STREAMS.name)) if t == "kernels"]
+    rows = pa.Table.from_batches(batches).to_pylist()
+    copies = [r for r in rows if r["kind"] == "memcpy"]
+    assert Counter(r["name"] for r in copies) == {"MEMCPYDtoH": 8, "MEMCPYHtoD": 11, "MEMCPYDtoD": 7}
+    stack = [r for r in copies if r["node_name"] == "Train/Model/global_norm/stack"]
+    assert len(stack) == 7 and {r["name"] for r in stack} == {"MEMCPYDtoD"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 from tracedb import docs, schema
@@ -22,3 +24,30 @@ def test_contract_columns_present_with_contract_units():
                 assert f.type == pa.int64(), f.name  # integer ns and bytes
     assert schema.TABLES["tensors"].field("shape").type == pa.list_(pa.int64())
     assert schema.SCHEMA_VERSION == 1
+
+
+def test_real_views_have_the_contract_columns_and_types(seed_warehouse):
+    """The views of a real warehouse (every format ingested) against the schema module."""
+    from tracedb import catalog
+
+    con = catalog.connect(seed_warehouse)
+    for view, sch in schema.VIEWS.items():
+        got = {name: typ for name, typ, *_ in con.execute(f"DESCRIBE {view}").fetchall()}
+        assert set(schema.CONTRACT_COLUMNS[view]) <= set(got), view
+        for f in sch:
+            want = schema.duckdb_type(f.type).replace("TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE")
+            assert got[f.name] == want, (view, f.name, got[f.name])
+    # and every parquet-backed view holds rows from more than one format
+    for table in schema.TABLES:
+        n = con.execute(f"SELECT count(DISTINCT source_format) FROM {table}").fetchone()[0]
+        assert n >= 2, table
+
+
+def _cells(line: str) -> int:
+    return len(re.split(r"(?<!\\)\|", line.strip().strip("|")))
+
+
+def test_schema_md_rows_have_three_cells():
+    bad = [line for line in (docs.DOCS / "schema.md").read_text().splitlines()
+           if line.startswith("| `") and _cells(line) != 3]
+    assert bad == [], f"rows with an unescaped | in a cell: {bad}"

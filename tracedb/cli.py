@@ -89,7 +89,7 @@ def query(
 ):
     """Run a canned or ad-hoc SQL query over the warehouse views.
 
-    Example: tracedb query top_kernels --param run_id=resnet50 --format csv
+    Example: tracedb query top_kernels --param run_id=tf_lstm_stepstats --format csv
     """
     from tracedb import output as out
     from tracedb import query as q

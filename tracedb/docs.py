@@ -23,7 +23,8 @@ def queries_markdown() -> str:
             out += ["", "| parameter | type | default | meaning |", "|---|---|---|---|"]
             for p in q.params:
                 default = "required" if p.required else ("NULL" if p.default is None else f"`{p.default}`")
-                out.append(f"| `{p.name}` | {p.type_text} | {default} | {p.description} |")
+                doc = p.description.replace("|", "\\|")  # a bare | would split the cell
+                out.append(f"| `{p.name}` | {p.type_text} | {default} | {doc} |")
     return "\n".join(out) + "\n"
 
 
@@ -32,6 +33,11 @@ def generated() -> dict[str, str]:
 
 
 def main() -> None:
+    """Rewrite docs/schema.md and docs/queries.md (takes no arguments)."""
+    import sys
+
+    if sys.argv[1:]:
+        raise SystemExit("usage: python -m tracedb.docs   (rewrites docs/schema.md and docs/queries.md)")
     DOCS.mkdir(exist_ok=True)
     for name, text in generated().items():
         (DOCS / name).write_text(text)

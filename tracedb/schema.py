@@ -188,7 +188,7 @@ def schema_markdown() -> str:
     for view, schema in VIEWS.items():
         out += ["", f"## `{view}`", "", "| column | type | meaning |", "|---|---|---|"]
         for field in schema:
-            doc = (field.metadata or {}).get(b"doc", b"").decode()
+            doc = (field.metadata or {}).get(b"doc", b"").decode().replace("|", "\\|")
             out.append(f"| `{field.name}` | {duckdb_type(field.type)} | {doc} |")
     return "\n".join(out) + "\n"
 

@@ -64,7 +64,7 @@ _KERNEL_COLS = ("device", "device_raw", "rank", "step", "stream", "kind", "name"
                 "start_ns", "duration_ns", "bytes", "copy_kind", "correlation_id",
                 "launch_start_ns", "grid", "block", "registers_per_thread",
                 "shared_memory_bytes", "occupancy", "params")
-_ALLOC_COLS = ("device", "device_raw", "rank", "ts_ns", "bytes", "kind", "address",
+_ALLOC_COLS = ("device", "device_raw", "rank", "step", "ts_ns", "bytes", "kind", "address",
                "total_allocated_bytes", "total_reserved_bytes", "params")
 
 _GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -286,7 +286,7 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
                     yield from kernels.flush()
                     kernel_rows = kernels.rows
         elif (ph == "i" or ph == "I") and ev.get("name") == "[memory]":
-            alloc_rows.append(_allocation(ev, i, base, rank))
+            alloc_rows.append(_allocation(ev, i, base, rank, index))
             if len(alloc_rows) >= BATCH_ROWS:
                 yield from allocs.flush()
                 alloc_rows = allocs.rows
@@ -371,7 +371,7 @@ def _kernel(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tup
     )
 
 
-def _allocation(ev: dict, i: int, base: int, rank: int | None) -> tuple:
+def _allocation(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple:
     args = ev.get("args")
     if not isinstance(args, dict):
         raise TraceFormatError(f"[memory] event #{i} has no 'args'")
@@ -385,9 +385,10 @@ def _allocation(ev: dict, i: int, base: int, rank: int | None) -> tuple:
         canon, torch_name = _DEVICE_TYPE.get(_int(dtype), (f"DEVICE{dtype}", f"device{dtype}"))
     idx = did if did is not None and did >= 0 else 0  # CPU events write Device Id -1
     tid = ev.get("tid")
+    ts = us_to_ns(_need(ev, "ts", i))
     return (
         f"{canon}:{idx}", f"{torch_name}:{did if did is not None else ''}", rank,
-        base + us_to_ns(_need(ev, "ts", i)),
+        index.step_at(ts), base + ts,
         size, "free" if size < 0 else "alloc",
         _int(args.get("Addr")),
         _int(args.get("Total Allocated")),

@@ -302,6 +302,8 @@ def _kernel_row(ns: Any, dev: str, raw: str, step: int, stream: int) -> tuple:
     label = ns.timeline_label
     m = _COPY.match(label) or _COPY.match(name)
     kind = {"MEMCPY": "memcpy", "MEMSET": "memset"}[m["kind"]] if m else "kernel"
+    if m:  # a copy is named by its kind, also when TF names the op twice: `op:Pack:MEMCPYDtoD`
+        name = name.rsplit(":", 1)[-1]
     nbytes = _BYTES.search(label) if m else None
     return (
         dev, raw, step, stream, kind, name, node_name,
