@@ -105,7 +105,8 @@ def test_node_columns_and_time(fixture_tables):
     nll = tables["nodes"].slice(2, 1).to_pylist()[0]
     assert nll["op_type"] == "aten::nll_loss_backward"
     assert nll["input_shapes"] == [[], [8192, 1000], [8192], [], [], [], []]
-    assert nll["input_dtypes"] == ["float", "float", "long int", "", "Scalar", "Scalar", "float"]
+    # the trace's C++ names ("float", "long int") in the common spelling
+    assert nll["input_dtypes"] == ["float32", "float32", "int64", "", "Scalar", "Scalar", "float32"]
     assert json.loads(nll["params"])["Concrete Inputs"][4] == "1"
     assert ctx.metadata["device_properties"][0]["name"] == "NVIDIA H200"
     assert "distributed_info" not in ctx.metadata

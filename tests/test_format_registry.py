@@ -78,15 +78,16 @@ def test_run_folder_may_mix_formats(tmp_path):
     assert con.execute("SELECT formats FROM runs").fetchone()[0] == ["node_dump", "tf_stepstats"]
 
 
-def test_one_step_per_step_file(tmp_path):
+def test_one_step_per_step_file_in_natural_order(tmp_path):
     run = tmp_path / "stepped"
     run.mkdir()
-    for i in range(3):
+    for i in (1, 2, 10):  # plain name order would put 10 before 2
         shutil.copy(scenario("tf_runmetadata_text"), run / f"run_metadata_{i}.pbtxt")
     assert ingest([run], tmp_path / "wh", run_id="stepped").ok
     con = catalog.connect(tmp_path / "wh")
-    rows = con.execute("SELECT step, count(*) FROM nodes GROUP BY 1 ORDER BY 1").fetchall()
-    assert rows == [(0, 292), (1, 292), (2, 292)]
+    rows = con.execute("SELECT source_file, step, count(*) FROM nodes GROUP BY 1, 2 ORDER BY 2").fetchall()
+    assert rows == [("run_metadata_1.pbtxt", 0, 292), ("run_metadata_2.pbtxt", 1, 292),
+                    ("run_metadata_10.pbtxt", 2, 292)]
 
 
 def test_file_failing_after_batches_were_written_leaves_nothing(tmp_path):

@@ -11,6 +11,7 @@ import fnmatch
 import hashlib
 import multiprocessing
 import os
+import re
 import json
 import secrets
 import time
@@ -114,7 +115,12 @@ def _trace_files(folder: Path, exclude: tuple[str, ...] = ()) -> list[Path]:
     for root, dirs, files in os.walk(folder, followlinks=True):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         found += [p for f in files if not _excluded(p := Path(root) / f, folder, exclude)]
-    return sorted(found)
+    return sorted(found, key=lambda p: _natural_key(p.relative_to(folder).as_posix()))
+
+
+def _natural_key(name: str) -> list:
+    """step_2 before step_10: a file's ordinal among its format's files is its step."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
 def discover_runs(paths: list[Path], run_id: str | None = None, exclude: tuple[str, ...] = ()) -> list[RunSpec]:

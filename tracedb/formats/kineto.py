@@ -248,13 +248,23 @@ def _shapes(dims: Any) -> list | None:
     return [d if type(d) is list and all(type(x) is int for x in d) else None for d in dims]
 
 
+# PyTorch records C++ scalar type names; tracedb spells dtypes like TF and MegEngine do
+# (float32, int64, ...) so that one filter works across formats. Input kinds that are no
+# dtype (Scalar, ScalarList, TensorList, "") and unknown names pass through unchanged.
+_TORCH_DTYPES = {
+    "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
+    "long int": "int64", "long": "int64", "int": "int32", "short int": "int16", "short": "int16",
+    "signed char": "int8", "unsigned char": "uint8", "bool": "bool",
+    "c10::complex<float>": "complex64", "c10::complex<double>": "complex128",
+    "c10::complex<c10::Half>": "complex32", "c10::Float8_e4m3fn": "float8_e4m3fn",
+    "c10::Float8_e5m2": "float8_e5m2",
+}
+
+
 def _dtypes(dtypes: Any) -> list[str] | None:
     if type(dtypes) is not list:
         return None
-    for d in dtypes:
-        if type(d) is not str:
-            return [d if type(d) is str else str(plain(d)) for d in dtypes]
-    return dtypes
+    return [_TORCH_DTYPES.get(d, d) if type(d) is str else str(plain(d)) for d in dtypes]
 
 
 def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
