@@ -2,24 +2,20 @@
 -- description: Nodes added in run_b, removed from run_a, and those whose output shapes changed, matched by node name.
 -- param: run_a VARCHAR REQUIRED Baseline run
 -- param: run_b VARCHAR REQUIRED Run compared with the baseline
-WITH a AS (
-    -- A node may appear once per step: keep its first appearance.
-    SELECT node_name,
-           first(op_type ORDER BY step NULLS FIRST, seq NULLS LAST, start_ns NULLS LAST) AS op_type,
-           first(device ORDER BY step NULLS FIRST, seq NULLS LAST, start_ns NULLS LAST) AS device,
-           first(output_shapes ORDER BY step NULLS FIRST, seq NULLS LAST, start_ns NULLS LAST) AS output_shapes
+WITH ranked AS (
+    -- A node may appear once per step: keep its first appearance (row_number rather than
+    -- first(... ORDER BY), which Spark and Trino cannot express).
+    SELECT run_id, node_name, op_type, device, output_shapes,
+           row_number() OVER (PARTITION BY run_id, node_name
+                              ORDER BY step NULLS FIRST, seq NULLS LAST, start_ns NULLS LAST) AS rn
     FROM nodes
-    WHERE run_id = $run_a
-    GROUP BY node_name
+    WHERE run_id = $run_a OR run_id = $run_b
+),
+a AS (
+    SELECT node_name, op_type, device, output_shapes FROM ranked WHERE run_id = $run_a AND rn = 1
 ),
 b AS (
-    SELECT node_name,
-           first(op_type ORDER BY step NULLS FIRST, seq NULLS LAST, start_ns NULLS LAST) AS op_type,
-           first(device ORDER BY step NULLS FIRST, seq NULLS LAST, start_ns NULLS LAST) AS device,
-           first(output_shapes ORDER BY step NULLS FIRST, seq NULLS LAST, start_ns NULLS LAST) AS output_shapes
-    FROM nodes
-    WHERE run_id = $run_b
-    GROUP BY node_name
+    SELECT node_name, op_type, device, output_shapes FROM ranked WHERE run_id = $run_b AND rn = 1
 )
 SELECT
     CASE

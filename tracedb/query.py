@@ -7,7 +7,8 @@
 
 Parameters are DuckDB named placeholders (`$run_id`) bound at execution, never pasted
 into the SQL. A parameter's default is a literal, `NULL`, or `REQUIRED`; a numeric type
-may carry a lower bound (`BIGINT>0`, `DOUBLE>=0`) checked before anything runs.
+may carry a lower bound (`BIGINT>0`, `DOUBLE>=0`) and a VARCHAR its allowed values
+(`VARCHAR{time,flops}`), checked before anything runs.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from tracedb.resources import sql_dir
 TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
 DIALECTS = ("duckdb", "spark", "trino", "postgres", "bigquery", "snowflake", "databricks", "clickhouse")
 _HEADER = re.compile(r"^--\s*(title|description|param):\s*(.*)$")
-# `name TYPE DEFAULT description`; TYPE may carry a lower bound: BIGINT>0, BIGINT>=0.
+# `name TYPE DEFAULT description`; TYPE may carry a lower bound (BIGINT>0, BIGINT>=0) or,
+# for VARCHAR, the allowed values (VARCHAR{time,flops,memory}).
 _PARAM = re.compile(
-    r"^(?P<name>[A-Za-z_]\w*)\s+(?P<type>[A-Z]+)(?P<cmp>>=?)?(?P<bound>-?\d+(?:\.\d+)?)?"
+    r"^(?P<name>[A-Za-z_]\w*)\s+(?P<type>[A-Z]+)(?:\{(?P<choices>[\w,.-]+)\})?"
+    r"(?P<cmp>>=?)?(?P<bound>-?\d+(?:\.\d+)?)?"
     r"\s+(?P<default>'[^']*'|\S+)\s*(?P<doc>.*)$"
 )
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -47,9 +50,12 @@ class Param:
     description: str = ""
     minimum: float | None = None  # lower bound from `BIGINT>0` / `BIGINT>=0`
     exclusive: bool = False
+    choices: tuple[str, ...] = ()  # allowed values from `VARCHAR{a,b,c}` (case-insensitive)
 
     @property
     def type_text(self) -> str:
+        if self.choices:
+            return f"{self.type}{{{','.join(self.choices)}}}"
         if self.minimum is None:
             return self.type
         return f"{self.type}{'>' if self.exclusive else '>='}{self.minimum:g}"
@@ -74,6 +80,9 @@ def coerce(param: Param, value: Any) -> Any:
     if value is None or (isinstance(value, str) and value.upper() == "NULL"):
         return None
     value = _convert(param, value)
+    if param.choices and str(value).lower() not in param.choices:
+        allowed = ", ".join(param.choices[:-1]) + f" or {param.choices[-1]}" if len(param.choices) > 1 else param.choices[0]
+        raise TracedbError(f"parameter {param.name} must be {allowed}, got {value!r}")
     if param.minimum is not None and value is not None:
         if value < param.minimum or (param.exclusive and value == param.minimum):
             raise TracedbError(f"parameter {param.name} must be {param.type_text[len(param.type):]}, got {value!r}")
@@ -102,6 +111,10 @@ def _parse_param(line: str, where: str) -> Param:
     if not m or m["type"] not in TYPES or (m["cmp"] is None) != (m["bound"] is None):
         raise TracedbError(f"{where}: bad param header {line!r} (want: name TYPE DEFAULT description; TYPE one of {', '.join(TYPES)}, optionally with a bound like BIGINT>0)")
     p = Param(m["name"], m["type"], description=m["doc"].strip())
+    if m["choices"]:
+        if m["type"] != "VARCHAR" or m["bound"] is not None:
+            raise TracedbError(f"{where}: a value list only fits VARCHAR parameters: {line!r}")
+        p.choices = tuple(c.lower() for c in m["choices"].split(",") if c)
     if m["bound"] is not None:
         if m["type"] not in ("BIGINT", "DOUBLE"):
             raise TracedbError(f"{where}: a bound only fits BIGINT or DOUBLE parameters: {line!r}")
