@@ -42,13 +42,49 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _search_path(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:
-    """Resolve the views' relative paths against the warehouse folder."""
+def _search_root(warehouse: Path) -> str:
+    """The folder the views' relative paths resolve against; refused if DuckDB cannot use it."""
     root = str(warehouse.resolve())
     if "," in root:
         # file_search_path is a comma-separated list with no escaping.
         raise TracedbError(f"warehouse path {root!r} contains a comma, which DuckDB cannot search; use another folder")
+    return root
+
+
+def _open(warehouse: Path, read_only: bool, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+    """catalog.duckdb with its relative paths resolving against the warehouse."""
+    root = _search_root(warehouse)
+    path = warehouse / CATALOG
+    try:
+        con = duckdb.connect(str(path), read_only=read_only, config=config or {})
+    except duckdb.Error as e:
+        mode = "" if read_only else " for writing"
+        raise TracedbError(f"cannot open {path}{mode}: {e}") from e
     con.execute(f"SET file_search_path = {_sql_str(root)}")
+    return con
+
+
+def _require_current(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:
+    """Refuse (closing con) a warehouse with pending migrations."""
+    missing = migrate.pending(con)
+    if missing:
+        con.close()
+        names = ", ".join(f"{m.number:04d}_{m.name}" for m in missing)
+        raise TracedbError(
+            f"warehouse {warehouse} was made by an older tracedb (pending migrations: {names}); "
+            f"run `tracedb migrate --warehouse {warehouse}`"
+        )
+
+
+def _upgrade(con: duckdb.DuckDBPyConnection, warehouse: Path) -> list[str]:
+    """Apply pending migrations, record the schema version, rebuild the views."""
+    done = []
+    for m in migrate.pending(con):
+        migrate.apply(con, warehouse, m)
+        done.append(f"{m.number:04d}_{m.name}")
+    con.execute("INSERT OR REPLACE INTO tracedb_meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
+    refresh_views(con)
+    return done
 
 
 def query_arrow(con: duckdb.DuckDBPyConnection, sql: str, params: dict | list | None = None) -> pa.Table:
@@ -63,59 +99,26 @@ def query_arrow(con: duckdb.DuckDBPyConnection, sql: str, params: dict | list | 
 def connect(warehouse: Path | None = None, read_only: bool = True) -> duckdb.DuckDBPyConnection:
     """Open a warehouse's catalog with the views ready to query."""
     warehouse = Path(warehouse or default_warehouse())
-    path = warehouse / CATALOG
-    if not path.is_file():
+    if not (warehouse / CATALOG).is_file():
         raise TracedbError(f"no warehouse at {warehouse} ({CATALOG} not found); run `tracedb ingest` first")
-    try:
-        con = duckdb.connect(str(path), read_only=read_only)
-    except duckdb.Error as e:
-        raise TracedbError(f"cannot open {path}: {e}") from e
-    try:
-        _search_path(con, warehouse)
-    except TracedbError:
-        con.close()
-        raise
-    missing = migrate.pending(con) if not read_only else _pending_read_only(con)
-    if missing:
-        con.close()
-        names = ", ".join(f"{m.number:04d}_{m.name}" for m in missing)
-        raise TracedbError(
-            f"warehouse {warehouse} was made by an older tracedb (pending migrations: {names}); "
-            f"run `tracedb migrate --warehouse {warehouse}`"
-        )
+    con = _open(warehouse, read_only)
+    _require_current(con, warehouse)
     return con
-
-
-def _pending_read_only(con: duckdb.DuckDBPyConnection) -> list[migrate.Migration]:
-    try:
-        done = {r[0] for r in con.execute("SELECT number FROM tracedb_migrations").fetchall()}
-    except duckdb.CatalogException:
-        done = set()
-    return [m for m in migrate.discover() if m.number not in done]
 
 
 def open_for_write(warehouse: Path) -> duckdb.DuckDBPyConnection:
     """Open (creating if new) a warehouse for ingest; an old one must be migrated first."""
-    if "," in str(warehouse.resolve()):
-        _search_path(duckdb.connect(), warehouse)  # raises the clear error before mkdir
+    _search_root(warehouse)  # refuse before creating anything
     warehouse.mkdir(parents=True, exist_ok=True)
     fresh = not (warehouse / CATALOG).exists()
     # A new catalog is written in DuckDB 1.0's storage format, so BI tools and CLIs that
     # embed an older DuckDB than ours still open it.
-    config = {"storage_compatibility_version": "v1.0.0"} if fresh else {}
-    try:
-        con = duckdb.connect(str(warehouse / CATALOG), config=config)
-    except duckdb.Error as e:
-        raise TracedbError(f"cannot open {warehouse / CATALOG} for writing: {e}") from e
-    _search_path(con, warehouse)
+    con = _open(warehouse, read_only=False,
+                config={"storage_compatibility_version": "v1.0.0"} if fresh else None)
     if fresh:
-        for m in migrate.pending(con):
-            migrate.apply(con, warehouse, m)
-        con.execute("INSERT OR REPLACE INTO tracedb_meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
-        refresh_views(con)
-    elif migrate.pending(con):
-        con.close()
-        return connect(warehouse, read_only=False)  # raises the "run tracedb migrate" error
+        _upgrade(con, warehouse)
+    else:
+        _require_current(con, warehouse)
     return con
 
 
@@ -133,16 +136,9 @@ def migrate_warehouse(warehouse: Path) -> list[str]:
     """Apply pending migrations; returns their names."""
     if not (warehouse / CATALOG).is_file():
         raise TracedbError(f"no warehouse at {warehouse} ({CATALOG} not found)")
-    con = duckdb.connect(str(warehouse / CATALOG))
+    con = _open(warehouse, read_only=False)
     try:
-        _search_path(con, warehouse)
-        done = []
-        for m in migrate.pending(con):
-            migrate.apply(con, warehouse, m)
-            done.append(f"{m.number:04d}_{m.name}")
-        con.execute("INSERT OR REPLACE INTO tracedb_meta VALUES ('schema_version', ?)", [str(schema.SCHEMA_VERSION)])
-        refresh_views(con)
-        return done
+        return _upgrade(con, warehouse)
     finally:
         con.close()
 

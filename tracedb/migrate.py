@@ -50,11 +50,11 @@ def latest() -> int:
 
 
 def applied(con: duckdb.DuckDBPyConnection) -> set[int]:
-    con.execute(
-        "CREATE TABLE IF NOT EXISTS tracedb_migrations "
-        "(number INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMPTZ DEFAULT now())"
-    )
-    return {r[0] for r in con.execute("SELECT number FROM tracedb_migrations").fetchall()}
+    """Numbers of the applied migrations (none for a new catalog); works read-only."""
+    try:
+        return {r[0] for r in con.execute("SELECT number FROM tracedb_migrations").fetchall()}
+    except duckdb.CatalogException:
+        return set()
 
 
 def pending(con: duckdb.DuckDBPyConnection) -> list[Migration]:
@@ -64,6 +64,10 @@ def pending(con: duckdb.DuckDBPyConnection) -> list[Migration]:
 
 def apply(con: duckdb.DuckDBPyConnection, warehouse: Path, migration: Migration) -> None:
     """Apply one migration in its own transaction."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS tracedb_migrations "
+        "(number INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMPTZ DEFAULT now())"
+    )
     con.execute("BEGIN")
     try:
         if migration.path.suffix == ".sql":
