@@ -36,7 +36,7 @@ def conform(batch: pa.RecordBatch | pa.Table, table: str, fill: dict[str, object
     cols = []
     for f in target:
         if f.name in fill and (f.name not in batch.schema.names or batch.column(f.name).null_count == n):
-            cols.append(pa.array([fill[f.name]] * n, type=f.type))
+            cols.append(pa.repeat(pa.scalar(fill[f.name], type=f.type), n))
         elif f.name in batch.schema.names:
             col = batch.column(f.name)
             if col.type != f.type:
@@ -65,13 +65,16 @@ class FileWriter:
     staging_root: Path
     run_id: str
     file_tag: str  # unique within the run: keeps several source files from colliding
-    fill: dict[str, object] = field(default_factory=dict)
+    fill: dict[str, object] = field(default_factory=dict)  # constant columns, e.g. source_file
     _writers: dict[tuple[str, str], pq.ParquetWriter] = field(default_factory=dict)
     _rows: dict[tuple[str, str], int] = field(default_factory=dict)
     _paths: dict[tuple[str, str], Path] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.fill = {**self.fill, "run_id": self.run_id}
+
     def write(self, table: str, batch: pa.RecordBatch) -> None:
-        data = conform(batch, table, {**self.fill, "run_id": self.run_id})
+        data = conform(batch, table, self.fill)
         if data.num_rows == 0:
             return
         if data.column("device").null_count:
