@@ -210,8 +210,8 @@ def bind(query: CannedQuery, given: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k in used}
 
 
-def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, params: dict[str, Any]) -> pa.Table:
-    values = bind(query, params)
+def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str, Any]) -> pa.Table:
+    """Run a query with values from `bind` (validated, typed) on an open connection."""
     try:
         return _plain_numbers(catalog.query_arrow(con, query.sql, values))
     except duckdb.Error as e:
@@ -239,10 +239,10 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     Returns an Arrow table; output="pandas" or "polars" converts when installed.
     """
     query = spec if isinstance(spec, CannedQuery) else load(spec)
-    bind(query, params or {})  # parameter errors first, before the warehouse is opened
+    values = bind(query, params or {})  # parameter errors first, before the warehouse is opened
     con = catalog.connect(warehouse)
     try:
-        table = execute(con, query, params or {})
+        table = execute(con, query, values)
     finally:
         con.close()
     if output == "pandas":
