@@ -326,7 +326,9 @@ def test_warehouse_ingest(tmp_path):
     ("/gpu:0/memcpy", ("GPU:0", "memcpy")),
 ])
 def test_device_names(raw, expected):
-    assert tf_stepstats._device(raw) == expected
+    from tracedb.devices import parse_tf_device
+
+    assert parse_tf_device(raw) == expected
 
 
 def test_copy_names_are_the_copy_kind():

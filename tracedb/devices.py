@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import re
 
-_TF = re.compile(r"/device:(?P<type>[A-Za-z_]+):(?P<index>\d+)(?:/stream:(?P<stream>\w+))?(?P<memcpy>/memcpy)?")
+# `/device:GPU:0`, or the legacy `/gpu:0` of old TF traces, then `/stream:N` or `/memcpy`.
+_TF = re.compile(
+    r"/(?:device:(?P<type>[A-Za-z_]+)|(?P<legacy>cpu|gpu|tpu)):(?P<index>\d+)"
+    r"(?:/stream:(?P<stream>\w+))?(?P<memcpy>/memcpy)?",
+    re.I,
+)
 _COMPNODE = re.compile(r"^(?P<type>[a-zA-Z]+?)(?P<index>\d+|x)(?::\d+)?$")  # MegEngine: gpu0:0, cpu0:0, cpux
 _PLAIN = re.compile(r"^(?P<type>[A-Za-z_]+)[: ]?(?P<index>\d+)$")
 
@@ -17,12 +22,13 @@ def parse_tf_device(raw: str) -> tuple[str, str | None]:
     """TF device string -> (canonical device, stream tag).
 
     The stream tag is None for `/job:...` devices, 'all' for `/stream:all`, 'memcpy' for
-    `/memcpy`, else the stream number as a string.
+    `/memcpy`, else the stream number as a string. A string that names no TF device is
+    normalized as best we can.
     """
     m = _TF.search(raw)
     if not m:
-        return raw, None
-    dev = canonical(m["type"], m["index"])
+        return normalize(raw), None
+    dev = canonical(m["type"] or m["legacy"], m["index"])
     if m["memcpy"]:
         return dev, "memcpy"
     return dev, m["stream"]
@@ -34,7 +40,7 @@ def normalize(raw: str | None, default_type: str = "CPU") -> str:
         return f"{default_type}:0"
     m = _TF.search(raw)
     if m:
-        return canonical(m["type"], m["index"])
+        return canonical(m["type"] or m["legacy"], m["index"])
     m = _COMPNODE.match(raw)
     if m:
         idx = 0 if m["index"] == "x" else m["index"]

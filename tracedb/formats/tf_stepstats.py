@@ -38,9 +38,6 @@ _TEXT_START = re.compile(r"(step_stats|dev_stats)\s*:?\s*[{<]")
 _LABEL = re.compile(r"^(?:\[[^\]]*\]\s*)?(?P<name>\S+) = (?P<op>[^(\s]+)\((?P<args>.*)\)\s*$", re.S)
 _COPY = re.compile(r"^(?P<kind>MEMCPY|MEMSET)(?P<dir>[A-Z]to[A-Z])?")
 _BYTES = re.compile(r"(\d+) bytes")
-# Legacy device names (`/job:x/replica:0/task:0/gpu:0`, `/gpu:0/stream:3`) that
-# tracedb.devices does not know.
-_LEGACY_DEV = re.compile(r"/(?P<type>cpu|gpu|tpu):(?P<index>\d+)(?:/stream:(?P<stream>\w+))?(?P<memcpy>/memcpy)?", re.I)
 
 _INT64_MAX = 2**63 - 1
 
@@ -129,17 +126,6 @@ def _parse(data: bytes) -> step_stats_pb2.StepStats:
     return stats
 
 
-def _device(raw: str) -> tuple[str, str | None]:
-    """(canonical device, stream tag) as in tracedb.devices, plus legacy `/gpu:0` names."""
-    dev, stream = devices.parse_tf_device(raw)
-    if dev != raw:
-        return dev, stream
-    m = _LEGACY_DEV.search(raw)
-    if m:
-        return devices.canonical(m["type"], m["index"]), "memcpy" if m["memcpy"] else m["stream"]
-    return devices.normalize(raw), None
-
-
 # Times: `<field>_nanos` when set, else `<field>_micros` * 1000 (TF writes both when it
 # can); written out per field below as `ns.x_nanos or ns.x_micros * 1000`.
 
@@ -226,7 +212,7 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     step, seq = ctx.file_ordinal, 0
     for dev_stats in stats.dev_stats:
         raw = dev_stats.device
-        dev, stream = _device(raw)
+        dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
         if stream in ("all", "memcpy"):
             continue  # repeats of numbered-stream rows
         if stream is not None and stream.isdigit():
