@@ -18,20 +18,24 @@ def canonical(type_name: str, index: int | str) -> str:
     return f"{type_name.upper()}:{int(index)}"
 
 
-def parse_tf_device(raw: str) -> tuple[str, str | None]:
-    """TF device string -> (canonical device, stream tag).
+def match_tf_device(raw: str) -> tuple[str, str | None] | None:
+    """TF device string -> (canonical device, stream tag), None if it names no TF device.
 
     The stream tag is None for `/job:...` devices, 'all' for `/stream:all`, 'memcpy' for
-    `/memcpy`, else the stream number as a string. A string that names no TF device is
-    normalized as best we can.
+    `/memcpy`, else the stream number as a string.
     """
     m = _TF.search(raw)
     if not m:
-        return normalize(raw), None
+        return None
     dev = canonical(m["type"] or m["legacy"], m["index"])
     if m["memcpy"]:
         return dev, "memcpy"
     return dev, m["stream"]
+
+
+def parse_tf_device(raw: str) -> tuple[str, str | None]:
+    """`match_tf_device`, with a string that names no TF device normalized as best we can."""
+    return match_tf_device(raw) or (normalize(raw), None)
 
 
 def normalize(raw: str | None, default_type: str = "CPU") -> str:

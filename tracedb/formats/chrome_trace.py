@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from tracedb.devices import canonical
+from tracedb.devices import canonical, match_tf_device
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
 from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, num, us_to_ns
@@ -35,7 +35,6 @@ NAME = "chrome_trace"
 DESCRIPTION = "Chrome-trace JSON (TF timeline, generic traceEvents), optionally gzipped"
 
 _EVENT = re.compile(r'"ph"\s*:\s*"[A-Za-z]"')
-_TF_DEV = re.compile(r"/device:(?P<type>[A-Za-z_]+):(?P<index>\d+)(?P<rest>/stream:(?P<stream>\w+)|/memcpy)?")
 _STREAM = re.compile(r"\bstream\s*:?\s*#?(\d+)", re.IGNORECASE)
 _GPU = re.compile(r"\bGPU\b\s*:?\s*(\d+)?", re.IGNORECASE)
 _COPY = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)", re.IGNORECASE)
@@ -66,12 +65,11 @@ class _Lane:
         self.device_raw = raw or None
         self.skip = False
         self.stream = None
-        m = _TF_DEV.search(raw)
-        if m:
-            dev = canonical("GPU" if m["type"].upper() == "GPU" else m["type"], m["index"])
+        tf = match_tf_device(raw)
+        if tf:
+            dev, stream_tag = tf
             # `/device:GPU:0 Compute` holds ops timed on the host: nodes, not kernels.
-            self.gpu = m["type"].upper() == "GPU" and m["rest"] is not None
-            stream_tag = "memcpy" if m["rest"] == "/memcpy" else m["stream"]
+            self.gpu = dev.startswith("GPU:") and stream_tag is not None
             if stream_tag and stream_tag.isdigit():
                 self.stream = int(stream_tag)
             elif self.gpu and stream_tag and dev in numbered:
@@ -101,9 +99,9 @@ def _names(stream: EventStream) -> tuple[dict, dict, set[str]]:
                 threads[(ev.get("pid"), ev.get("tid"))] = name
     numbered = set()
     for n in list(procs.values()) + list(threads.values()):
-        m = _TF_DEV.search(n)
-        if m and m["stream"] and m["stream"].isdigit():
-            numbered.add(canonical(m["type"], m["index"]))
+        tf = match_tf_device(n)
+        if tf and tf[1] and tf[1].isdigit():
+            numbered.add(tf[0])
     return procs, threads, numbered
 
 
