@@ -27,9 +27,8 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from tracedb.devices import canonical, match_tf_device
-from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, num, us_to_ns
+from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, need, num, us_to_ns
 
 NAME = "chrome_trace"
 DESCRIPTION = "Chrome-trace JSON (TF timeline, generic traceEvents), optionally gzipped"
@@ -129,30 +128,23 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
             if not stack:
                 continue  # began before the trace window
             i, begin = stack.pop()
-            start = us_to_ns(_need(begin, "ts", i))
-            dur = us_to_ns(_need(ev, "ts", i)) - start
+            start = us_to_ns(need(begin, "ts", i))
+            dur = us_to_ns(need(ev, "ts", i)) - start
             if ev.get("args"):  # E may carry args too; they merge into the B's
                 begin = {**begin, "args": {**(begin.get("args") or {}), **ev["args"]}}
             ev = begin
         else:
-            start = us_to_ns(_need(ev, "ts", i))
-            dur = us_to_ns(_need(ev, "dur", i))
+            start = us_to_ns(need(ev, "ts", i))
+            dur = us_to_ns(need(ev, "dur", i))
         yield from _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernels)
     for key, stack in open_b.items():  # never closed: start known, duration not
         for i, ev in stack:
-            yield from _emit(ev, i, us_to_ns(_need(ev, "ts", i)), None, key, lanes, procs,
+            yield from _emit(ev, i, us_to_ns(need(ev, "ts", i)), None, key, lanes, procs,
                              threads, numbered, nodes, kernels)
     if stream.meta:
         ctx.metadata["chrome_trace"] = json.loads(json.dumps(stream.meta))
     yield from nodes.flush()
     yield from kernels.flush()
-
-
-def _need(ev: dict, key: str, i: int) -> Any:
-    val = ev.get(key)
-    if val is None:
-        raise TraceFormatError(f"{ev.get('ph')} event #{i} ({str(ev.get('name'))[:60]!r}) has no '{key}'")
-    return val
 
 
 def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernels):
@@ -161,7 +153,7 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernel
         lane = lanes[key] = _Lane(procs.get(key[0], ""), threads.get(key, ""), key[1], numbered)
     if lane.skip:
         return
-    name = _need(ev, "name", i)
+    name = need(ev, "name", i)
     args = ev.get("args") or {}
     node = args.get("name") if isinstance(args.get("name"), str) else None
     op = args.get("op") if isinstance(args.get("op"), str) else None

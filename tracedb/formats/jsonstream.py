@@ -84,6 +84,15 @@ def us_to_ns(v: Any) -> int:
     raise TraceFormatError(f"not a number: {v!r}")
 
 
+def need(ev: dict, key: str, i: int, kind: Any = None) -> Any:
+    """ev[key], or a one-line error naming the event (`kind`, default its `ph`) and key."""
+    val = ev.get(key)
+    if val is None:
+        kind = kind or ev.get("ph")
+        raise TraceFormatError(f"{kind} event #{i} ({str(ev.get('name'))[:60]!r}) has no '{key}'")
+    return val
+
+
 def num(v: Any) -> float | int | None:
     """A decoded number as int/float; None when absent or not numeric."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, num, plain, us_to_ns
+from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, need, num, plain, us_to_ns
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
@@ -89,12 +89,7 @@ def sniff(head: bytes) -> bool:
 
 
 def _need(ev: dict, key: str, i: int) -> Any:
-    val = ev.get(key)
-    if val is None:
-        raise TraceFormatError(
-            f"{ev.get('cat') or ev.get('ph')} event #{i} ({str(ev.get('name'))[:60]!r}) has no '{key}'"
-        )
-    return val
+    return need(ev, key, i, ev.get("cat") or ev.get("ph"))  # Kineto events say their cat
 
 
 def _jsonable(v: Any) -> Any:
