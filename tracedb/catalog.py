@@ -84,18 +84,23 @@ def open_lake(warehouse: Path, create: bool = False) -> lake_mod.Lake:
 
 def connect(warehouse: Path | None = None, read_only: bool = True, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open the warehouse's catalog snapshot with the views ready to query (rebuilt first
-    when it is missing or stale). read_only=False gives a private scratch copy."""
+    when it is missing or stale). read_only=False gives a private writable copy of the views.
+
+    The snapshot is ATTACHed to a fresh in-memory DuckDB rather than opened with
+    duckdb.connect(path): DuckDB caches one database instance per path and process, so a
+    second connect() in a notebook that still holds one would get the old snapshot."""
     warehouse = Path(warehouse or default_warehouse())
     lake = open_lake(warehouse)
     ensure_fresh(lake)
     path = warehouse / CATALOG
     try:
-        if not read_only:  # a private writable connection: an in-memory copy of the views
-            con = duckdb.connect(config=config or {})
-            con.execute(f"ATTACH {_sql_str(str(path))} AS snap (READ_ONLY)")
+        con = duckdb.connect(config=config or {})
+        con.execute(f"ATTACH {_sql_str(str(path))} AS {'tracedb' if read_only else 'snap'} (READ_ONLY)")
+        if read_only:
+            con.execute("USE tracedb")
+        else:
             _copy_views(con)
-            return con
-        return duckdb.connect(str(path), read_only=True, config=config or {})
+        return con
     except duckdb.Error as e:
         raise TracedbError(f"cannot open {path}: {e}") from e
 
@@ -151,6 +156,7 @@ def publish(lake: lake_mod.Lake) -> None:
             _build(con, lake)
         finally:
             con.close()
+        lake_mod.crash_point("snapshot_before_rename")
         os.replace(tmp, root / CATALOG)
     finally:
         tmp.unlink(missing_ok=True)

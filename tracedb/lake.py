@@ -48,6 +48,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import time
 import urllib.parse
 from collections import defaultdict
@@ -68,6 +69,13 @@ PARTITIONS = ["run_id", "device"]
 INGEST_ID = pa.field("ingest_id", pa.string(), metadata={"doc": "ingest that wrote the row; a run's live ingest is runs.ingest_id"})
 # Files removed from the log stay on disk this long, so open snapshots keep working.
 DEFAULT_RETENTION_HOURS = 168
+
+
+def crash_point(name: str) -> None:
+    """Fault injection for the SIGKILL tests: TRACEDB_CRASH_AT=<name> kills this process
+    at that step of the protocol, as a power cut or the OOM killer would."""
+    if os.environ.get("TRACEDB_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def delta_schema(table: str) -> pa.Schema:
@@ -254,14 +262,18 @@ class Lake:
         from deltalake import write_deltalake
 
         self._add_files([f for r in runs if r.replace for f in r.files])
+        crash_point("ingest_after_add")
         self._write_file_rows(runs)
+        crash_point("ingest_after_files")
         replaced = [r for r in runs if r.replace]
         if replaced:
             rows = [{**r.run_row, "ingest_id": r.ingest_id} for r in replaced]
             data = pa.Table.from_pylist(rows, schema=delta_schema("runs"))
             pred = f"run_id IN ({', '.join(sql_str(r.run_row['run_id']) for r in replaced)})"
             write_deltalake(self.uri("runs"), data, mode="overwrite", predicate=pred)
+            crash_point("ingest_after_publish")
             self.remove_unpublished({r.run_row["run_id"] for r in replaced})
+            crash_point("ingest_after_cleanup")
 
     def _add_files(self, files: list[DataFile]) -> None:
         from deltalake.transaction import AddAction
@@ -345,6 +357,7 @@ class Lake:
             raise TracedbError(f"no such run(s): {', '.join(missing)}")
         pred = f"run_id IN ({', '.join(sql_str(r) for r in found)})"
         self.table("runs").delete(pred)  # the publish point: the runs are gone for readers
+        crash_point("rm_after_unpublish")
         self.table("files").delete(pred)
         self.remove_unpublished(set(found))
         return found
@@ -364,6 +377,7 @@ class Lake:
         for table in schema.ALL_TABLES:
             metrics = self.table(table).optimize.compact(target_size=target_size)
             out[table] = int(metrics.get("numFilesRemoved", 0))
+            crash_point(f"optimize_after_{table}")
         return out
 
     def vacuum(self, retention_hours: int = DEFAULT_RETENTION_HOURS) -> list[str]:
