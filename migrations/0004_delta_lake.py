@@ -44,7 +44,7 @@ def _rewrite(warehouse: Path, table: str, run_id: str, device: str, rel: str, in
     new_rel = rel[: -len(".parquet")] + SUFFIX
     pq.write_table(data, warehouse / new_rel, compression="zstd", write_page_checksum=True)
     return lake_mod.DataFile(table, run_id, device, new_rel, old.num_rows,
-                             (warehouse / new_rel).stat().st_size, ingest_id)
+                             *lake_mod.size_and_hash(warehouse / new_rel), ingest_id=ingest_id)
 
 
 def up(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:

@@ -351,3 +351,38 @@ def test_optimize_compacts_and_keeps_every_row(tmp_path):
     con = catalog.connect(wh)
     assert con.execute("SELECT step, count(*), sum(duration_ns) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == steps
     assert len(Lake(wh).live_files("kernels")[0]) == 1
+
+
+def test_check_names_damaged_runs_and_the_repair(tmp_path):
+    """Bit rot, a truncated file and a missing file are each named with their run; the
+    repair it suggests (re-ingest) makes the warehouse whole again."""
+    from typer.testing import CliRunner
+
+    from tracedb.cli import app
+
+    wh = tmp_path / "wh"
+    runs = tmp_path / "runs"
+    for name in ("a", "b", "c", "ok"):
+        make_run(runs / name, LSTM)
+    ingest([runs], wh)
+    runner = CliRunner()
+    assert runner.invoke(app, ["check", "-w", str(wh)]).exit_code == 0
+    lake = Lake(wh)
+    files = {r["run_id"]: r["path"] for r in lake.add_actions("kernels").to_pylist()}
+    rot = bytearray((wh / files["a"]).read_bytes())
+    for i in range(200, 216):  # 16 flipped bytes inside a data page, size unchanged
+        rot[i] ^= 0xFF
+    (wh / files["a"]).write_bytes(bytes(rot))
+    (wh / files["b"]).write_bytes((wh / files["b"]).read_bytes()[:-100])
+    (wh / files["c"]).unlink()
+    r = runner.invoke(app, ["check", "-w", str(wh)])
+    assert r.exit_code == 1
+    assert "run a: " in r.output and "SHA-256" in r.output
+    assert "run b: " in r.output and "size" in r.output
+    assert "run c: " in r.output and "missing" in r.output
+    assert "run ok" not in r.output and "3 damaged run(s): a, b, c" in r.output
+    assert "tracedb ingest" in r.output
+    for name in ("a", "b", "c"):
+        assert runner.invoke(app, ["ingest", str(runs / name), "--run-id", name, "-w", str(wh)]).exit_code == 0
+    assert runner.invoke(app, ["check", "-w", str(wh)]).exit_code == 0
+    assert all_counts(wh) == {r: LSTM for r in ("a", "b", "c", "ok")}

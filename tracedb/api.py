@@ -75,6 +75,13 @@ class Warehouse:
             catalog.publish(lake)
         return done
 
+    def check(self) -> list[tuple[str, str, str]]:
+        """Verify every live data file (present, size, SHA-256 recorded at write time, Parquet
+        page checksums); returns (run_id, path, problem) for each damaged one."""
+        from tracedb import catalog
+
+        return catalog.open_lake(self.path).check()
+
     def migrate(self) -> list[str]:
         """Apply pending migrations; returns their names."""
         from tracedb import migrate

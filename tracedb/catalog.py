@@ -79,6 +79,9 @@ def open_lake(warehouse: Path, create: bool = False) -> lake_mod.Lake:
         lake.create(migrate.all_records("created at schema version %d" % schema.SCHEMA_VERSION))
     else:
         migrate.require_current(lake)
+        if any(v < 0 for v in lake.versions().values()):  # a table this version added
+            with lake.lock():
+                lake.ensure_tables()
     return lake
 
 
@@ -179,9 +182,15 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
     con.execute("CREATE TABLE tracedb_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     con.executemany("INSERT INTO tracedb_meta VALUES (?, ?)", [
         ["schema_version", str(schema.SCHEMA_VERSION)], ["lake_state", json.dumps(state)]])
+    missing = []
     for table in schema.TABLES:
         files, mixed = lake.live_files(table, published)
+        # A lost file would make DuckDB refuse the whole view (and so every later commit):
+        # leave it out, and let `tracedb check` name its run.
+        missing += [f for f in files if not (lake.root / f).is_file()]
+        files = [f for f in files if (lake.root / f).is_file()]
         con.execute(f"CREATE VIEW {table} AS {_table_view_sql(lake.root, table, files, mixed)}")
+    con.execute("INSERT INTO tracedb_meta VALUES ('missing_files', ?)", [json.dumps(missing)])
     con.execute(f"CREATE VIEW runs AS {_runs_view_sql(con)}")
     con.execute("CREATE VIEW files AS SELECT * FROM tracedb_files")
     con.execute("CREATE VIEW ingest_log AS SELECT * FROM tracedb_ingest_log")

@@ -244,6 +244,30 @@ def optimize(warehouse: Optional[Path] = WarehouseOpt):
 
 
 @app.command()
+def check(warehouse: Optional[Path] = WarehouseOpt):
+    """Verify the warehouse: every file the lake lists is present, with the size and SHA-256
+    recorded when it was written and valid Parquet page checksums. Exit 1 names each damaged run.
+
+    Example: tracedb check --warehouse /data/tracedb
+    """
+    from tracedb.api import Warehouse
+
+    try:
+        problems = Warehouse(_warehouse(warehouse)).check()
+    except TracedbError as e:
+        _fail(e)
+    if not problems:
+        typer.echo("ok: every live data file is present and intact")
+        return
+    for run_id, path, problem in problems:
+        typer.echo(f"damaged: run {run_id}: {path}: {problem}", err=True)
+    runs = sorted({r for r, _, _ in problems})
+    typer.echo(f"{len(runs)} damaged run(s): {', '.join(runs)}. Repair: re-ingest each from its source "
+               f"(`tracedb ingest RUN_FOLDER --run-id RUN`), or drop it (`tracedb rm RUN`)", err=True)
+    raise typer.Exit(1)
+
+
+@app.command()
 def migrate(warehouse: Optional[Path] = WarehouseOpt):
     """Bring a warehouse made by an older tracedb up to the current schema (schema 1 is converted to Delta Lake in place).
 

@@ -46,6 +46,7 @@ tables) takes ~0.3 s; files are written once (no staging copy).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -100,6 +101,16 @@ def sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def size_and_hash(path: Path) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
 @dataclass
 class DataFile:
     """A parquet file written into the lake, not yet committed."""
@@ -110,6 +121,7 @@ class DataFile:
     rel: str  # relative to the warehouse
     rows: int
     size: int
+    sha256: str
     ingest_id: str
     logged: bool = False  # added to the Delta log: only remove_unpublished + vacuum may delete it
 
@@ -275,8 +287,19 @@ class Lake:
             self.remove_unpublished({r.run_row["run_id"] for r in replaced})
             crash_point("ingest_after_cleanup")
 
+    def _record_checksums(self, files: list[DataFile]) -> None:
+        from deltalake import write_deltalake
+
+        if files:
+            rows = [{"table_name": f.table, "run_id": f.run_id, "path": f.rel, "size_bytes": f.size,
+                     "sha256": f.sha256, "ingest_id": f.ingest_id} for f in files]
+            write_deltalake(self.uri("checksums"), pa.Table.from_pylist(rows, schema=delta_schema("checksums")),
+                            mode="append")
+
     def _add_files(self, files: list[DataFile]) -> None:
         from deltalake.transaction import AddAction
+
+        self._record_checksums(files)
 
         by_table: dict[str, list] = defaultdict(list)
         now = int(time.time() * 1000)
@@ -375,10 +398,46 @@ class Lake:
         self.remove_unpublished()
         out = {}
         for table in schema.ALL_TABLES:
+            before = set(self.add_actions(table).column("path").to_pylist()) if table in schema.TABLES else set()
             metrics = self.table(table).optimize.compact(target_size=target_size)
             out[table] = int(metrics.get("numFilesRemoved", 0))
+            if table in schema.TABLES:
+                self._record_checksums([
+                    DataFile(table, r["run_id"], r["device"], r["path"], r["rows"] or 0,
+                             *size_and_hash(self.root / r["path"]), ingest_id=r["max_ingest"] or "")
+                    for r in self.add_actions(table).to_pylist() if r["path"] not in before])
             crash_point(f"optimize_after_{table}")
         return out
+
+    def check(self) -> list[tuple[str, str, str]]:
+        """Verify every live data file against the log and what was recorded when it was
+        written: present, same size, same SHA-256, Parquet page checksums valid. Returns
+        (run_id, path, problem) for each damaged file."""
+        import pyarrow.parquet as pq
+
+        recorded = {}
+        sums = self.read_table("checksums", ["path", "size_bytes", "sha256"])
+        for path, size, digest in zip(*(sums.column(c).to_pylist() for c in ("path", "size_bytes", "sha256"))):
+            recorded[path] = (size, digest)
+        problems = []
+        for table in schema.TABLES:
+            for r in self.add_actions(table).to_pylist():
+                path = self.root / r["path"]
+                problem = None
+                if not path.is_file():
+                    problem = "missing"
+                elif path.stat().st_size != r["size"]:
+                    problem = f"size {path.stat().st_size} B, the log says {r['size']} B"
+                elif r["path"] in recorded and size_and_hash(path)[1] != recorded[r["path"]][1]:
+                    problem = "content differs from the SHA-256 recorded when it was written"
+                else:
+                    try:
+                        pq.read_table(path, page_checksum_verification=True)
+                    except (OSError, pa.ArrowException) as e:
+                        problem = f"unreadable parquet: {e}"
+                if problem:
+                    problems.append((r["run_id"], r["path"], problem))
+        return problems
 
     def vacuum(self, retention_hours: int = DEFAULT_RETENTION_HOURS) -> list[str]:
         """Remove unpublished data from the log, then delete files that no live version

@@ -218,6 +218,11 @@ def conform_lake_table(lake, table: str) -> int:
         actions.append(AddAction(new_rel.split("/", 1)[1], (lake.root / new_rel).stat().st_size, parts, now, True,
                                  json.dumps(stats)))
     if actions:
+        lake._record_checksums([
+            lake_mod.DataFile(table, a.partition_values["run_id"], a.partition_values["device"],
+                              f"{table}/{a.path}", 0, *lake_mod.size_and_hash(lake.root / table / a.path),
+                              ingest_id=f"migration-{now}")
+            for a in actions if isinstance(a, AddAction)])
         lake.table(table).create_write_transaction(actions, mode="append", schema=lake_mod.delta_schema(table),
                                                    partition_by=lake_mod.PARTITIONS)
     return len(actions) // 2

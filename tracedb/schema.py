@@ -165,8 +165,21 @@ FILES = pa.schema(
     ]
 )
 
+# What each data file held when it was written, for `tracedb check` (Delta's log keeps
+# the size but no content hash).
+CHECKSUMS = pa.schema(
+    [
+        _f("table_name", pa.string(), "data table of the file"),
+        _f("run_id", pa.string(), "run of the file"),
+        _f("path", pa.string(), "file, relative to the warehouse"),
+        _f("size_bytes", pa.int64(), "size when written, bytes"),
+        _f("sha256", pa.string(), "SHA-256 of the file when written"),
+        _f("ingest_id", pa.string(), "ingest (or optimize) that wrote it"),
+    ]
+)
+
 # Metadata tables: Delta tables too, unpartitioned.
-META_TABLES: dict[str, pa.Schema] = {"runs": RUNS, "files": FILES, "ingest_log": FILES}
+META_TABLES: dict[str, pa.Schema] = {"runs": RUNS, "files": FILES, "ingest_log": FILES, "checksums": CHECKSUMS}
 # Every Delta table of the lake.
 ALL_TABLES: dict[str, pa.Schema] = {**TABLES, **META_TABLES}
 TABLE_DOCS: dict[str, str] = {
@@ -177,6 +190,7 @@ TABLE_DOCS: dict[str, str] = {
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",
+    "checksums": "size and SHA-256 of every data file when written (append-only), for `tracedb check`",
 }
 
 VIEWS: dict[str, pa.Schema] = {"runs": RUNS, **TABLES, "files": FILES, "ingest_log": FILES}

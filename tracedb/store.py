@@ -86,8 +86,8 @@ class FileWriter:
     def close(self) -> list[lake.DataFile]:
         for w in self._writers.values():
             w.close()
-        out = [lake.DataFile(t, self.run_id, d, rel, self._rows[(t, d)], (self.root / rel).stat().st_size,
-                             self.ingest_id) for (t, d), rel in self._paths.items()]
+        out = [lake.DataFile(t, self.run_id, d, rel, self._rows[(t, d)], *lake.size_and_hash(self.root / rel),
+                             ingest_id=self.ingest_id) for (t, d), rel in self._paths.items()]
         self._writers.clear()
         return out
 
