@@ -27,8 +27,9 @@ class Warehouse:
     def __repr__(self) -> str:
         return f"Warehouse({str(self.path)!r})"
 
-    def ingest(self, *paths: str | Path, run_id: str | None = None, jobs: int = 1) -> IngestSummary:
-        return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs)
+    def ingest(self, *paths: str | Path, run_id: str | None = None, jobs: int = 1, partial: bool = False) -> IngestSummary:
+        """Ingest runs; a run with a failing file keeps its previous version unless partial=True."""
+        return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs, partial=partial)
 
     def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with the views ready (close it when done)."""

@@ -44,6 +44,8 @@ def ingest(
     exclude: List[str] = typer.Option([], "--exclude", "-x", help="Skip files matching this glob (name or relative path), e.g. '*.md'; repeatable"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print a line per file as it lands"),
+    partial: bool = typer.Option(False, "--partial", help="Land a run even when some of its files fail (marked status=partial); "
+                                 "by default such a run keeps its previous complete version"),
 ):
     """Ingest traces: each subfolder of a runs folder is one run; formats are sniffed from content.
 
@@ -67,12 +69,15 @@ def ingest(
 
     try:
         summary = do_ingest(paths, _warehouse(warehouse), run_id=run_id, jobs=jobs, exclude=exclude,
-                            on_run=on_run, on_file=on_file)
+                            on_run=on_run, on_file=on_file, partial=partial)
     except TracedbError as e:
         _fail(e)
     for run in summary.runs:  # file errors were printed as they happened
         if run.run_error:
             typer.echo(f"error: {run.run_error[0]}: {run.run_error[1]}", err=True)
+        if not run.replaced and any(f.ok for f in run.files):
+            typer.echo(f"{run.run_id}: not replaced: some of its files failed, so it keeps its previous complete "
+                       "version (if any); --partial lands what is readable", err=True)
     if not summary.ok:
         typer.echo(f"{len(summary.errors)} file(s) failed; see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
         raise typer.Exit(1)
