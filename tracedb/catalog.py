@@ -166,8 +166,9 @@ def _table_view_sql(con: duckdb.DuckDBPyConnection, table: str) -> str:
 
 
 def label_path(key: str) -> str:
-    """JSON path of a run.json label; DuckDB does not decode \\u escapes in paths."""
-    return "$." + json.dumps(key, ensure_ascii=False)
+    """JSON path of a run.json label. DuckDB decodes `\\"` and `\\\\` in a quoted path
+    key but no other escape (`\\n`, `\\u0001`), so control characters go in raw."""
+    return '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _runs_view_sql(con: duckdb.DuckDBPyConnection) -> str:

@@ -30,6 +30,18 @@ def _warehouse(w: Optional[Path]) -> Path:
     return w or catalog.default_warehouse()
 
 
+def _existing(w: Optional[Path]) -> Path:
+    """The warehouse for commands that change one (rm, vacuum): it must exist already, so
+    a mistyped path is an error rather than a new empty warehouse."""
+    path = _warehouse(w)
+    from tracedb import schema
+
+    if not path.is_dir() or not ((path / catalog.CATALOG).is_file()
+                                 or any((path / t / "_delta_log").is_dir() for t in schema.TABLES)):
+        raise TracedbError(f"no warehouse at {path}")
+    return path
+
+
 def _fail(e: Exception, code: int = 2) -> None:
     typer.echo(f"tracedb: error: {e}", err=True)
     raise typer.Exit(code)
@@ -54,6 +66,10 @@ def ingest(
     def on_file(f):
         if f.error:
             typer.echo(f"error: {f.path}: {f.error}", err=True)
+        elif warnings := getattr(f, "warnings", None) or f.metadata.get("warnings"):
+            from tracedb.validate import describe
+
+            typer.echo(f"warning: {f.path}: {describe(warnings)}", err=True)
         elif verbose:
             rows = ", ".join(f"{n} {t}" for t, n in f.rows.items() if n)
             typer.echo(f"  {f.path} [{f.format}]: {rows} ({f.seconds:.2f}s)", err=True)
@@ -201,7 +217,7 @@ def remove(run: List[str] = typer.Argument(..., help="Run id(s) to delete"),
     Example: tracedb rm nightly-2026-10-01 nightly-2026-10-02
     """
     try:
-        with catalog.writing(_warehouse(warehouse)) as con:
+        with catalog.writing(_existing(warehouse)) as con:
             gone = catalog.delete_runs(con, _warehouse(warehouse), run)
     except TracedbError as e:
         _fail(e)
@@ -215,7 +231,7 @@ def vacuum(warehouse: Optional[Path] = WarehouseOpt):
     Example: tracedb vacuum --warehouse /data/tracedb
     """
     try:
-        with catalog.writing(_warehouse(warehouse)) as con:
+        with catalog.writing(_existing(warehouse)) as con:
             removed = catalog.vacuum(con, _warehouse(warehouse))
     except TracedbError as e:
         _fail(e)

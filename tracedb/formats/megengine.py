@@ -87,6 +87,8 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         doc = json.loads(read_all(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TraceFormatError(f"MegEngine profile is not valid JSON: {e}") from e
+    except RecursionError:
+        raise TraceFormatError("MegEngine profile: JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise TraceFormatError("MegEngine profile: top level is not a JSON object")
     prof = _section(doc, "profiler", "")
