@@ -106,6 +106,9 @@ CRAFTED = {
                        r"MegEngine profile: JSON nested too deeply"),
     "megengine_nan_time": (lambda: _megengine_with(lambda d: _one(_one(d["profiler"]["host"])).__setitem__("start", float("nan"))),
                            r"MegEngine profile: malformed operator \d+ \(ValueError"),
+    # found by tests/test_fuzz.py (long profile): an Infinity time is an OverflowError in int()
+    "megengine_inf_time": (lambda: _megengine_with(lambda d: _one(_one(d["profiler"]["host"])).__setitem__("end", float("inf"))),
+                           r"MegEngine profile: malformed operator \d+ \(OverflowError: cannot convert float infinity"),
     "tf_huge_start": (lambda: re.sub(r"all_start_micros: \d+", "all_start_micros: 9223372036854775807", _TF, count=1),
                       r"nodes row #0 \(seq 0, node_name '_SOURCE'\): field start_ns = 9223372036854775807000 is not a valid int64"),
     "tf_huge_alloc": (lambda: re.sub(r"alloc_micros: \d+", "alloc_micros: 9223372036854775807", _TF, count=1),

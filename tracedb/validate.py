@@ -11,7 +11,8 @@ it finds is counted by kind in the file's `warnings` (kept in `files.metadata` a
 | `duplicate_event` | a timed `nodes` / `kernels` row equal to an earlier row of the same file in device, thread or stream, names, start and duration | row kept (a profiler may record two identical events); count it out with `files.metadata` |
 
 Duplicates are found with a 64-bit hash per row (one multiply-xor pass per key column in
-numpy, `np.unique` at the end of the file): 8 bytes a row, ~0.1 s per million rows.
+numpy, `np.unique` at the end of the file): 8 bytes a row. All checks together cost
+~0.3 µs a row (2.6 ms for the 8,447 rows of the Kineto fixture, whose read takes ~0.5 s).
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ import gzip
 import io
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -112,14 +113,23 @@ class _LimitedGzip(gzip.GzipFile):
             while chunk := self.read(1 << 20):
                 chunks.append(chunk)
             return b"".join(chunks)
-        return self._take(super().read(min(size, self._limit - self._count + 1)))
+        try:
+            return self._take(super().read(min(size, self._limit - self._count + 1)))
+        except zlib.error as e:  # corrupt deflate data: an OSError like the other gzip faults
+            raise gzip.BadGzipFile(f"corrupt deflate data: {e}") from e
 
     def read1(self, size: int = -1) -> bytes:
-        return self._take(super().read1(size if size >= 0 else 1 << 20))
+        try:
+            return self._take(super().read1(size if size >= 0 else 1 << 20))
+        except zlib.error as e:
+            raise gzip.BadGzipFile(f"corrupt deflate data: {e}") from e
 
     def readline(self, size: int | None = -1) -> bytes:
         cap = self._limit - self._count + 1
-        return self._take(super().readline(cap if size is None or size < 0 else min(size, cap)))
+        try:
+            return self._take(super().readline(cap if size is None or size < 0 else min(size, cap)))
+        except zlib.error as e:
+            raise gzip.BadGzipFile(f"corrupt deflate data: {e}") from e
 
 
 def open_trace(path: Path, limit: int | None = None, env: str = MAX_DECOMPRESSED_ENV) -> IO[bytes]:

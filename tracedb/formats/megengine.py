@@ -202,5 +202,5 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
                                       "owner_operator": owner.get(ovar, (None,))[0]}),
             })
         yield from allocations.flush()
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
         raise TraceFormatError(f"MegEngine profile: malformed {where} ({type(e).__name__}: {e})") from e
