@@ -43,7 +43,7 @@ from typing import IO, Any, Iterator
 import pyarrow as pa
 
 from tracedb import schema
-from tracedb.errors import TraceFormatError
+from tracedb.errors import TracedbError, TraceFormatError
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
@@ -78,8 +78,6 @@ def size_limit(env: str, default: int) -> int:
         return default
     m = _SIZE.match(raw)
     if not m or int(m[1]) <= 0:
-        from tracedb.errors import TracedbError
-
         raise TracedbError(f"{env}={raw!r}: expected a positive size in bytes, like 4G or 500M")
     return int(m[1]) << (10 * " KMGT".index(m[2].upper() or " "))
 
@@ -177,11 +175,10 @@ def read_all(path: Path) -> bytes:
     limit, env = (whole, MAX_WHOLE_FILE_ENV) if whole <= gz else (gz, MAX_DECOMPRESSED_ENV)
     try:
         with open_trace(path, limit, env) as f:
-            if not isinstance(f, gzip.GzipFile) and os.fstat(f.fileno()).st_size > whole:
-                raise TraceFormatError(
-                    f"{os.fstat(f.fileno()).st_size} bytes is more than the {_human(whole)} this format "
-                    f"reads into memory; raise {MAX_WHOLE_FILE_ENV} to read it"
-                )
+            size = None if isinstance(f, gzip.GzipFile) else os.fstat(f.fileno()).st_size
+            if size is not None and size > whole:
+                raise TraceFormatError(f"{size} bytes is more than the {_human(whole)} this format "
+                                       f"reads into memory; raise {MAX_WHOLE_FILE_ENV} to read it")
             return f.read()
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise TraceFormatError(f"truncated or corrupt gzip: {e}") from e
