@@ -146,3 +146,18 @@ def test_catalog_connect_is_unchanged_for_tracedb_itself(lstm):
     finally:
         con.close()
     assert os.path.isfile(lstm / catalog.CATALOG)
+
+
+def test_sandbox_locks_a_python_connection_as_the_readme_says(lstm):
+    from tracedb.query import sandbox
+
+    con = sandbox(Warehouse(lstm).connect(), lstm)
+    try:
+        assert con.execute("SELECT count(*) FROM kernels").fetchone() == (_expected_kernels()[0],)
+        for sql in ("SELECT * FROM read_text('/etc/passwd')", "SET enable_external_access = true",
+                    f"COPY (SELECT 1) TO '{lstm}/../out.csv'"):
+            with pytest.raises(Exception, match="Permission|locked"):
+                con.execute(sql)
+    finally:
+        con.close()
+    assert not (lstm.parent / "out.csv").exists()
