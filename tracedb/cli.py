@@ -56,6 +56,10 @@ def ingest(
     def on_file(f):
         if f.error:
             typer.echo(f"error: {f.path}: {f.error}", err=True)
+        elif warnings := getattr(f, "warnings", None) or f.metadata.get("warnings"):
+            from tracedb.validate import describe
+
+            typer.echo(f"warning: {f.path}: {describe(warnings)}", err=True)
         elif verbose:
             rows = ", ".join(f"{n} {t}" for t, n in f.rows.items() if n)
             typer.echo(f"  {f.path} [{f.format}]: {rows} ({f.seconds:.2f}s)", err=True)
@@ -90,9 +94,10 @@ def query(
     fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json | parquet"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout"),
     dialect: Optional[str] = typer.Option(None, "--dialect", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it"),
+    allow_external: bool = typer.Option(False, "--allow-external", help="Lift the sandbox: let the SQL read other files and URLs, write files (COPY), attach databases"),
     warehouse: Optional[Path] = WarehouseOpt,
 ):
-    """Run a canned or ad-hoc SQL query over the warehouse views.
+    """Run a canned or ad-hoc SQL query over the warehouse views (sandboxed: reads only the warehouse's data).
 
     Example: tracedb query top_kernels --param run_id=tf_lstm_stepstats --format csv
     """
@@ -110,7 +115,7 @@ def query(
         if dialect:
             typer.echo(q.transpile(canned, dialect), nl=False)
             return
-        table = q.run_query(canned, params, _warehouse(warehouse))
+        table = q.run_query(canned, params, _warehouse(warehouse), allow_external=allow_external)
         out.write(table, fmt, output)
     except TracedbError as e:
         _fail(e)

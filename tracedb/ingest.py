@@ -28,6 +28,7 @@ from tracedb import catalog, formats, lake, schema
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
 from tracedb.store import FileWriter
+from tracedb.validate import Validator
 
 RUN_LABELS = "run.json"
 # A commit lands at most this many runs, and at least every this many seconds.
@@ -128,8 +129,23 @@ def _natural_key(name: str) -> list:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
+# Hive partitioning reads a partition folder named this as NULL: such a run would lose its id.
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def check_run_id(run_id: str, where: str = "--run-id") -> None:
+    """Refuse run ids the warehouse cannot keep: empty or blank, and Hive's NULL."""
+    if not run_id.strip():
+        raise TracedbError(f"{where}: a run id cannot be empty or blank")
+    if run_id == HIVE_NULL:
+        raise TracedbError(f"{where}: {HIVE_NULL!r} cannot be a run id (Hive partitioning reads it as NULL); "
+                           "rename the folder or pass --run-id")
+
+
 def discover_runs(paths: list[Path], run_id: str | None = None, exclude: tuple[str, ...] = ()) -> list[RunSpec]:
     """Runs named by the contract's rules: subfolder = run, loose file = run named after its stem."""
+    if run_id is not None:
+        check_run_id(run_id)
     if run_id is not None and len(paths) != 1:
         raise TracedbError("--run-id needs exactly one PATH (a trace file or one run folder)")
     runs: list[RunSpec] = []
@@ -148,6 +164,7 @@ def discover_runs(paths: list[Path], run_id: str | None = None, exclude: tuple[s
                     runs.append(RunSpec(_run_name(child), path, [child]))
     seen: dict[str, RunSpec] = {}
     for r in runs:
+        check_run_id(r.run_id, f"run {r.run_id!r} ({r.root})")
         if r.run_id in seen:
             raise TracedbError(f"two runs would be named {r.run_id!r}: {seen[r.run_id].root} and {r.root}")
         seen[r.run_id] = r
@@ -226,18 +243,21 @@ def _read_one(job: _Job) -> FileResult:
     ctx = ReadContext(run_id=job.run_id, source_file=job.rel, file_ordinal=job.ordinal)
     writer = FileWriter(job.root, job.run_id, job.ingest_id, job.file_tag,
                         fill={"source_format": job.format, "source_file": job.rel})
+    checks = Validator()
     try:
         module = formats.get_format(job.format)
         for table, batch in module.read(job.path, ctx):
-            _store(writer.write, table, batch)
+            _store(writer.write, table, checks.check(table, batch))
         written = _store(writer.close)
-    except WarehouseError as e:
+        ctx.warnings.update(checks.finish())
+    except TracedbError as e:  # TraceFormatError (the source) or WarehouseError
         writer.abort()
         res.error = str(e)
-    except TraceFormatError as e:
-        writer.abort()
-        res.error = str(e)
-    except (MemoryError, KeyboardInterrupt):
+    except MemoryError:
+        writer.abort()  # the reader's frames are gone: the memory is back, the batch goes on
+        res.error = ("out of memory while reading (raise the machine's memory or lower "
+                     "TRACEDB_MAX_WHOLE_FILE_BYTES to refuse such files quickly)")
+    except KeyboardInterrupt:
         writer.abort()
         raise
     except Exception as e:  # noqa: BLE001 - a reader bug on odd input must not stop the batch
@@ -266,8 +286,8 @@ def _store(fn, *args):
     try:
         return fn(*args)
     except OSError as e:
-        raise WarehouseError(f"warehouse error (the source file is not at fault): cannot write "
-                             f"{getattr(e, 'filename', None) or 'a data file'}: {e.strerror or e}") from e
+        raise WarehouseError(f"cannot write {getattr(e, 'filename', None) or 'a data file'}: "
+                             f"{e.strerror or e} (the source file is not at fault)") from e
 
 
 def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int) -> list[_Job]:
