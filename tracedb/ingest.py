@@ -221,10 +221,10 @@ def _read_one(job: _Job) -> FileResult:
     writer = FileWriter(job.staging_root, job.run_id, job.file_tag,
                         fill={"source_format": job.format, "source_file": job.rel})
     try:
-        module = formats.get_format(job.format)
-        for table, batch in module.read(job.path, ctx):
+        for table, batch in formats.read(job.path, ctx, job.format):
             writer.write(table, batch)
         written = writer.close()
+        res.format = ctx.format or job.format  # a fallback reader may have read it
     except TraceFormatError as e:
         writer.abort()
         res.error = str(e)
@@ -295,14 +295,21 @@ def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
 
 
 def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dict:
+    metadata = _file_metadata(r)
     return {
         "run_id": run_id, "path": r.rel, "size_bytes": r.size_bytes, "sha256": r.sha256,
         "format": r.format,
-        **{f"rows_{t}": r.rows.get(t, 0) if r.ok else None for t in schema.TABLES},
+        **{f"rows_{t}": r.rows.get(t, 0) if r.ok else None for t in schema.FILE_ROW_COLUMNS},
         "status": "ok" if r.ok else "error", "error": r.error, "seconds": round(r.seconds, 6),
         "ingest_id": ingest_id, "ingested_at": when,
-        "metadata": json.dumps(r.metadata, sort_keys=True, default=str) if r.metadata else None,
+        "metadata": json.dumps(metadata, sort_keys=True, default=str) if metadata else None,
     }
+
+
+def _file_metadata(r: FileResult) -> dict:
+    """The reader's metadata plus the row counts of tables `files` has no column for yet."""
+    extra = {t: n for t, n in r.rows.items() if t not in schema.FILE_ROW_COLUMNS and n}
+    return {**r.metadata, "rows": extra} if extra else r.metadata
 
 
 def ingest(
