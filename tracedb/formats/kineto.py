@@ -214,6 +214,7 @@ _OLD_CATS = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
              "Trace": "Trace"}
 _ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events")
 _ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
+_KINETO_CATS = frozenset(("cpu_op", "cuda_sync", "python_function") + _ACTIVITY_CATS + _ANNOTATION_CATS)
 _FLOW_CATS = ("ac2g", "async_gpu")  # repeat kernels.correlation_id: not stored
 # Stored in `events` without a warning. Anything else is stored there too, and counted.
 _KNOWN = {None, "", "cuda_sync", "cpu_instant_event", "python_function", "cuda_profiler_range",
@@ -274,10 +275,13 @@ class _Index:
         op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
         call_size = array("q")
         step_match = _STEP.match
+        self.kineto_events = 0  # events of a Kineto category (else: not a Kineto trace)
         for i, ev in enumerate(stream):
             if ev.get("ph") != "X":
                 continue
             cat = _cat(ev)
+            if cat in _KINETO_CATS or _is_runtime(cat):
+                self.kineto_events += 1
             args = ev.get("args") or _NO_ARGS
             if cat == "cpu_op" or cat == "user_annotation":
                 name, ts = ev.get("name"), ev.get("ts")
@@ -454,6 +458,10 @@ class _Out:
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     index = _Index(EventStream(path, floats="text"))
+    if not index.kineto_events and not index.meta.get("baseTimeNanoseconds"):
+        # Claimed by a top-level key, but not one event is Kineto's: the generic
+        # Chrome-trace reader reads such a file better (formats.read falls back).
+        raise TraceFormatError("no Kineto events (no cpu_op, kernel, runtime or annotation category)")
     stream = EventStream(path, floats="decimal")
     out = _Out()
     node_rows, kernel_rows = out.b["nodes"].rows, out.b["kernels"].rows
