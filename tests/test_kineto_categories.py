@@ -216,3 +216,37 @@ def test_a_claimed_file_without_kineto_events_falls_back(tmp_path):
     assert con.execute("SELECT format, metadata FROM files").fetchone()[0] == "chrome_trace"
     assert con.execute("SELECT node_name, source_format, duration_ns FROM nodes").fetchall() == [
         ("dense/MatMul", "chrome_trace", 5000)]
+
+
+# The GPU runs behind the CPU: step 1's kernels run during step 2's host time, and one of
+# them (stream 8) still runs when step 2's first kernel starts.
+LAGGING_GPU = _trace([
+    _x("user_annotation", "ProfilerStep#1", 0, 100),
+    _x("cpu_op", "aten::a", 10, 40, **{"External id": 1}),
+    _x("cuda_runtime", "cudaLaunchKernel", 20, 5, correlation=1),
+    _x("cuda_runtime", "cudaLaunchKernel", 30, 5, correlation=2),
+    _x("user_annotation", "ProfilerStep#2", 100, 100),
+    _x("cpu_op", "aten::b", 110, 40, **{"External id": 2}),
+    _x("cuda_runtime", "cudaLaunchKernel", 120, 5, correlation=3),
+    _x("kernel", "k1", 150, 110, pid=0, tid=7, device=0, stream=7, correlation=1),
+    _x("kernel", "k2", 200, 120, pid=0, tid=8, device=0, stream=8, correlation=2),
+    _x("kernel", "k3", 300, 80, pid=0, tid=7, device=0, stream=7, correlation=3),
+], baseTimeNanoseconds=0)
+
+
+def test_lagging_gpu_windows_tile_the_timeline(tmp_path):
+    from rawtrace import rows
+
+    wh = tmp_path / "wh"
+    assert ingest([_write(tmp_path, "lag", LAGGING_GPU)], wh, run_id="lag").ok
+    con = catalog.connect(wh)
+    assert con.execute("SELECT name, step, node_name FROM kernels ORDER BY start_ns").fetchall() == [
+        ("k1", 1, "aten::a"), ("k2", 1, "aten::a"), ("k3", 2, "aten::b")]
+    assert con.execute("SELECT step, start_ns, duration_ns, device_start_ns, device_end_ns FROM steps "
+                       "ORDER BY step").fetchall() == [
+        (1, 0, 100_000, 150_000, 320_000), (2, 100_000, 100_000, 300_000, 380_000)]
+    got = [(r["step"], r["start_ns"], r["end_ns"], r["busy_ns"], r["idle_ns"])
+           for r in rows("gpu_busy_idle", wh, run_id="lag")]
+    # step 1's window ends where step 2's work starts (300 µs): k2's last 20 µs count in
+    # step 2's window, so the windows add up to the 230 µs of GPU timeline
+    assert got == [(1, 150_000, 300_000, 150_000, 0), (2, 300_000, 380_000, 80_000, 0)]
