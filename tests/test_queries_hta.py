@@ -119,3 +119,14 @@ def test_kernel_launch_stats_match_htas_within_its_rounding(wh):
         assert abs(r["cpu_duration_ns"] / 1000 - h["cpu_duration"]) < 2
         assert abs(r["gpu_duration_ns"] / 1000 - h["gpu_duration"]) < 2
         assert abs(r["launch_delay_ns"] / 1000 - h["launch_delay"]) < 2
+
+
+def test_idle_time_breakdown_equals_htas(hta_two_ranks, wh):
+    """Tolerance: none (whole-µs traces). HTA lists categories with no gap as 0."""
+    df, _ = hta_two_ranks.get_idle_time_breakdown(ranks=[0, 1], visualize=False)
+    want = {(int(r["rank"]), int(r["stream"]), r["idle_category"]): int(r["idle_time"]) * 1000
+            for r in df.to_dict("records") if r["idle_time"]}
+    got = {(r["rank"], r["stream"], r["category"]): r["idle_ns"]
+           for r in rows("idle_time_breakdown", wh, run_id="two_ranks", step_to=551) if r["idle_ns"]}
+    assert got == want
+    assert want[(0, 7, "host_wait")] == 213_825_000
