@@ -35,14 +35,14 @@ _COMMUNICATION = re.compile(
 _RULES: list[tuple[str, re.Pattern]] = [
     ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|xformers|\bmha\b", re.IGNORECASE)),
     ("convolution", re.compile(
-        r"conv|winograd|fft2d|implicit_gemm|dgrad|wgrad|fprop|im2col", re.IGNORECASE)),
+        r"conv|winograd|fft2d|implicit_gemm|\bdgrad|_dgrad|\bwgrad|_wgrad|fprop|im2col", re.IGNORECASE)),
     ("gemm", re.compile(
         r"gemm|gemv|matmul|cublas|cutlass|triton_mm|triton_tem|\bmm_|bmm|Cijk_|\bdot\b|dot_fusion"
         r"|sm\d+_xmma|xmma|MatrixMul|batched_matmul",
         re.IGNORECASE)),
     ("reduction", re.compile(
         r"reduce|reduction|softmax|norm|triton_red|triton_per|sum_|mean|argmax|argmin|pool|topk"
-        r"|sort|scan|cumsum|welford",
+        r"|sort|scan|cumsum|welford|biasaddgrad|^(sum|max|min|prod|all|any)$",
         re.IGNORECASE)),
     ("elementwise", re.compile(
         r"elementwise|elemwise|vectorized|unrolled|triton_poi|loop_.*fusion|^fusion|fill|copy"
