@@ -130,3 +130,17 @@ def test_idle_time_breakdown_equals_htas(hta_two_ranks, wh):
            for r in rows("idle_time_breakdown", wh, run_id="two_ranks", step_to=551) if r["idle_ns"]}
     assert got == want
     assert want[(0, 7, "host_wait")] == 213_825_000
+
+
+def test_queue_length_summary_equals_htas(hta_two_ranks, wh):
+    """Tolerance: the mean to 4 decimals (the query rounds); the rest exact."""
+    summary = hta_two_ranks.get_queue_length_summary(ranks=[0, 1]).reset_index()
+    summary.columns = ["_".join(c for c in col if c) for col in summary.columns]
+    want = {(int(r["rank"]), int(r["stream"])): (
+        int(r["queue_length_count"]), round(r["queue_length_mean"], 4), r["queue_length_min"],
+        r["queue_length_25%"], r["queue_length_50%"], r["queue_length_75%"], r["queue_length_max"])
+        for r in summary.to_dict("records")}
+    got = {(r["rank"], r["stream"]): (r["changes"], r["mean"], r["min"], r["p25"], r["p50"], r["p75"], r["max"])
+           for r in rows("queue_length", wh, run_id="two_ranks", step_to=551)}
+    assert got == want
+    assert got[(0, 7)][-1] == 76  # up to 76 kernels queued on rank 0's compute stream
