@@ -24,16 +24,32 @@ series AS (
                         ROWS UNBOUNDED PRECEDING) AS queue_length,
            lead(t) OVER (PARTITION BY run_id, source_file, device, stream ORDER BY t, d) - t AS held_ns
     FROM changes
+),
+ranked AS (
+    -- Exact percentiles by rank (linear interpolation, as quantile_cont / pandas describe),
+    -- spelled with window functions so that every engine computes the same numbers.
+    SELECT *,
+           row_number() OVER (PARTITION BY run_id, source_file, device, stream ORDER BY queue_length) - 1 AS r,
+           0.25 * (count(*) OVER (PARTITION BY run_id, source_file, device, stream) - 1) AS p25_pos,
+           0.5 * (count(*) OVER (PARTITION BY run_id, source_file, device, stream) - 1) AS p50_pos,
+           0.75 * (count(*) OVER (PARTITION BY run_id, source_file, device, stream) - 1) AS p75_pos
+    FROM series
 )
 SELECT run_id, rank, device, stream,
        count(*) AS changes,
        round(avg(queue_length), 4) AS mean,
        min(queue_length) AS min,
-       quantile_cont(queue_length, 0.25) AS p25,
-       quantile_cont(queue_length, 0.5) AS p50,
-       quantile_cont(queue_length, 0.75) AS p75,
+       max(CASE WHEN r = floor(p25_pos) THEN queue_length END)
+           + (max(CASE WHEN r = ceil(p25_pos) THEN queue_length END) - max(CASE WHEN r = floor(p25_pos) THEN queue_length END))
+             * (max(p25_pos) - floor(max(p25_pos))) AS p25,
+       max(CASE WHEN r = floor(p50_pos) THEN queue_length END)
+           + (max(CASE WHEN r = ceil(p50_pos) THEN queue_length END) - max(CASE WHEN r = floor(p50_pos) THEN queue_length END))
+             * (max(p50_pos) - floor(max(p50_pos))) AS p50,
+       max(CASE WHEN r = floor(p75_pos) THEN queue_length END)
+           + (max(CASE WHEN r = ceil(p75_pos) THEN queue_length END) - max(CASE WHEN r = floor(p75_pos) THEN queue_length END))
+             * (max(p75_pos) - floor(max(p75_pos))) AS p75,
        max(queue_length) AS max,
        round(sum(queue_length * held_ns) / nullif(sum(held_ns), 0), 4) AS time_weighted_mean
-FROM series
-GROUP BY run_id, rank, device, stream
+FROM ranked
+GROUP BY run_id, source_file, rank, device, stream
 ORDER BY run_id, rank, device, stream
