@@ -144,3 +144,21 @@ def test_queue_length_summary_equals_htas(hta_two_ranks, wh):
            for r in rows("queue_length", wh, run_id="two_ranks", step_to=551)}
     assert got == want
     assert got[(0, 7)][-1] == 76  # up to 76 kernels queued on rank 0's compute stream
+
+
+def test_memory_bandwidth_summary_against_htas(wh):
+    """Copies: equal to 3 decimals (count, mean, min, max). Memsets: HTA truncates
+    timestamps and durations to whole µs, so this trace's sub-µs memsets last 0 µs, which
+    HTA then stretches to 1 µs; its series of changes gains or loses a point where the
+    stretched intervals meet. Min and max agree; the point count may differ by one."""
+    summary = _hta(H200).get_memory_bw_summary(ranks=[0]).reset_index()
+    summary.columns = ["_".join(c for c in col if c) for col in summary.columns]
+    want = {r["name"]: (int(r["memory_bw_gbps_count"]), round(r["memory_bw_gbps_mean"], 3),
+                        round(r["memory_bw_gbps_min"], 3), round(r["memory_bw_gbps_max"], 3))
+            for r in summary.to_dict("records")}
+    got = {r["copy_type"]: (r["points"], r["mean_gbps"], r["min_gbps"], r["max_gbps"])
+           for r in rows("memory_bandwidth", wh, run_id="h200", step_to=2)}
+    assert set(got) == set(want) == {"Memcpy DtoD", "Memset"}
+    assert got["Memcpy DtoD"] == want["Memcpy DtoD"] == (24, 1852.711, 1683.108, 1924.103)
+    (n, mean, lo, hi), (hn, hmean, hlo, hhi) = got["Memset"], want["Memset"]
+    assert (lo, hi) == (hlo, hhi) and abs(n - hn) <= 1 and mean == pytest.approx(hmean, rel=0.02)
