@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from conftest import DATA
-from rawtrace import length, load_json_trace, rows, union, us_ns
+from rawtrace import KINETO_ACTIVITY, kineto_links, length, load_json_trace, rows, union, us_ns
 from tracedb.ingest import ingest
 
 pytestmark = [pytest.mark.slow,  # HTA parses each trace with pandas: seconds per file
@@ -162,3 +162,36 @@ def test_memory_bandwidth_summary_against_htas(wh):
     assert got["Memcpy DtoD"] == want["Memcpy DtoD"] == (24, 1852.711, 1683.108, 1924.103)
     (n, mean, lo, hi), (hn, hmean, hlo, hhi) = got["Memset"], want["Memset"]
     assert (lo, hi) == (hlo, hhi) and abs(n - hn) <= 1 and mean == pytest.approx(hmean, rel=0.02)
+
+
+def test_stragglers_name_htas_straggler(hta_two_ranks, wh):
+    """HTA's candidate (1 of 2 ranks) is the rank our query ranks first; the lateness is
+    checked against the raw JSON: NCCL kernels matched across ranks by step (of the op
+    that launched them), stream, name and order."""
+    assert hta_two_ranks.get_potential_stragglers(num_candidates=1) == [1]
+    got = rows("stragglers", wh, run_id="two_ranks", step_to=551)
+    assert [r["rank"] for r in got] == [1, 0]
+    starts = {}
+    for rank in (0, 1):
+        doc = load_json_trace(TWO_RANKS / f"rank-{rank}.json.gz")
+        ev = doc["traceEvents"]
+        step551 = next(e for e in ev if e.get("name") == "ProfilerStep#551")
+        lo, hi = us_ns(step551["ts"]), us_ns(step551["ts"]) + us_ns(step551["dur"])
+        kernels = [e for e in ev if e.get("ph") == "X" and e.get("cat") in KINETO_ACTIVITY]  # as kineto_links
+        seen = Counter()
+        calls = {c["args"]["correlation"]: us_ns(c["ts"]) for c in ev
+                 if c.get("cat") == "cuda_runtime" and "correlation" in c.get("args", {})}
+        for e, (_, _, op, _) in zip(kernels, kineto_links(doc)):
+            # the launching op's step, else the launch call's (as the reader assigns steps)
+            when = us_ns(ev[op]["ts"]) if op is not None else calls.get(e["args"]["correlation"])
+            if "nccl" in e["name"] and when is not None and lo <= when < hi:
+                key = (e["args"]["stream"], e["name"])
+                seen[key] += 1
+                starts.setdefault(key + (seen[key],), {})[rank] = us_ns(e["ts"])
+    late = {r: [s[r] - min(s.values()) for s in starts.values() if r in s] for r in (0, 1)}
+    by_rank = {r["rank"]: r for r in got}
+    for rank in (0, 1):
+        assert by_rank[rank]["collectives"] == len(late[rank])
+        assert by_rank[rank]["mean_lateness_ns"] == round(sum(late[rank]) / len(late[rank]), 1)
+        assert by_rank[rank]["max_lateness_ns"] == max(late[rank])
+    assert by_rank[1]["times_last"] == 5 and by_rank[1]["max_lateness_ns"] == 164_191_000
