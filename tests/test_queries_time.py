@@ -153,3 +153,17 @@ def test_launch_delay_matches_raw(seed_warehouse):
         assert r["avg_ns"] == pytest.approx(sum(d) / len(d), abs=0.051)
         assert r["p50_ns"] == pytest.approx(rawtrace.quantile_cont(d, 0.5), abs=1e-3)
         assert r["p95_ns"] == pytest.approx(rawtrace.quantile_cont(d, 0.95), abs=1e-3)
+
+
+def test_step_range_on_time_queries(seed_warehouse):
+    """step_from/step_to keep the activity launched in those steps (Kineto: steps 1-3)."""
+    acts = [k for k in raw(KINETO).kernels if k.step == 2]
+    got = {r["kind"]: r["launches"] for r in rows("launch_delay", seed_warehouse, run_id=KINETO, step_from=2, step_to=2)}
+    want = defaultdict(int)
+    for k in acts:
+        if k.launch is not None:
+            want[k.kind] += 1
+    assert got == dict(want) and sum(got.values()) == 314
+    busy, overlap, most, _, streams = sweep(acts)
+    [r] = rows("stream_overlap", seed_warehouse, run_id=KINETO, step_from=2, step_to=2)
+    assert (r["busy_ns"], r["overlap_ns"], r["streams"]) == (busy, overlap, streams)
