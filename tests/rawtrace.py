@@ -249,7 +249,7 @@ def kineto_cat(e: dict):
 def kineto_table(e: dict) -> str | None:
     """The table an event belongs in, by the issue's rules (None: not stored)."""
     cat, ph = kineto_cat(e), e.get("ph")
-    if ph == "M" or cat in ("ac2g", "async_gpu"):
+    if ph == "M" or cat in ("ac2g", "async_gpu", "async_cpu_to_gpu"):
         return None
     if ph == "X" and cat == "cpu_op":
         return "nodes"

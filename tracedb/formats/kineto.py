@@ -17,9 +17,9 @@ Every event category lands somewhere:
 - `allocations`: `[memory]` instant events (bytes negative for a free).
 - `events`: everything else with a time (`cuda_sync` on its GPU and stream,
   `cpu_instant_event`, `python_function`, `cuda_profiler_range`, `fwdbwd` flows, `Trace`
-  spans, instants), args kept as JSON. The `ac2g` / `async_gpu` flow events repeat the
-  correlation id that `kernels.correlation_id` already holds, so they are not stored;
-  `M` events only name processes and threads.
+  spans, instants), args kept as JSON. The `ac2g` / `async_gpu` / `async_cpu_to_gpu`
+  flow events repeat the correlation id that `kernels.correlation_id` already holds, so
+  they are not stored; `M` events only name processes and threads.
 A category not in `_KNOWN` still lands in `events` and is counted in the file's
 `warnings` (`files.metadata`). Old Kineto schema files (capitalised categories `Kernel`,
 `Runtime`, `Memcpy`, `Memset`, lower-case `external id`) are read the same way.
@@ -215,7 +215,7 @@ _OLD_CATS = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
 _ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events")
 _ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
 _KINETO_CATS = frozenset(("cpu_op", "cuda_sync", "python_function") + _ACTIVITY_CATS + _ANNOTATION_CATS)
-_FLOW_CATS = ("ac2g", "async_gpu")  # repeat kernels.correlation_id: not stored
+_FLOW_CATS = ("ac2g", "async_gpu", "async_cpu_to_gpu")  # repeat kernels.correlation_id: not stored
 # Stored in `events` without a warning. Anything else is stored there too, and counted.
 _KNOWN = {None, "", "cuda_sync", "cpu_instant_event", "python_function", "cuda_profiler_range",
           "fwdbwd", "Trace", "overhead", "cpu_op", "gpu_user_annotation"}
