@@ -92,7 +92,8 @@ def read(path: Path, ctx: ReadContext, first: str) -> Iterator[tuple[str, pa.Rec
                     ctx.metadata.update(attempt.metadata)
                     attempt.metadata = ctx.metadata  # later updates land in ctx too
                     if mod.NAME != first:
-                        ctx.metadata.setdefault("warnings", {})[f"read by {mod.NAME}: {first} found no rows"] = 1
+                        why = f"failed: {error}" if error else "found no rows"
+                        ctx.metadata.setdefault("warnings", {})[f"read by {mod.NAME}: {first} {why}"] = 1
                 yield table, _with_format(batch, mod.NAME) if mod.NAME != first else batch
         except TraceFormatError as e:
             if produced:
