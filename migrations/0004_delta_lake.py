@@ -39,6 +39,10 @@ def _rewrite(warehouse: Path, table: str, run_id: str, device: str, rel: str, in
     from tracedb.store import conform
 
     old = conform(pq.read_table(warehouse / rel), table, {"run_id": run_id})
+    if table == "kernels":  # columns later schemas derive from the name (kernel_type, ...)
+        from tracedb.formats.base import classify_kernels
+
+        old = pa.Table.from_batches([classify_kernels(b) for b in old.to_batches()], schema=old.schema)
     data = old.drop_columns(lake_mod.PARTITIONS).append_column(
         lake_mod.INGEST_ID, pa.repeat(pa.scalar(ingest_id), old.num_rows))
     new_rel = rel[: -len(".parquet")] + SUFFIX

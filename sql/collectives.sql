@@ -3,6 +3,8 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: name_like VARCHAR NULL Also count kernels whose name matches this LIKE pattern as collectives
+-- param: step_from BIGINT NULL Only kernels launched in steps >= this (NULL: from the first)
+-- param: step_to BIGINT NULL Only kernels launched in steps <= this (NULL: to the last)
 WITH k AS (
     SELECT run_id, device, stream, name, start_ns, start_ns + duration_ns AS end_ns, duration_ns,
            CASE
@@ -18,6 +20,8 @@ WITH k AS (
     WHERE kind = 'kernel' AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)
       AND ($device IS NULL OR device = $device)
+      AND ($step_from IS NULL OR step >= $step_from)
+      AND ($step_to IS NULL OR step <= $step_to)
 ),
 totals AS (
     SELECT run_id, device, sum(duration_ns) AS kernel_ns

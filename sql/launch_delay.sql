@@ -2,12 +2,16 @@
 -- description: Time from the host launch call to the GPU start (kernels.start_ns - launch_start_ns) per run, device and kind: count, average, min, median, p95 and max, for activity whose launch call the source records (HTA queue length / kernel launch statistics).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
+-- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
+-- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
 WITH d AS (
     SELECT run_id, device, kind, start_ns - launch_start_ns AS delay_ns
     FROM kernels
     WHERE start_ns IS NOT NULL AND launch_start_ns IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)
       AND ($device IS NULL OR device = $device)
+      AND ($step_from IS NULL OR step >= $step_from)
+      AND ($step_to IS NULL OR step <= $step_to)
 ),
 ranked AS (
     -- Exact percentiles by rank (linear interpolation, as quantile_cont / percentile_cont),

@@ -4,12 +4,16 @@
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: allocator VARCHAR NULL Only this allocator (NULL: every allocator)
 -- param: bucket_ns BIGINT>0 NULL Bucket width in ns (NULL: one row per event timestamp)
+-- param: step_from BIGINT NULL Only events of steps >= this (NULL: from the first)
+-- param: step_to BIGINT NULL Only events of steps <= this (NULL: to the last)
 WITH ev AS (
     SELECT run_id, device, allocator, ts_ns, count(*) AS events, sum(bytes) AS delta_bytes
     FROM allocations
     WHERE ts_ns IS NOT NULL AND bytes IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)
       AND ($device IS NULL OR device = $device)
+      AND ($step_from IS NULL OR step >= $step_from)
+      AND ($step_to IS NULL OR step <= $step_to)
       AND ($allocator IS NULL OR allocator = $allocator)
     GROUP BY run_id, device, allocator, ts_ns
 ),

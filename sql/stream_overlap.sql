@@ -3,6 +3,8 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: kind VARCHAR NULL Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
+-- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
+-- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
 WITH k AS (
     -- A source without stream ids (MegEngine) counts as one stream.
     SELECT run_id, device, coalesce(stream, -1) AS stream, start_ns, start_ns + duration_ns AS end_ns
@@ -10,6 +12,8 @@ WITH k AS (
     WHERE start_ns IS NOT NULL AND duration_ns IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)
       AND ($device IS NULL OR device = $device)
+      AND ($step_from IS NULL OR step >= $step_from)
+      AND ($step_to IS NULL OR step <= $step_to)
       AND ($kind IS NULL OR kind = $kind)
 ),
 prev AS (

@@ -233,3 +233,85 @@ def rows(name, wh, **params) -> list[dict]:
 def raw(run: str):
     """The independently parsed trace behind one of the seed warehouse's runs."""
     return tf() if run == TF else kineto_seed()
+
+
+# ---- Kineto: every event's table, and exact kernel -> op links ------------------------
+
+_OLD_KINETO = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
+               "Runtime": "cuda_runtime", "Driver": "cuda_driver", "Operator": "cpu_op"}
+KINETO_ACTIVITY = ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events")
+
+
+def kineto_cat(e: dict):
+    return _OLD_KINETO.get(e.get("cat"), e.get("cat"))
+
+
+def kineto_table(e: dict) -> str | None:
+    """The table an event belongs in, by the issue's rules (None: not stored)."""
+    cat, ph = kineto_cat(e), e.get("ph")
+    if ph == "M" or cat in ("ac2g", "async_gpu", "async_cpu_to_gpu"):
+        return None
+    if ph == "X" and cat == "cpu_op":
+        return "nodes"
+    if ph == "X" and cat in KINETO_ACTIVITY:
+        return "kernels"
+    if ph == "X" and isinstance(cat, str) and re.search(r"_(runtime|driver)$", cat):
+        return "runtime_calls"
+    if ph == "X" and cat in ("user_annotation", "gpu_user_annotation"):
+        return "annotations"
+    if ph in ("i", "I") and e.get("name") == "[memory]":
+        return "allocations"
+    return "events"
+
+
+def kineto_links(doc: dict) -> list[tuple[int, str, int | None, str | None]]:
+    """(start ns, name, launching op's event index, link) of every device activity, by
+    brute force: the runtime call with the activity's correlation, then the cpu_op on
+    the call's (pid, tid) that encloses the call with the latest start (ties: the
+    shorter, then the later in the file); External id only without a call, or when the
+    call has no enclosing op and that op's span holds the call's start."""
+    base = int(doc.get("baseTimeNanoseconds", 0))
+    events = doc["traceEvents"]
+    ops_by_thread: dict = {}
+    ext_op: dict = {}
+    calls: dict = {}
+    for i, e in enumerate(events):
+        if e.get("ph") != "X":
+            continue
+        cat, args = kineto_cat(e), e.get("args") or {}
+        if cat == "cpu_op":
+            s = us_ns(e["ts"])
+            op = (s, s + us_ns(e["dur"]), i)
+            ops_by_thread.setdefault((e.get("pid"), e.get("tid")), []).append(op)
+            ext = args.get("External id", args.get("external id"))
+            if isinstance(ext, int):
+                ext_op.setdefault(ext, op)
+        elif isinstance(cat, str) and re.search(r"_(runtime|driver)$", cat) and isinstance(args.get("correlation"), int):
+            calls.setdefault(args["correlation"], (e, us_ns(e["ts"]), us_ns(e["ts"]) + us_ns(e["dur"])))
+    out = []
+    for e in events:
+        if e.get("ph") != "X" or kineto_cat(e) not in KINETO_ACTIVITY:
+            continue
+        args = e.get("args") or {}
+        ext = args.get("External id", args.get("external id"))
+        call = calls.get(args.get("correlation"))
+        op, link = None, None
+        if call:
+            ce, cs, cend = call
+            if ext is None:
+                ext = (ce.get("args") or {}).get("External id", (ce.get("args") or {}).get("external id"))
+            inside = [o for o in ops_by_thread.get((ce.get("pid"), ce.get("tid")), []) if o[0] <= cs and cend <= o[1]]
+            if inside:
+                op, link = max(inside, key=lambda o: (o[0], -o[1], o[2])), "launch"
+        if op is None and isinstance(ext, int) and ext in ext_op:
+            cand = ext_op[ext]
+            if call is None or cand[0] <= call[1] <= cand[1]:
+                op, link = cand, "external_id"
+        out.append((base + us_ns(e["ts"]), e["name"], op[2] if op else None, link))
+    return out
+
+
+def load_json_trace(path) -> dict:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f, parse_float=Decimal)

@@ -48,7 +48,7 @@ def make_run(folder: Path, version: tuple) -> Path:
 
 def run_counts(con, run_id: str) -> tuple:
     return tuple(con.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", [run_id]).fetchone()[0]
-                 for t in schema.TABLES)
+                 for t in schema.CORE_TABLES)
 
 
 def all_counts(wh: Path) -> dict[str, tuple]:
@@ -66,12 +66,12 @@ def delta_counts(wh: Path) -> dict[str, tuple]:
     from deltalake import DeltaTable
 
     out = {}
-    for t in schema.TABLES:
+    for t in schema.CORE_TABLES:
         by_rs = DeltaTable(str(wh / t)).to_pyarrow_table(columns=["run_id"]).column("run_id").to_pylist()
         by_pl = pl.read_delta(str(wh / t)).get_column("run_id").to_list()
         assert sorted(by_rs) == sorted(by_pl), t
         for r in set(by_rs):
-            out.setdefault(r, [0] * len(schema.TABLES))[list(schema.TABLES).index(t)] = by_rs.count(r)
+            out.setdefault(r, [0] * len(schema.CORE_TABLES))[schema.CORE_TABLES.index(t)] = by_rs.count(r)
     return {r: tuple(v) for r, v in out.items()}
 
 

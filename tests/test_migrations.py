@@ -85,7 +85,7 @@ def test_schema1_warehouse_is_converted_to_delta_lake_in_place(tmp_path):
     want = _schema1_facts(wh)
     with pytest.raises(TracedbError, match="0004_delta_lake"):
         catalog.connect(wh)
-    assert catalog_migrate(wh) == ["0004_delta_lake"]
+    assert catalog_migrate(wh) == ["0004_delta_lake", "0005_pytorch_depth"]
     con = catalog.connect(wh)
     for table in ("nodes", "kernels", "tensors", "allocations"):
         assert con.execute(f"SELECT run_id, device, count(*) FROM {table} GROUP BY ALL ORDER BY ALL").fetchall() == want[table]
@@ -149,3 +149,44 @@ def test_conform_lake_table_adds_a_missing_column(tmp_path):
         catalog.publish(lake)
     con = catalog.connect(wh)
     assert con.execute("SELECT count(*), count(occupancy), sum(duration_ns) FROM kernels").fetchone() == (755, 0, 7_590_000)
+
+
+FROZEN_SCHEMA2 = DATA / "frozen_warehouse_schema2"
+
+
+def test_schema2_lake_gains_the_pytorch_tables_and_columns(tmp_path):
+    """Migration 0005 on a frozen schema-2 lake (a Kineto and a TF run, made before it):
+    new tables exist, kernels get kernel_type from their names, nothing is lost; a
+    re-ingest then fills the new tables."""
+    import pyarrow.parquet as pq
+
+    from tracedb.kernel_types import classify
+    from tracedb.lake import Lake
+
+    wh = tmp_path / "wh"
+    shutil.copytree(FROZEN_SCHEMA2, wh)
+    # what it held, read from its Delta files with pyarrow alone
+    lake = Lake(wh)
+    before = {r: 0 for r in ("lstm", "torch")}
+    names = []
+    for r in lake.add_actions("kernels").to_pylist():
+        t = pq.read_table(wh / r["path"])
+        before[r["run_id"]] += t.num_rows
+        names += list(zip(t.column("name").to_pylist(), t.column("kind").to_pylist()))
+    with pytest.raises(TracedbError, match="0005_pytorch_depth"):
+        catalog.connect(wh)
+    assert catalog_migrate(wh) == ["0005_pytorch_depth"]
+    con = catalog.connect(wh)
+    assert dict(con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1").fetchall()) == before
+    assert con.execute("SELECT count(*) FROM kernels WHERE kernel_type IS NULL").fetchone()[0] == 0
+    want = sorted(classify(n, k)[0] for n, k in names)
+    assert sorted(r[0] for r in con.execute("SELECT kernel_type FROM kernels").fetchall()) == want
+    for table in ("runtime_calls", "annotations", "steps", "events"):
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+    assert con.execute("SELECT count(*), count(rows_runtime_calls) FROM files").fetchone() == (2, 0)
+    assert con.execute("SELECT model FROM runs WHERE run_id = 'torch'").fetchone() == ("encoder",)
+    con.close()
+    assert catalog_migrate(wh) == []
+    assert ingest([scenario("kineto_h200_fp32")], wh, run_id="torch").ok
+    con = catalog.connect(wh)
+    assert con.execute("SELECT count(*) FROM runtime_calls WHERE run_id = 'torch'").fetchone()[0] > 0

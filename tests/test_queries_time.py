@@ -47,24 +47,48 @@ def test_step_times_untimed_and_stepless_runs(seed_warehouse):
     assert by_run["megengine_graph_profile"] == [None]
 
 
+def step_windows(acts) -> dict:
+    """step -> (window start, end, clipped intervals) on one device: a step's window runs
+    from its first activity's start to the next step's first start (the last to the last
+    end); activity is clipped to each window it overlaps. No steps at all: one window."""
+    firsts = defaultdict(list)
+    stepped = any(a.step is not None for a in acts)
+    for a in acts:
+        if a.step is not None or not stepped:
+            firsts[a.step].append(a.start)
+    order = sorted(firsts, key=lambda n: min(firsts[n]))
+    last_end = max(a.end for a in acts)
+    out = {}
+    for i, n in enumerate(order):
+        ws = min(firsts[n])
+        we = min(firsts[order[i + 1]]) if i + 1 < len(order) else last_end
+        out[n] = (ws, we, [(max(a.start, ws), min(a.end, we)) for a in acts if a.start < we and a.end > ws])
+    return out
+
+
 @pytest.mark.parametrize("run", [TF, KINETO])
 def test_gpu_busy_idle_matches_interval_union(seed_warehouse, run):
-    per_step = defaultdict(list)
-    for k in raw(run).kernels:
-        per_step[k.step].append((k.start, k.end))
+    windows = step_windows(raw(run).kernels)
     got = rows("gpu_busy_idle", seed_warehouse, run_id=run)
-    assert {r["step"] for r in got} == set(per_step)
+    assert [r["step"] for r in got] == sorted(windows, key=lambda n: (n is None, n))
     for r in got:
-        iv = per_step[r["step"]]
+        ws, we, iv = windows[r["step"]]
         u = rawtrace.union(iv)
-        span = max(e for _, e in iv) - min(s for s, _ in iv)
-        assert (r["busy_ns"], r["span_ns"], r["idle_ns"]) == (rawtrace.length(u), span, span - rawtrace.length(u))
+        assert (r["start_ns"], r["end_ns"]) == (ws, we)
+        assert (r["busy_ns"], r["span_ns"], r["idle_ns"]) == (rawtrace.length(u), we - ws, we - ws - rawtrace.length(u))
+        assert r["busy_ns"] + r["idle_ns"] == r["span_ns"]
         assert (r["activities"], r["busy_intervals"]) == (len(iv), len(u))
         assert r["activity_ns"] == sum(e - s for s, e in iv)
+    # windows tile the device timeline: each ends where the next begins
+    assert all(a["end_ns"] == b["start_ns"] for a, b in zip(got, got[1:]))
     if run == TF:
         # copies on streams 14/15 overlap compute on stream 13: busy < sum of durations
         [r] = got
         assert (r["activity_ns"], r["busy_ns"], r["span_ns"]) == (7_590_000, 7_558_000, 12_429_000)
+    else:
+        assert [r["step"] for r in got] == [1, 2, 3]
+        # a step range picks windows, not their content
+        assert rows("gpu_busy_idle", seed_warehouse, run_id=run, step_from=2, step_to=3) == got[1:]
 
 
 def test_gpu_busy_idle_kernels_only(seed_warehouse):
@@ -129,3 +153,17 @@ def test_launch_delay_matches_raw(seed_warehouse):
         assert r["avg_ns"] == pytest.approx(sum(d) / len(d), abs=0.051)
         assert r["p50_ns"] == pytest.approx(rawtrace.quantile_cont(d, 0.5), abs=1e-3)
         assert r["p95_ns"] == pytest.approx(rawtrace.quantile_cont(d, 0.95), abs=1e-3)
+
+
+def test_step_range_on_time_queries(seed_warehouse):
+    """step_from/step_to keep the activity launched in those steps (Kineto: steps 1-3)."""
+    acts = [k for k in raw(KINETO).kernels if k.step == 2]
+    got = {r["kind"]: r["launches"] for r in rows("launch_delay", seed_warehouse, run_id=KINETO, step_from=2, step_to=2)}
+    want = defaultdict(int)
+    for k in acts:
+        if k.launch is not None:
+            want[k.kind] += 1
+    assert got == dict(want) and sum(got.values()) == 314
+    busy, overlap, most, _, streams = sweep(acts)
+    [r] = rows("stream_overlap", seed_warehouse, run_id=KINETO, step_from=2, step_to=2)
+    assert (r["busy_ns"], r["overlap_ns"], r["streams"]) == (busy, overlap, streams)

@@ -245,11 +245,11 @@ def _read_one(job: _Job) -> FileResult:
                         fill={"source_format": job.format, "source_file": job.rel})
     checks = Validator()
     try:
-        module = formats.get_format(job.format)
-        for table, batch in module.read(job.path, ctx):
+        for table, batch in formats.read(job.path, ctx, job.format):
             _store(writer.write, table, checks.check(table, batch))
         written = _store(writer.close)
         ctx.warnings.update(checks.finish())
+        res.format = ctx.format or job.format  # a fallback reader may have read it
     except TracedbError as e:  # TraceFormatError (the source) or WarehouseError
         writer.abort()
         res.error = str(e)

@@ -186,11 +186,11 @@ def apply(con: duckdb.DuckDBPyConnection, warehouse: Path, migration: Migration)
         raise
 
 
-def conform_lake_table(lake, table: str) -> int:
+def conform_lake_table(lake, table: str, derive=None) -> int:
     """Rewrite every live data file of `table` whose schema differs from the table's
-    current one (new columns NULL, types cast), in one Delta commit that removes the old
-    files and adds the new ones; returns how many files changed. For a migration that adds
-    a column (after `DeltaTable.alter.add_columns`)."""
+    current one (new columns NULL or filled by `derive(table) -> table`, types cast), in
+    one Delta commit that removes the old files and adds the new ones; returns how many
+    files changed. For a migration that adds columns (after `evolve_lake_table`)."""
     import time
 
     import pyarrow as pa
@@ -208,8 +208,11 @@ def conform_lake_table(lake, table: str) -> int:
             continue
         cols = [old.column(f.name).cast(f.type) if f.name in old.schema.names else pa.nulls(old.num_rows, f.type)
                 for f in target_schema]
+        new = pa.Table.from_arrays(cols, schema=target_schema)
+        if derive is not None:  # fill new columns from old ones (e.g. kernel_type from name)
+            new = derive(new)
         new_rel = r["path"][:-len(".parquet")] + f".m{now}.parquet"
-        pq.write_table(pa.Table.from_arrays(cols, schema=target_schema), lake.root / new_rel,
+        pq.write_table(new, lake.root / new_rel,
                        compression="zstd", write_page_checksum=True)
         parts = {"run_id": r["run_id"], "device": r["device"]}
         stats = {"numRecords": old.num_rows, "minValues": {"ingest_id": r["min_ingest"]},
@@ -226,3 +229,18 @@ def conform_lake_table(lake, table: str) -> int:
         lake.table(table).create_write_transaction(actions, mode="append", schema=lake_mod.delta_schema(table),
                                                    partition_by=lake_mod.PARTITIONS)
     return len(actions) // 2
+
+
+def evolve_lake_table(lake, table: str) -> None:
+    """Give a Delta table the columns its current schema (schema.py) adds: a commit of no
+    rows with schema_mode="merge" (metadata only; old files read the new columns as NULL
+    through delta-rs, and `conform_lake_table` rewrites them for DuckDB's views)."""
+    from deltalake import write_deltalake
+
+    from tracedb import lake as lake_mod
+
+    from tracedb import schema
+
+    parts = lake_mod.PARTITIONS if table in schema.TABLES else None
+    write_deltalake(lake.uri(table), lake_mod.delta_schema(table).empty_table(), mode="append",
+                    schema_mode="merge", partition_by=parts)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: Delta Lake tables, rows carry ingest_id (migration 0004)
+SCHEMA_VERSION = 3  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -82,6 +82,14 @@ KERNELS = pa.schema(
         _f("occupancy", pa.float64(), "estimated achieved occupancy, %"),
         _f("kern_ns", pa.int64(), "MegEngine `kern` timestamp, ns"),
         _f("params", pa.string(), "further attributes as JSON"),
+        _f("kernel_type", pa.string(),
+           "communication | memory | computation, by name and kind (rules in tracedb/kernel_types.py)"),
+        _f("kernel_category", pa.string(),
+           "gemm | convolution | attention | elementwise | reduction | communication | memory | other"),
+        _f("node_seq", pa.int64(), "`seq` of the launching op's `nodes` row (same run and source_file)"),
+        _f("link", pa.string(),
+           "how node_name was found: launch (launch call's innermost enclosing op) | external_id"),
+        _f("external_id", pa.int64(), "the activity's (else its launch call's) External id, as written"),
     ]
     + _TAIL
 )
@@ -121,13 +129,91 @@ ALLOCATIONS = pa.schema(
     + _TAIL
 )
 
+RUNTIME_CALLS = pa.schema(
+    _COMMON
+    + [
+        _f("category", pa.string(), "source category: cuda_runtime | cuda_driver | mtia_runtime | ..."),
+        _f("name", pa.string(), "API call (cudaLaunchKernel, hipMemcpyWithStream, ...)"),
+        _f("start_ns", pa.int64(), "start, ns"),
+        _f("duration_ns", pa.int64(), "duration of the call on the host, ns"),
+        _f("thread_id", pa.int64(), "host thread id"),
+        _f("correlation_id", pa.int64(), "correlation id shared with the device activity it launched"),
+        _f("external_id", pa.int64(), "External id, as written"),
+        _f("node_name", pa.string(), "innermost op enclosing the call on its thread"),
+        _f("node_seq", pa.int64(), "`seq` of that op's `nodes` row"),
+        _f("kernel_name", pa.string(), "device activity it launched (the first, if several)"),
+        _f("kernel_count", pa.int64(), "device activities with its correlation id (0 for a non-launch)"),
+        _f("kernel_start_ns", pa.int64(), "start of the first activity it launched, ns"),
+        _f("kernel_device", pa.string(), "device of that activity"),
+        _f("seq", pa.int64(), "position of the event in its source"),
+        _f("params", pa.string(), "further attributes as JSON"),
+    ]
+    + _TAIL
+)
+
+ANNOTATIONS = pa.schema(
+    _COMMON
+    + [
+        _f("category", pa.string(), "user_annotation (host range) | gpu_user_annotation (device range)"),
+        _f("name", pa.string(), "range name (record_function label, ProfilerStep#N, ...)"),
+        _f("start_ns", pa.int64(), "start, ns"),
+        _f("duration_ns", pa.int64(), "duration, ns"),
+        _f("thread_id", pa.int64(), "host thread id (host ranges)"),
+        _f("stream", pa.int64(), "device stream (device ranges)"),
+        _f("external_id", pa.int64(), "External id"),
+        _f("seq", pa.int64(), "position of the event in its source"),
+        _f("params", pa.string(), "further attributes as JSON"),
+    ]
+    + _TAIL
+)
+
+STEPS = pa.schema(
+    _COMMON
+    + [
+        _f("name", pa.string(), "the step's range name (ProfilerStep#N)"),
+        _f("start_ns", pa.int64(), "host span start, ns"),
+        _f("duration_ns", pa.int64(), "host span duration, ns"),
+        _f("thread_id", pa.int64(), "host thread of the span"),
+        _f("device_start_ns", pa.int64(), "start of the step's device work (activities launched in the step), ns"),
+        _f("device_end_ns", pa.int64(), "end of the step's device work, ns"),
+        _f("kernel_count", pa.int64(), "device activities launched in the step"),
+    ]
+    + _TAIL
+)
+
+EVENTS = pa.schema(
+    _COMMON
+    + [
+        _f("category", pa.string(), "source category (cuda_sync, cpu_instant_event, python_function, ...)"),
+        _f("name", pa.string(), "event name"),
+        _f("phase", pa.string(), "Chrome-trace ph: X (span), i (instant), s/f (flow), ..."),
+        _f("start_ns", pa.int64(), "start (or instant), ns"),
+        _f("duration_ns", pa.int64(), "duration, ns (NULL for instants)"),
+        _f("thread_id", pa.int64(), "thread id (host events)"),
+        _f("stream", pa.int64(), "device stream (device events such as cuda_sync)"),
+        _f("correlation_id", pa.int64(), "correlation (or flow) id"),
+        _f("external_id", pa.int64(), "External id"),
+        _f("seq", pa.int64(), "position of the event in its source"),
+        _f("params", pa.string(), "the event's args as JSON"),
+    ]
+    + _TAIL
+)
+
 # Parquet-backed tables, in the order readers and docs list them.
 TABLES: dict[str, pa.Schema] = {
     "nodes": NODES,
     "kernels": KERNELS,
     "tensors": TENSORS,
     "allocations": ALLOCATIONS,
+    "runtime_calls": RUNTIME_CALLS,
+    "annotations": ANNOTATIONS,
+    "steps": STEPS,
+    "events": EVENTS,
 }
+
+# The tables of schema version 1, which every format fills; the others (runtime_calls,
+# annotations, steps, events) are Kineto's so far.
+CORE_TABLES = ("nodes", "kernels", "tensors", "allocations")
 
 RUNS = pa.schema(
     [
@@ -188,6 +274,10 @@ TABLE_DOCS: dict[str, str] = {
     "kernels": "GPU stream activity: kernel, memcpy, memset, with the op that launched it",
     "tensors": "output tensor of a node: dtype, shape, bytes, allocator",
     "allocations": "allocation / free event, or planned memory chunk",
+    "runtime_calls": "CUDA/HIP runtime and driver call: duration, thread, correlation, the kernel it launched",
+    "annotations": "user annotation range (record_function) on the host, or its GPU-side range",
+    "steps": "profiler step: host span (ProfilerStep#N) and the device span of the step's GPU work",
+    "events": "other profiler events: syncs, instants, flows and categories tracedb has no table for, with args",
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",
@@ -206,6 +296,11 @@ CONTRACT_COLUMNS: dict[str, list[str]] = {
     "tensors": ["run_id", "device", "node_name", "slot", "dtype", "shape", "requested_bytes",
                 "allocated_bytes", "allocator", "allocation_id"],
     "allocations": ["run_id", "device", "allocator", "node_name", "ts_ns", "bytes"],
+    "runtime_calls": ["run_id", "device", "category", "name", "start_ns", "duration_ns", "thread_id",
+                      "correlation_id", "node_name", "kernel_name"],
+    "annotations": ["run_id", "device", "category", "name", "start_ns", "duration_ns"],
+    "steps": ["run_id", "device", "step", "start_ns", "duration_ns", "device_start_ns", "device_end_ns"],
+    "events": ["run_id", "device", "category", "name", "phase", "start_ns", "duration_ns", "params"],
 }
 
 

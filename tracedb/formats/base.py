@@ -66,9 +66,16 @@ class ReadContext:
     file_ordinal: int = 0
     # Readers put run-level facts here (device properties, distributed info, rank).
     metadata: dict[str, Any] = field(default_factory=dict)
-    # Validation warnings of this file, by kind (`tracedb.validate`): how many rows had
-    # an impossible value and what was done with them.
+    # Validation warnings of this file, by kind (`tracedb.validate`, and readers' `warn`):
+    # how many rows had an impossible value or an unknown category, and what was done.
     warnings: dict[str, int] = field(default_factory=dict)
+    # Set by `formats.read`: the format that actually read the file (after any fallback).
+    format: str | None = None
+
+    def warn(self, what: str, n: int = 1) -> None:
+        """Count a problem that did not stop the read (an unknown event category, ...);
+        the counts land in the file's `files.warnings`."""
+        self.warnings[what] = self.warnings.get(what, 0) + n
 
 
 def size_limit(env: str, default: int) -> int:
@@ -242,6 +249,8 @@ class BatchBuilder:
                 raise TraceFormatError(self._bad_value(e)) from e
             self.emitted += len(self.rows)
             self.rows = []
+            if self.table == "kernels":
+                batch = classify_kernels(batch)
             yield self.table, batch
 
     def _bad_value(self, error: Exception) -> str:
@@ -277,3 +286,18 @@ class BatchBuilder:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+
+def classify_kernels(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Fill `kernel_type` / `kernel_category` (where the reader left them NULL) by the
+    name rules of `tracedb.kernel_types`, one lookup per distinct (name, kind)."""
+    from tracedb.kernel_types import classify
+
+    ti, ci = batch.schema.get_field_index("kernel_type"), batch.schema.get_field_index("kernel_category")
+    if batch.column(ti).null_count == 0 and batch.column(ci).null_count == 0:
+        return batch
+    pairs = [classify(n, k) for n, k in zip(batch.column("name").to_pylist(), batch.column("kind").to_pylist())]
+    types = [t if t0 is None else t0 for (t, _), t0 in zip(pairs, batch.column(ti).to_pylist())]
+    cats = [c if c0 is None else c0 for (_, c), c0 in zip(pairs, batch.column(ci).to_pylist())]
+    batch = batch.set_column(ti, "kernel_type", pa.array(types, pa.string()))
+    return batch.set_column(ci, "kernel_category", pa.array(cats, pa.string()))

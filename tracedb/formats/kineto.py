@@ -1,14 +1,37 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzipped.
 
-Rows:
+Every event category lands somewhere:
 - `nodes`: `cpu_op` events (device CPU:0); `correlation_id` = the op's `External id`,
   input shapes/dtypes from `Input Dims` / `Input type` when shapes were recorded.
-- `kernels`: `kernel`, `gpu_memcpy`, `gpu_memset` events on `GPU:<args.device>`.
-  The launching op: the kernel's own `External id` arg when Kineto wrote one, else its
-  `correlation` -> the `cuda_runtime`/`cuda_driver` event with that correlation -> that
-  event's `External id` -> the cpu_op. (The `ac2g` flow events carry the same correlation
-  id, so they add no link of their own.) `launch_start_ns` is that runtime event's start.
+- `kernels`: device activity: `kernel`, `gpu_memcpy`, `gpu_memset` on `GPU:<args.device>`
+  (NVIDIA and AMD/HIP alike), MTIA's `mtia_ccp_events` on `MTIA:<device>` (`dma_*` ones
+  are copies with `args.size` bytes). A copy without a `bytes` arg (ROCm) takes the byte
+  count of its launch call (`hipMemcpy*` `size`).
+- `runtime_calls`: `cuda_runtime`, `cuda_driver`, `mtia_runtime` and any other
+  `*_runtime` / `*_driver` category, with the op enclosing the call and the activity it
+  launched (`kernel_name`, `kernel_count`, `kernel_start_ns`).
+- `annotations`: `user_annotation` (host ranges, CPU:0) and `gpu_user_annotation`
+  (device ranges, on their GPU and stream).
+- `steps`: one row per `ProfilerStep#N` host span, with the span of the device work
+  launched in the step (`device_start_ns`/`device_end_ns`).
 - `allocations`: `[memory]` instant events (bytes negative for a free).
+- `events`: everything else with a time (`cuda_sync` on its GPU and stream,
+  `cpu_instant_event`, `python_function`, `cuda_profiler_range`, `fwdbwd` flows, `Trace`
+  spans, instants), args kept as JSON. The `ac2g` / `async_gpu` / `async_cpu_to_gpu`
+  flow events repeat the correlation id that `kernels.correlation_id` already holds, so
+  they are not stored; `M` events only name processes and threads.
+A category not in `_KNOWN` still lands in `events` and is counted in the file's
+`warnings` (`files.metadata`). Old Kineto schema files (capitalised categories `Kernel`,
+`Runtime`, `Memcpy`, `Memset`, lower-case `external id`) are read the same way.
+
+Kernel -> op link (`kernels.node_name`, `node_seq`, `link`): the launch call first: the
+kernel's `correlation` -> the runtime call with that correlation -> the innermost
+`cpu_op` enclosing the call on the call's thread (`link = 'launch'`). `External id`
+is used only where there is no launch call, or the call has no enclosing op and the op
+with that External id spans the call (`link = 'external_id'`). Older PyTorch wrote the
+launch's correlation into `External id`, which then names an unrelated op (in HTA's
+alexnet test trace, 94 of 98 kernels); the newer traces' External ids agree with the
+launch route on every kernel of the fixtures.
 
 Steps: `ProfilerStep#N` spans are on the main thread, but the backward pass runs on the
 autograd thread, so a node's step is the ProfilerStep span containing its start on *any*
@@ -18,10 +41,11 @@ Time: Kineto writes `ts` relative to `baseTimeNanoseconds` (PyTorch's own test r
 `ts = (absolute_ns - baseTimeNanoseconds) / 1000`), so absolute ns = base + ts µs. Older
 traces without the key write absolute epoch µs; then base is 0.
 
-Streaming: two passes over `EventStream`. Pass 1 keeps small maps (step spans,
-correlation -> (launch ns, External id), External id -> (op name, start)); pass 2 emits
-rows. Two passes because Kineto writes the CPU ops before the ProfilerStep spans and the
-GPU events after, and top-level keys (base time, rank) may follow `traceEvents`.
+Streaming: two passes over `EventStream`. Pass 1 keeps compact maps (step spans, launch
+calls by correlation, ops by External id, every op's and call's interval per thread for
+the enclosing-op sweep, activities by correlation); pass 2 emits rows. Two passes
+because Kineto writes the CPU ops before the ProfilerStep spans and the GPU events
+after, and top-level keys (base time, rank) may follow `traceEvents`.
 Pass 1 reads event numbers as text (it needs only `ts`/`dur`), pass 2 as Decimal: both
 exact and decoded in C; Decimals become floats where they reach a row (`plain`, the
 params encoder). Rows are tuples in `_*_COLS` order, built into batches column-wise.
@@ -48,7 +72,8 @@ DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
 
 _KINETO_KEY = re.compile(r'"(?:deviceProperties|distributedInfo|baseTimeNanoseconds)"\s*:')
 _KINETO_CAT = re.compile(
-    r'"cat"\s*:\s*"(?:cpu_op|kernel|cuda_runtime|cuda_driver|gpu_memcpy|gpu_memset|user_annotation)"'
+    r'"cat"\s*:\s*"(?:cpu_op|kernel|cuda_runtime|cuda_driver|gpu_memcpy|gpu_memset|user_annotation'
+    r'|mtia_runtime|mtia_ccp_events|Kernel|Runtime|Memcpy|Memset|Operator)"'
 )
 _STEP = re.compile(r"ProfilerStep#(\d+)$")
 _COPY_KIND = re.compile(r"Memcpy (\w+)")
@@ -63,7 +88,16 @@ _NODE_COLS = ("device", "device_raw", "rank", "step", "node_name", "op_type", "s
 _KERNEL_COLS = ("device", "device_raw", "rank", "step", "stream", "kind", "name", "node_name",
                 "start_ns", "duration_ns", "bytes", "copy_kind", "correlation_id",
                 "launch_start_ns", "grid", "block", "registers_per_thread",
-                "shared_memory_bytes", "occupancy", "params")
+                "shared_memory_bytes", "occupancy", "params", "node_seq", "link", "external_id")
+_CALL_COLS = ("device", "device_raw", "rank", "step", "category", "name", "start_ns", "duration_ns",
+              "thread_id", "correlation_id", "external_id", "node_name", "node_seq", "kernel_name",
+              "kernel_count", "kernel_start_ns", "kernel_device", "seq", "params")
+_ANNOTATION_COLS = ("device", "device_raw", "rank", "step", "category", "name", "start_ns",
+                    "duration_ns", "thread_id", "stream", "external_id", "seq", "params")
+_STEP_COLS = ("device", "device_raw", "rank", "step", "name", "start_ns", "duration_ns", "thread_id",
+              "device_start_ns", "device_end_ns", "kernel_count")
+_EVENT_COLS = ("device", "device_raw", "rank", "step", "category", "name", "phase", "start_ns",
+               "duration_ns", "thread_id", "stream", "correlation_id", "external_id", "seq", "params")
 _ALLOC_COLS = ("device", "device_raw", "rank", "step", "ts_ns", "bytes", "kind", "address",
                "total_allocated_bytes", "total_reserved_bytes", "params")
 
@@ -74,10 +108,12 @@ _DEVICE_TYPE = {0: ("CPU", "cpu"), 1: ("GPU", "cuda"), 6: ("GPU", "hip"), 9: ("X
                 12: ("XPU", "xpu"), 13: ("MPS", "mps"), 15: ("HPU", "hpu"), 19: ("MTIA", "mtia")}
 
 # Args that have a column (the rest go to `params`).
-_KERNEL_ARGS = ("device", "stream", "correlation", "External id", "grid", "block",
+_KERNEL_ARGS = ("device", "stream", "correlation", "External id", "external id", "grid", "block",
                 "registers per thread", "shared memory", "est. achieved occupancy %", "bytes")
-_NODE_ARGS = ("External id", "Input Dims", "Input type")
-_NODE_ARGS_NESTED = ("External id", "Input type")  # keep nested (TensorList) dims verbatim
+_NODE_ARGS = ("External id", "external id", "Input Dims", "Input type")
+_NODE_ARGS_NESTED = ("External id", "external id", "Input type")
+_CALL_ARGS = ("correlation", "External id", "external id")
+_ANNOTATION_ARGS = ("External id", "external id")  # keep nested (TensorList) dims verbatim
 _MEMORY_ARGS = ("Addr", "Bytes", "Total Allocated", "Total Reserved", "Device Type", "Device Id")
 
 
@@ -139,19 +175,23 @@ class _IntMap:
     def finish(self) -> None:
         if self._sorted or not self.keys:
             return
-        def arrow(a: array) -> pa.Array:  # zero-copy view; pa.array() would pull in numpy
-            return pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)])
-
-        order = pc.sort_indices(arrow(self.keys))
+        order = pc.sort_indices(_arrow(self.keys))
 
         def take(a: array) -> array:
-            taken = pc.take(arrow(a), order)
+            taken = pc.take(_arrow(a), order)
             out = array("q")
             out.frombytes(memoryview(taken.buffers()[1])[: 8 * len(taken)])
             return out
 
         self.keys = take(self.keys)
         self.cols = [take(c) for c in self.cols]
+
+    def span(self, key: Any) -> tuple[int, int]:
+        """Positions [lo, hi) of the entries with this key (file order within a key:
+        the sort is stable)."""
+        if type(key) is not int:
+            return 0, 0
+        return bisect.bisect_left(self.keys, key), bisect.bisect_right(self.keys, key)
 
     def get(self, key: Any) -> tuple[int, ...] | None:
         if type(key) is not int:
@@ -167,21 +207,83 @@ _NONE = -(1 << 63)  # "no External id" in an int column
 _NO_ARGS: dict = {}
 
 
+# Old Kineto schema (PyTorch 1.x) capitalised its categories.
+_OLD_CATS = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
+             "Runtime": "cuda_runtime", "Driver": "cuda_driver", "Operator": "cpu_op",
+             "User annotation": "user_annotation", "Python": "python_function",
+             "Trace": "Trace"}
+_ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "mtia_ccp_events")
+_ANNOTATION_CATS = ("user_annotation", "gpu_user_annotation")
+_KINETO_CATS = frozenset(("cpu_op", "cuda_sync", "python_function") + _ACTIVITY_CATS + _ANNOTATION_CATS)
+_FLOW_CATS = ("ac2g", "async_gpu", "async_cpu_to_gpu")  # repeat kernels.correlation_id: not stored
+# Stored in `events` without a warning. Anything else is stored there too, and counted.
+_KNOWN = {None, "", "cuda_sync", "cpu_instant_event", "python_function", "cuda_profiler_range",
+          "fwdbwd", "Trace", "overhead", "cpu_op", "gpu_user_annotation"}
+_COPY_DIRECTION = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_TO_DEVICE": "DtoD",
+                   "HOST_TO_HOST": "HtoH", "PEER_TO_PEER": "PtoP"}
+
+
+def _cat(ev: dict) -> Any:
+    cat = ev.get("cat")
+    return _OLD_CATS.get(cat, cat)
+
+
+def _is_runtime(cat: Any) -> bool:
+    return type(cat) is str and (cat.endswith("_runtime") or cat.endswith("_driver"))
+
+
+def _ext(args: dict) -> Any:
+    ext = args.get("External id")
+    return args.get("external id") if ext is None else ext
+
+
+def _size(v: Any) -> int:
+    """A launch call's byte count (`size`, a string in ROCm traces), else _NONE."""
+    if type(v) is str and v.isdigit():
+        return int(v)
+    n = _int(v)
+    return n if n is not None else _NONE
+
+
+def _activity_device(cat: str, ev: dict, args: dict) -> tuple[str, str]:
+    dev = _int(args.get("device"))
+    if dev is None and args.get("device") is not None:
+        dev = plain(args["device"])  # no device number: `GPU:zero`, which tracedb.validate flags
+    if dev is None:
+        pid = ev.get("pid")
+        dev = pid if type(pid) is int else 0  # Kineto's device pid is the device index
+    if cat == "mtia_ccp_events":
+        return f"MTIA:{dev}", f"MTIA {dev}"
+    return f"GPU:{dev}", f"GPU {dev}"
+
+
+def _arrow(a: array) -> pa.Array:
+    """Zero-copy int64 view of an array('q') (pa.array() would pull in numpy)."""
+    return pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)])
+
+
 class _Index:
     """Pass 1: what linking rows needs, as ints and interned names (ns relative to base)."""
 
     def __init__(self, stream: EventStream):
-        self.steps: list[tuple[int, int, int]] = []  # (start, end, N), sorted by start
-        self.runtime = _IntMap(2)  # correlation -> (launch start, External id)
-        self.ops = _IntMap(2)  # cpu_op External id -> (name index, op start)
-        self.annotations: dict[int, tuple[int, int]] = {}  # user_annotation ids (few)
+        self.steps: list[tuple[int, int, int, Any, int]] = []  # (start, end, N, tid, seq)
+        self.ops = _IntMap(4)  # cpu_op External id -> (name index, start, end, seq)
+        self.calls = _IntMap(4)  # runtime call seq -> (start, end, thread key, External id)
+        self.call_of = _IntMap(1)  # correlation -> runtime call seq
+        self.acts = _IntMap(3)  # correlation -> (name index, start, device index), file order
         self.names: list[str] = []
-        name_ix: dict[str, int] = {}
-        add_op, add_runtime, step_match = self.ops.add, self.runtime.add, _STEP.match
+        self._name_ix: dict[str, int] = {}
+        threads: dict[Any, int] = {}
+        op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
+        call_size = array("q")
+        step_match = _STEP.match
+        self.kineto_events = 0  # events of a Kineto category (else: not a Kineto trace)
         for i, ev in enumerate(stream):
             if ev.get("ph") != "X":
                 continue
-            cat = ev.get("cat")
+            cat = _cat(ev)
+            if cat in _KINETO_CATS or _is_runtime(cat):
+                self.kineto_events += 1
             args = ev.get("args") or _NO_ARGS
             if cat == "cpu_op" or cat == "user_annotation":
                 name, ts = ev.get("name"), ev.get("ts")
@@ -190,33 +292,100 @@ class _Index:
                         _need(ev, key, i)
                 start = us_to_ns(ts)
                 m = step_match(name)
+                if m or cat == "cpu_op":
+                    end = start + us_to_ns(_need(ev, "dur", i))
                 if m:
-                    self.steps.append((start, start + us_to_ns(_need(ev, "dur", i)), int(m[1])))
-                ext = args.get("External id")
-                if ext is not None:
-                    ix = name_ix.get(name)
-                    if ix is None:
-                        ix = name_ix[name] = len(self.names)
-                        self.names.append(name)
-                    if cat == "cpu_op":
-                        add_op(ext, ix, start)
-                    elif type(ext) is int:
-                        self.annotations[ext] = (ix, start)
-            elif cat in _RUNTIME_CATS:
-                corr = args.get("correlation")
-                if corr is not None:
-                    ext = args.get("External id")
-                    add_runtime(corr, us_to_ns(_need(ev, "ts", i)), ext if type(ext) is int else _NONE)
+                    self.steps.append((start, end, int(m[1]), ev.get("tid"), i))
+                if cat == "cpu_op":
+                    ix = self.name(name)
+                    th = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
+                    for col, v in zip(op_cols, (th, start, end, i, ix)):
+                        col.append(v)
+                    self.ops.add(_ext(args), ix, start, end, i)
+            elif _is_runtime(cat):
+                start = us_to_ns(_need(ev, "ts", i))
+                end = start + us_to_ns(_need(ev, "dur", i))
+                ext = _ext(args)
+                th = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
+                self.calls.add(i, start, end, th, ext if type(ext) is int else _NONE)
+                call_size.append(_size(args.get("size")))
+                self.call_of.add(args.get("correlation"), i)
+            elif cat in _ACTIVITY_CATS:
+                name = _need(ev, "name", i)
+                dev = _activity_device(cat, ev, args)[0]
+                self.acts.add(args.get("correlation"), self.name(name),
+                              us_to_ns(_need(ev, "ts", i)), self.name(dev))
         self.meta = stream.meta  # every top-level key, wherever it stood
-        self.ops.finish()
-        self.runtime.finish()
+        self.call_size = call_size
+        for m in (self.ops, self.call_of, self.acts):
+            m.finish()
+        self.call_op = self._enclosing(op_cols)
+        self._op_cols = op_cols
         self.steps.sort()
         self._starts = [s[0] for s in self.steps]
 
-    def op(self, ext: Any) -> tuple[str, int] | None:
-        """(name, start) of the op (else annotation) with this External id."""
-        hit = self.ops.get(ext) or (self.annotations.get(ext) if type(ext) is int else None)
-        return (self.names[hit[0]], hit[1]) if hit else None
+    def name(self, name: str) -> int:
+        ix = self._name_ix.get(name)
+        if ix is None:
+            ix = self._name_ix[name] = len(self.names)
+            self.names.append(name)
+        return ix
+
+    def _enclosing(self, op_cols: list[array]) -> array:
+        """For each runtime call (in file order), the seq of the innermost cpu_op that
+        encloses it on its thread (start <= call start, call end <= end), else _NONE.
+
+        One sweep per thread over ops and calls sorted by (start, ops first, longer
+        first, file order): a stack of the ops still open; ops are nested, so the first
+        stack entry from the top that reaches the call's end is the innermost."""
+        n_ops, calls = len(op_cols[0]), self.calls
+        n_calls = len(calls.keys)
+        out = array("q", [_NONE]) * n_calls
+        if not n_ops or not n_calls:
+            return out
+        th, start, end, seq = (pa.concat_arrays([_arrow(a), _arrow(b)]) for a, b in zip(
+            op_cols[:4], (calls.cols[2], calls.cols[0], calls.cols[1], calls.keys)))
+        kind = pa.concat_arrays([pa.repeat(pa.scalar(0, pa.int8()), n_ops),
+                                 pa.repeat(pa.scalar(1, pa.int8()), n_calls)])
+        pos = pa.concat_arrays([pa.array(range(n_ops), pa.int64()), pa.array(range(n_calls), pa.int64())])
+        table = pa.table({"th": th, "start": start, "kind": kind, "negend": pc.negate(end),
+                          "seq": seq, "pos": pos})
+        table = table.take(pc.sort_indices(table, sort_keys=[
+            ("th", "ascending"), ("start", "ascending"), ("kind", "ascending"),
+            ("negend", "ascending"), ("seq", "ascending")]))
+        op_seq = op_cols[3]
+        stack: list[tuple[int, int]] = []  # (end, op position)
+        cur = None
+        for t, s, k, ne, p in zip(*(table.column(c).to_pylist()
+                                     for c in ("th", "start", "kind", "negend", "pos"))):
+            if t != cur:
+                stack, cur = [], t
+            while stack and stack[-1][0] < s:
+                stack.pop()
+            if k == 0:
+                stack.append((-ne, p))
+                continue
+            for j in range(len(stack) - 1, -1, -1):
+                if stack[j][0] >= -ne:
+                    out[p] = op_seq[stack[j][1]]
+                    break
+        return out
+
+    def call(self, corr: Any) -> int | None:
+        """Position (file order) of the runtime call with this correlation."""
+        hit = self.call_of.get(corr)
+        if hit is None:
+            return None
+        return bisect.bisect_left(self.calls.keys, hit[0])
+
+    def op(self, ext: Any) -> tuple[int, int, int, int] | None:
+        """(name index, start, end, seq) of the cpu_op with this External id."""
+        return self.ops.get(ext)
+
+    def op_at(self, seq: int) -> tuple[str, int]:
+        """(name, start) of the cpu_op at this seq."""
+        k = bisect.bisect_left(self._op_cols[3], seq)
+        return self.names[self._op_cols[4][k]], self._op_cols[1][k]
 
     def step_at(self, t: int) -> int | None:
         k = bisect.bisect_right(self._starts, t) - 1
@@ -266,40 +435,101 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     return gc_paused(located(_read(path, ctx)))  # errors name the event (jsonstream.located)
 
 
+class _Out:
+    """The builders of one read, flushed when full."""
+
+    def __init__(self):
+        self.b = {"nodes": BatchBuilder("nodes", BATCH_ROWS, _NODE_COLS),
+                  "kernels": BatchBuilder("kernels", BATCH_ROWS, _KERNEL_COLS),
+                  "allocations": BatchBuilder("allocations", BATCH_ROWS, _ALLOC_COLS),
+                  "runtime_calls": BatchBuilder("runtime_calls", BATCH_ROWS, _CALL_COLS),
+                  "annotations": BatchBuilder("annotations", BATCH_ROWS, _ANNOTATION_COLS),
+                  "steps": BatchBuilder("steps", BATCH_ROWS, _STEP_COLS),
+                  "events": BatchBuilder("events", BATCH_ROWS, _EVENT_COLS)}
+
+    def add(self, table: str, row: tuple) -> Iterator[tuple[str, pa.RecordBatch]]:
+        b = self.b[table]
+        b.rows.append(row)
+        if len(b.rows) >= BATCH_ROWS:
+            yield from b.flush()
+
+    def flush(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        for b in self.b.values():
+            yield from b.flush()
+
+
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     index = _Index(EventStream(path, floats="text"))
+    if not index.kineto_events and not index.meta.get("baseTimeNanoseconds"):
+        # Claimed by a top-level key, but not one event is Kineto's: the generic
+        # Chrome-trace reader reads such a file better (formats.read falls back).
+        raise TraceFormatError("no Kineto events (no cpu_op, kernel, runtime or annotation category)")
     stream = EventStream(path, floats="decimal")
-    nodes = BatchBuilder("nodes", BATCH_ROWS, _NODE_COLS)
-    kernels = BatchBuilder("kernels", BATCH_ROWS, _KERNEL_COLS)
-    allocs = BatchBuilder("allocations", BATCH_ROWS, _ALLOC_COLS)
-    node_rows, kernel_rows, alloc_rows = nodes.rows, kernels.rows, allocs.rows
+    out = _Out()
+    node_rows, kernel_rows = out.b["nodes"].rows, out.b["kernels"].rows
     base = rank = None
+    call_pos = 0  # runtime calls come in pass 1's order: the n-th is index.calls[n]
+    device_work: dict[int, list[int]] = {}  # step -> [first start, last end, count]
     for i, ev in enumerate(stream):
         if base is None:  # header is complete once the first event arrives
             base, rank = _metadata(index, ctx)
         ph = ev.get("ph")
+        cat = _cat(ev)
         if ph == "X":
-            cat = ev.get("cat")
             if cat == "cpu_op":
                 node_rows.append(_node(ev, i, base, rank, index))
                 if len(node_rows) >= BATCH_ROWS:
-                    yield from nodes.flush()
-                    node_rows = nodes.rows
-            elif cat in _GPU_KIND:
-                kernel_rows.append(_kernel(ev, i, base, rank, index))
+                    yield from out.b["nodes"].flush()
+                    node_rows = out.b["nodes"].rows
+                continue
+            if cat in _ACTIVITY_CATS:
+                row = _kernel(ev, cat, i, base, rank, index)
+                kernel_rows.append(row)
+                _count_work(device_work, row)
                 if len(kernel_rows) >= BATCH_ROWS:
-                    yield from kernels.flush()
-                    kernel_rows = kernels.rows
+                    yield from out.b["kernels"].flush()
+                    kernel_rows = out.b["kernels"].rows
+                continue
+            if _is_runtime(cat):
+                yield from out.add("runtime_calls", _call(ev, cat, i, base, rank, index, call_pos))
+                call_pos += 1
+                continue
+            if cat in _ANNOTATION_CATS:
+                yield from out.add("annotations", _annotation(ev, cat, i, base, rank, index))
+                continue
+        elif ph == "M" or cat in _FLOW_CATS:
+            continue
         elif (ph == "i" or ph == "I") and ev.get("name") == "[memory]":
-            alloc_rows.append(_allocation(ev, i, base, rank, index))
-            if len(alloc_rows) >= BATCH_ROWS:
-                yield from allocs.flush()
-                alloc_rows = allocs.rows
+            yield from out.add("allocations", _allocation(ev, i, base, rank, index))
+            continue
+        if cat not in _KNOWN:
+            ctx.warn(f"unknown event category {str(cat)[:60]!r} (kept in events)")
+        row = _event(ev, cat, i, base, rank, index)
+        if row is None:
+            ctx.warn("event without 'ts' (skipped)")
+        else:
+            yield from out.add("events", row)
     if base is None:  # no events at all
-        _metadata(index, ctx)
-    yield from nodes.flush()
-    yield from kernels.flush()
-    yield from allocs.flush()
+        base, rank = _metadata(index, ctx)
+    for start, end, n, tid, seq in index.steps:
+        work = device_work.get(n)
+        out.b["steps"].rows.append((
+            "CPU:0", "CPU", rank, n, f"ProfilerStep#{n}", base + start, end - start,
+            tid if type(tid) is int else None,
+            work[0] if work else None, work[1] if work else None, work[2] if work else 0))
+    yield from out.flush()
+
+
+def _count_work(device_work: dict, row: tuple) -> None:
+    step = row[3]
+    if step is None:
+        return
+    start, end = row[8], row[8] + row[9]
+    w = device_work.get(step)
+    if w is None:
+        device_work[step] = [start, end, 1]
+    else:
+        w[0], w[1], w[2] = min(w[0], start), max(w[1], end), w[2] + 1
 
 
 def _metadata(index: _Index, ctx: ReadContext) -> tuple[int, int | None]:
@@ -331,12 +561,25 @@ def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple
     known = _NODE_ARGS if shapes is None or None not in shapes else _NODE_ARGS_NESTED
     return ("CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, us_to_ns(dur),
             tid if type(tid) is int else None, i, shapes, _dtypes(args.get("Input type")),
-            _int(args.get("External id")),
+            _int(_ext(args)),
             _params(args, known, None if type(tid) is int else {"tid": tid}))
 
 
-def _kernel(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple:
-    cat = ev["cat"]
+def _launching_op(index: _Index, ext: Any, pos: int | None) -> tuple[tuple[str, int, int] | None, str | None]:
+    """((name, start, seq), link) of the op that launched an activity (module docstring)."""
+    launch = None
+    if pos is not None:
+        seq = index.call_op[pos]
+        if seq != _NONE:
+            return index.op_at(seq) + (seq,), "launch"
+        launch = index.calls.cols[0][pos]
+    hit = index.op(ext)
+    if hit and (launch is None or hit[1] <= launch <= hit[2]):
+        return (index.names[hit[0]], hit[1], hit[3]), "external_id"
+    return None, None
+
+
+def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index) -> tuple:
     args = ev.get("args") or _NO_ARGS
     name, ts = ev.get("name"), ev.get("ts")
     if name is None or ts is None:
@@ -344,38 +587,114 @@ def _kernel(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tup
             _need(ev, key, i)
     start = us_to_ns(ts)
     corr = args.get("correlation")
-    launch = index.runtime.get(corr)
-    ext = args.get("External id")
-    if ext is None and launch is not None and launch[1] != _NONE:
-        ext = launch[1]
-    op = index.op(ext)
-    step = index.step_at(op[1]) if op else (index.step_at(launch[0]) if launch else None)
-    dev = _int(args.get("device"))
-    if dev is None and args.get("device") is not None:
-        dev = plain(args["device"])  # no device number: `GPU:zero`, which tracedb.validate flags
-    if dev is None:
-        dev = ev.get("pid") if type(ev.get("pid")) is int else 0  # Kineto's GPU pid is the device
-    kind = _GPU_KIND[cat]
-    copy = _COPY_KIND.match(name) if kind == "memcpy" else None
+    ext = _ext(args)
+    pos = index.call(corr)
+    launch = size = None
+    if pos is not None:
+        launch = index.calls.cols[0][pos]
+        call_ext, call_size = index.calls.cols[3][pos], index.call_size[pos]
+        if ext is None and call_ext != _NONE:
+            ext = call_ext
+        size = call_size if call_size != _NONE else None
+    op, link = _launching_op(index, ext, pos)
+    step = index.step_at(op[1]) if op else (index.step_at(launch) if launch is not None else None)
+    device, device_raw = _activity_device(cat, ev, args)
+    if cat == "mtia_ccp_events":
+        kind = "memcpy" if name.startswith("dma") else "kernel"
+        nbytes = _int(args.get("size")) if kind == "memcpy" else None
+        copy_kind = _COPY_DIRECTION.get(args.get("direction")) if kind == "memcpy" else None
+    else:
+        kind = _GPU_KIND[cat]
+        copy = _COPY_KIND.match(name) if kind == "memcpy" else None
+        copy_kind = copy[1] if copy else None
+        nbytes = None
+        if kind != "kernel":
+            nbytes = _int(args.get("bytes"))
+            if nbytes is None:
+                nbytes = size  # ROCm copies: the byte count is on the launch call
     grid, block = args.get("grid"), args.get("block")
     occ = num(args.get("est. achieved occupancy %"))
     stream = _int(args.get("stream"))
     return (
-        f"GPU:{dev}", f"GPU {dev}", rank, step,
+        device, device_raw, rank, step,
         stream if stream is not None else _int(ev.get("tid")),
         kind, name, op[0] if op else None,
         base + start, us_to_ns(_need(ev, "dur", i)),
-        _int(args.get("bytes")) if kind != "kernel" else None,
-        copy[1] if copy else None,
-        _int(corr),
-        base + launch[0] if launch else None,
+        nbytes, copy_kind, _int(corr),
+        base + launch if launch is not None else None,
         plain(grid) if type(grid) is list else None,
         plain(block) if type(block) is list else None,
         _int(args.get("registers per thread")),
         _int(args.get("shared memory")),
         float(occ) if occ is not None else None,
-        _params(args, _KERNEL_ARGS, {"External id": ext} if ext is not None else None),
+        _params(args, _KERNEL_ARGS),
+        op[2] if op else None, link, _int(ext),
     )
+
+
+def _call(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index, pos: int) -> tuple:
+    args = ev.get("args") or _NO_ARGS
+    start, end = index.calls.cols[0][pos], index.calls.cols[1][pos]
+    corr = args.get("correlation")
+    seq = index.call_op[pos]
+    lo, hi = index.acts.span(corr)
+    first = (index.acts.cols[0][lo], index.acts.cols[1][lo], index.acts.cols[2][lo]) if hi > lo else None
+    tid = ev.get("tid")
+    return (
+        "CPU:0", "CPU", rank, index.step_at(start), cat, _need(ev, "name", i), base + start,
+        end - start, tid if type(tid) is int else None, _int(corr), _int(_ext(args)),
+        index.op_at(seq)[0] if seq != _NONE else None, seq if seq != _NONE else None,
+        index.names[first[0]] if first else None, hi - lo,
+        base + first[1] if first else None, index.names[first[2]] if first else None,
+        i, _params(args, _CALL_ARGS, None if type(tid) is int else {"tid": tid}),
+    )
+
+
+def _annotation(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index) -> tuple:
+    args = ev.get("args") or _NO_ARGS
+    name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
+    if name is None or ts is None or dur is None:
+        for key in ("name", "ts", "dur"):
+            _need(ev, key, i)
+    start = us_to_ns(ts)
+    tid = ev.get("tid")
+    m = _STEP.match(name)
+    if cat == "gpu_user_annotation":  # a device range: on its GPU and stream, in device time
+        device, device_raw = _activity_device("kernel", ev, args)
+        stream = _int(args.get("stream"))
+        stream, thread, step = stream if stream is not None else _int(tid), None, int(m[1]) if m else None
+    else:
+        device, device_raw, stream = "CPU:0", "CPU", None
+        thread, step = tid if type(tid) is int else None, index.step_at(start)
+    return (device, device_raw, rank, step, cat, name, base + start, us_to_ns(dur), thread, stream,
+            _int(_ext(args)), i, _params(args, _ANNOTATION_ARGS, None if type(tid) is int else {"tid": tid}))
+
+
+def _event(ev: dict, cat: Any, i: int, base: int, rank: int | None, index: _Index) -> tuple | None:
+    ts = ev.get("ts")
+    if ts is None:
+        return None
+    args = ev.get("args")
+    args = args if isinstance(args, dict) else _NO_ARGS
+    start, dur, tid, ph = us_to_ns(ts), ev.get("dur"), ev.get("tid"), ev.get("ph")
+    corr = args.get("correlation")
+    if corr is None and ph in ("s", "f", "t"):
+        corr = ev.get("id")
+    if cat == "cuda_sync":  # device-side: its GPU and stream; its step is its call's
+        device, device_raw = _activity_device("kernel", ev, args)
+        stream, thread = _int(args.get("stream")), None
+        pos = index.call(corr)
+        step = index.step_at(index.calls.cols[0][pos]) if pos is not None else None
+    else:
+        device, device_raw, stream = "CPU:0", "CPU", None
+        thread, step = (tid if type(tid) is int else None), index.step_at(start)
+    extra = {k: ev[k] for k in ("pid", "tid", "s", "bp") if k in ev and type(ev[k]) is not int}
+    if args is not _NO_ARGS:
+        extra = {**args, **extra}
+    return (device, device_raw, rank, step, cat if type(cat) is str else None,
+            str(ev.get("name")) if ev.get("name") is not None else None, ph if type(ph) is str else None,
+            base + start, us_to_ns(dur) if dur is not None else None, thread, stream, _int(corr),
+            _int(_ext(args)), i, dumps_compact(extra) if extra else None)
 
 
 def _allocation(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple:
