@@ -91,9 +91,11 @@ def read(path: Path, ctx: ReadContext, first: str) -> Iterator[tuple[str, pa.Rec
                     ctx.format = mod.NAME
                     ctx.metadata.update(attempt.metadata)
                     attempt.metadata = ctx.metadata  # later updates land in ctx too
+                    ctx.warnings.update(attempt.warnings)
+                    attempt.warnings = ctx.warnings
                     if mod.NAME != first:
                         why = f"failed: {error}" if error else "found no rows"
-                        ctx.metadata.setdefault("warnings", {})[f"read by {mod.NAME}: {first} {why}"] = 1
+                        ctx.warn(f"read by {mod.NAME}: {first} {why}")
                 yield table, _with_format(batch, mod.NAME) if mod.NAME != first else batch
         except TraceFormatError as e:
             if produced:
