@@ -1,5 +1,5 @@
 -- title: GPU busy and idle time
--- description: Per run, device and step: busy time (the union of GPU activity intervals across all streams, so concurrent kernels count once), the span from first start to last end, idle = span - busy, and the busy share (HTA temporal breakdown / XProf GPU idle time).
+-- description: Per run, device and step: busy time (the union of GPU activity intervals across all streams, so concurrent kernels count once), the span from first start to last end, idle = span - busy, the busy share, and the device step time (the step's first activity to the next step's first activity on that device; the last step: its span) (HTA temporal breakdown / XProf GPU idle time).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: kind VARCHAR NULL Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
@@ -31,7 +31,8 @@ islands AS (
            count(*) AS activities, sum(duration_ns) AS activity_ns
     FROM numbered
     GROUP BY run_id, device, step, island
-)
+),
+per_step AS (
 SELECT
     run_id,
     device,
@@ -47,4 +48,17 @@ SELECT
     count(*) AS busy_intervals
 FROM islands
 GROUP BY run_id, device, step
-ORDER BY run_id, device, step NULLS LAST
+),
+nxt AS (
+    -- the next step's first activity on the device (step NULL is no step: left out here)
+    SELECT run_id, device, step,
+           lead(start_ns) OVER (PARTITION BY run_id, device ORDER BY step) AS next_start_ns
+    FROM per_step
+    WHERE step IS NOT NULL
+)
+SELECT
+    p.*,
+    CASE WHEN p.step IS NOT NULL THEN coalesce(n.next_start_ns, p.end_ns) - p.start_ns END AS device_step_ns
+FROM per_step p
+LEFT JOIN nxt n ON n.run_id = p.run_id AND n.device = p.device AND n.step = p.step
+ORDER BY p.run_id, p.device, p.step NULLS LAST
