@@ -41,3 +41,15 @@ def seed_warehouse(tmp_path_factory) -> Path:
         summary = ingest([scenario(name)], wh, run_id=name)
         assert summary.ok, summary.errors
     return wh
+
+
+@pytest.fixture(scope="session")
+def fleet_warehouse(tmp_path_factory) -> Path:
+    """tests/data/fleet_dev ingested: day1..day4 (one CNN, 4 processes), slow_extra2, mem512,
+    run ids the folder names, labels from each run.json (model cnn4, started_at day by day)."""
+    from tracedb.ingest import ingest
+
+    wh = tmp_path_factory.mktemp("fleet") / "wh"
+    summary = ingest([DATA / "fleet_dev"], wh)
+    assert summary.ok, summary.errors
+    return wh
