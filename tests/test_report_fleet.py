@@ -122,10 +122,13 @@ def test_json_schema(fleet):
     assert set(doc["history"]["GPU:0/gpu_kernel_time"]["runs"]) == {"day2", "day3", "day4", "mem512", "slow_extra2"}
 
 
+@pytest.mark.slow
 def test_nightly_recipe_from_the_readme(tmp_path):
     """The README's nightly script, run night after night on the fleet: the first night has
     nothing to compare with (exit 2), the quiet nights exit 0, slow_extra2's night exits 1
-    and publishes its HTML report."""
+    and publishes its HTML report. Slow: 10 fresh `tracedb` processes. (With only 3 nights
+    before it, slow_extra2's +0.7% is not significant at 99%: t = 7.0 on 2 degrees of
+    freedom, p = 0.02; with 4, p = 0.003.)"""
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     script = readme.split("<!-- nightly-recipe -->")[1].split("```sh\n")[1].split("```")[0]
     (tmp_path / "nightly.sh").write_text(script)
@@ -153,4 +156,4 @@ def test_nightly_recipe_from_the_readme(tmp_path):
     assert codes == {"day1": 2, "day2": 0, "day3": 0, "day4": 0, "slow_extra2": 1}
     html = (tmp_path / "www" / "slow_extra2.html").read_text()
     assert "GPU kernel time per step" in html and "<svg" in html
-    assert (tmp_path / "www" / "day4.html").is_file()
+    assert (tmp_path / "www" / "day3.html").is_file()

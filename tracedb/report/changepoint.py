@@ -25,6 +25,7 @@ and scipy < 1.17, and pulls in BigQuery, Postgres and Slack clients).
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,7 +58,9 @@ def _split(x: np.ndarray, lo: int, hi: int, min_size: int, max_p: float, min_shi
     a, b = seg[:tau], seg[tau:]
     base = abs(float(np.mean(a))) or 1.0
     shift = (float(np.mean(b)) - float(np.mean(a))) / base
-    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue) if np.ptp(seg) else 1.0
+    with warnings.catch_warnings():  # near-constant parts: scipy warns; p is then ~0 or nan
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     if np.isnan(p):  # both parts constant, with different values
         p = 0.0
     if p >= max_p or abs(shift) < min_shift or abs(float(np.mean(b)) - float(np.mean(a))) < floor:

@@ -27,6 +27,7 @@ and the report says so.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -121,7 +122,9 @@ def compare(base: Side, cand: Side, confidence: float) -> Test:
     bs, cs = base.samples, cand.samples
     if len(bs) >= 2 and len(cs) >= 2 and (np.ptp(bs) > 0 or np.ptp(cs) > 0):
         se = math.sqrt(np.var(bs, ddof=1) / len(bs) + np.var(cs, ddof=1) / len(cs))
-        res = stats.ttest_ind(cs, bs, equal_var=False)
+        with warnings.catch_warnings():  # near-identical samples: scipy warns, the se above is exact
+            warnings.simplefilter("ignore", RuntimeWarning)
+            res = stats.ttest_ind(cs, bs, equal_var=False)
         options.append((se, float(res.df), "within runs (steps)"))
     if not options:
         if len(bs) >= 2 and len(cs) >= 2:  # every sample equal on both sides
