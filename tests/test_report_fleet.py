@@ -122,6 +122,49 @@ def test_json_schema(fleet):
     assert set(doc["history"]["GPU:0/gpu_kernel_time"]["runs"]) == {"day2", "day3", "day4", "mem512", "slow_extra2"}
 
 
+MLP = Path(__file__).parent / "data" / "fleet_mlp"
+NIGHTS = ["night1", "night2", "night3", "night4"]
+
+
+@pytest.fixture(scope="module")
+def raw_mlp():
+    out = {}
+    for run in [*NIGHTS, "slow_extra_linear", "mem256"]:
+        doc = rawtrace.load_kineto_json(MLP / run / "trace.json.gz")
+        trace = rawtrace.kineto(doc)
+        per_step = defaultdict(int)
+        for k in trace.kernels:
+            if k.kind == "kernel" and k.step is not None:
+                per_step[k.step] += k.dur
+        peak = max(e["args"]["Total Allocated"] for e in doc["traceEvents"]
+                   if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1)
+        out[run] = {"kernel_ns": [per_step[s] for s in sorted(per_step)],
+                    "names": {k.name for k in trace.kernels if k.kind == "kernel"}, "peak": int(peak)}
+    return out
+
+
+def test_unseen_fleet_mlp(mlp_warehouse, raw_mlp):
+    """The same acceptance on traces the method was not tuned on (tests/data/fleet_mlp: an
+    MLP on an H200, 4 nights, plus an extra linear layer and 256 MiB more memory), with
+    default settings."""
+    wh = mlp_warehouse
+    for base, cand in itertools.permutations(NIGHTS, 2):
+        assert build_report(wh, [base], [cand]).findings == [], (base, cand)
+    assert not build_report(wh, NIGHTS[:3], ["night4"]).has_regression
+    slow = build_report(wh, NIGHTS, ["slow_extra_linear"])
+    assert 1 <= len(slow.findings) <= 5 and slow.findings[0].kind == M.KERNEL_TIME
+    base = mean([mean(raw_mlp[n]["kernel_ns"]) for n in NIGHTS])
+    cand = mean(raw_mlp["slow_extra_linear"]["kernel_ns"])
+    assert slow.findings[0].delta == pytest.approx(cand - base)
+    new = raw_mlp["slow_extra_linear"]["names"] - set().union(*(raw_mlp[n]["names"] for n in NIGHTS))
+    assert {k["name"] for k in slow.find(M.KERNEL_SET, "GPU:0").extra["new"]} == new and new
+    mem = build_report(wh, NIGHTS, ["mem256"])
+    assert 1 <= len(mem.findings) <= 5 and mem.findings[0].kind == M.PEAK_REPORTED
+    assert mem.findings[0].delta == raw_mlp["mem256"]["peak"] - raw_mlp["night1"]["peak"] == 256 << 20
+    r = runner.invoke(app, ["report", "-w", str(wh), "--label", "model=mlp4", "--history", "4", "-c", "mem256"])
+    assert r.exit_code == 1, r.output
+
+
 @pytest.mark.slow
 def test_nightly_recipe_from_the_readme(tmp_path):
     """The README's nightly script, run night after night on the fleet: the first night has
