@@ -329,3 +329,46 @@ def test_missing_data_is_not_comparable(tmp_path):
     r = cli("-w", str(wh), "-b", "node_shape_dump", "-c", "megengine_graph_profile", "-f", "json")
     assert r.exit_code == 0, r.output
     assert {m["status"] for m in json.loads(r.output)["metrics"]} == {"not comparable"}
+
+
+def _scale_matmul(factor: float):
+    def edit(block: re.Match) -> str:
+        text = block.group(0)
+        if re.search(r'node_name: "[^"]*:MatMul"', text):
+            return re.sub(r"(op_end_rel_micros|all_end_rel_micros): (\d+)",
+                          lambda m: f"{m.group(1)}: {round(int(m.group(2)) * factor)}", text)
+        return text
+    return edit
+
+
+@pytest.mark.slow
+def test_history_names_the_night_a_metric_moved(tmp_path):
+    """12 nights of the LSTM seed: MatMul kernels 1.5x slower from night 9 on, 2x slower on
+    night 4 only. `--history 11` on night 12 finds the move on night 9 and calls night 4 a
+    blip, in Markdown, JSON and in the HTML trend chart."""
+    original = scenario("tf_stepstats_gpu_streams").read_text()
+    runs = tmp_path / "runs"
+    for night in range(1, 13):
+        factor = 2.0 if night == 4 else 1.5 if night >= 9 else 1.0
+        folder = runs / f"night{night:02d}"
+        folder.mkdir(parents=True)
+        (folder / "step.pbtxt").write_text(_BLOCK.sub(_scale_matmul(factor), original))
+        (folder / "run.json").write_text(json.dumps({"model": "lstm", "started_at": f"2024-05-{night:02d}T03:00:00Z"}))
+    assert ingest([runs], tmp_path / "wh").ok
+    rep = build_report(tmp_path / "wh", labels=["model=lstm"], history=11)
+    assert [r.run_id for r in rep.candidate_runs] == ["night12"] and len(rep.baseline_runs) == 11
+    h = rep.history["GPU:0/gpu_kernel_time"]
+    assert [c["run_id"] for c in h["change_points"]] == ["night09"]
+    assert [b["run_id"] for b in h["blips"]] == ["night04"]
+    # the move: GPU kernel time of a 1.5x night against a 1.0x night, from the edited texts
+    before = sum(t for _, t in _kernel_totals(original).values())
+    after = sum(t for _, t in _kernel_totals(_BLOCK.sub(_scale_matmul(1.5), original)).values())
+    assert (before, after) == (7485, 9004)
+    assert h["change_points"][0]["shift_pct"] == pytest.approx(100 * (after - before) / before)
+    assert [c["run_id"] for c in rep.history["GPU:0/kernel/MatMul"]["change_points"]] == ["night09"]
+    md = rep.render("markdown")
+    assert "- GPU:0/gpu_kernel_time: moved +20.29% on night09; blip on night04" in md
+    html = rep.render("html")
+    assert 'class="change-point"' in html and 'class="blip"' in html and "moved: night09" in html
+    # night 12 against nights 1-11 (a mix of both levels): no significant change, exit 0
+    assert not rep.has_regression

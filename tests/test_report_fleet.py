@@ -200,3 +200,14 @@ def test_nightly_recipe_from_the_readme(tmp_path):
     html = (tmp_path / "www" / "slow_extra2.html").read_text()
     assert "GPU kernel time per step" in html and "<svg" in html
     assert (tmp_path / "www" / "day3.html").is_file()
+
+
+def test_json_keys_are_documented(fleet):
+    """docs/report.md describes every key the JSON report writes."""
+    doc = (Path(__file__).parent.parent / "docs" / "report.md").read_text()
+    schema = doc.split("## JSON, schema version 1")[1]
+    data = json.loads(build_report(fleet, DAYS, ["slow_extra2"], history=None).render("json"))
+    keys = set(data) | set(data["settings"]) | {k for m in data["metrics"] for k in m} \
+        | set(data["metrics"][0]["baseline"]) | set(data["baseline_runs"][0])
+    assert sorted(k for k in keys if f'"{k}"' not in schema) == []
+    assert data["schema_version"] == 1 and f'"schema_version": {data["schema_version"]}' in schema
