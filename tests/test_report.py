@@ -370,5 +370,12 @@ def test_history_names_the_night_a_metric_moved(tmp_path):
     assert "- GPU:0/gpu_kernel_time: moved +20.29% on night09; blip on night04" in md
     html = rep.render("html")
     assert 'class="change-point"' in html and 'class="blip"' in html and "moved: night09" in html
-    # night 12 against nights 1-11 (a mix of both levels): no significant change, exit 0
+    # night 12's baseline is its regime, nights 9-11: nothing changed since, exit 0
+    kt = rep.find(M.KERNEL_TIME, "GPU:0")
+    assert list(kt.base.runs) == ["night09", "night10", "night11"] and kt.delta == 0
+    assert kt.extra["left_out"] == {f"night{n:02d}": "blip" if n == 4 else "before a change point" for n in range(1, 9)}
     assert not rep.has_regression
+    # night 9 against the 8 nights before it: the +20.29% is found, the blip left out
+    rep9 = build_report(tmp_path / "wh", labels=["model=lstm"], candidate=["night09"], history=8)
+    assert rep9.findings[0].kind == M.KERNEL_TIME and rep9.findings[0].extra["left_out"] == {"night04": "blip"}
+    assert rep9.findings[0].delta == (after - before) * 1000

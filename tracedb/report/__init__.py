@@ -95,9 +95,11 @@ def build_report(
         con.close()
     M.fill_zeros(metrics)
     metrics += M.kernel_sets(metrics, settings)
+    runs = [r.run_id for r in sorted(base + cand, key=order)]
+    if history is not None:
+        E.trim_baseline(metrics, runs)
     E.evaluate(metrics, settings)
     rep = Report(base, cand, settings, metrics)
     if history is not None:
-        runs = sorted(base + cand, key=order)
-        rep.history = E.history(metrics, [r.run_id for r in runs])
+        rep.history = E.history(metrics, runs)
     return rep

@@ -124,6 +124,30 @@ def _order(m: M.Metric) -> tuple:
     return (kinds.index(m.kind), m.device, m.name)
 
 
+def trim_baseline(metrics: list[M.Metric], order: list[str]) -> None:
+    """With a history, each metric's baseline is its current regime: runs before its last
+    change point and one-night blips (changepoint.detect over the baseline runs) are left
+    out, when 2+ runs remain. Otherwise one odd night among the baseline runs would widen
+    the noise enough to hide the next real change (a 2x blip hid a +20% step in the
+    12-night test). What was left out is kept in `extra` and shown."""
+    for m in metrics:
+        if m.kind == M.KERNEL_SET or not m.base:
+            continue
+        runs = [r for r in order if m.base.runs.get(r)]
+        if len(runs) < 3:
+            continue
+        found = detect([sum(m.base.runs[r]) / len(m.base.runs[r]) for r in runs])
+        keep = runs
+        if found.change_points and len(runs) - found.change_points[-1] >= 2:
+            keep = runs[found.change_points[-1]:]
+        blips = {runs[i] for i in found.blips}
+        keep = [r for r in keep if r not in blips]
+        if 2 <= len(keep) < len(runs):
+            m.extra["full_base"] = dict(m.base.runs)
+            m.extra["left_out"] = {r: "blip" if r in blips else "before a change point" for r in runs if r not in keep}
+            m.base.runs = {r: m.base.runs[r] for r in keep}
+
+
 def history(metrics: list[M.Metric], order: list[str]) -> dict[str, dict]:
     """Per gating metric: the per-run series over baseline then candidate runs, and where
     it moved (change points) or blipped, by run id."""
@@ -131,7 +155,7 @@ def history(metrics: list[M.Metric], order: list[str]) -> dict[str, dict]:
     for m in metrics:
         if not m.gating or m.status == "not comparable" or m.kind == M.KERNEL_SET:
             continue
-        runs = {**m.base.runs, **m.cand.runs}
+        runs = {**m.extra.get("full_base", m.base.runs), **m.cand.runs}
         series = [(r, sum(runs[r]) / len(runs[r])) for r in order if runs.get(r)]
         if len(series) < 3:
             continue

@@ -8,7 +8,7 @@ from html import escape
 
 from tracedb.report import metrics as M
 from tracedb.report import svg
-from tracedb.report.render import (change_text, row_label, status_word, finding_sentence, fmt, headline, noise_text, pct,
+from tracedb.report.render import (change_text, left_out_text, row_label, status_word, finding_sentence, fmt, headline, noise_text, pct,
                                    rule_text, shorten)
 
 CSS = (
@@ -59,7 +59,7 @@ def _finding(m: M.Metric) -> str:
           f"{len(m.base.samples)} samples) → candidate {fmt(m.candidate, m.unit)}; change {change_text(m)}; "
           + ("no spread measured: the practical minimum decided" if t.p is None else
              f"p = {t.p:.2g} ({t.method}), confidence {100 * (1 - t.p):.3g}%")
-          + f"; practical minimum {fmt(m.practical, m.unit)}.")
+          + f"; practical minimum {fmt(m.practical, m.unit)}{left_out_text(m)}.")
     out = [f"<li><strong>{escape(finding_sentence(m))}</strong>", f'<div class="evidence">{escape(ev)}</div>']
     if m.name and len(m.name) > 40:
         out.append(f'<div class="full">{escape(m.name)}</div>')

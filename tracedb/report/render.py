@@ -274,7 +274,12 @@ def _evidence(m: M.Metric) -> str:
             f"{_n(m.base.samples, 'sample')}); candidate {fmt(m.candidate, m.unit)} ({_n(m.cand.means, 'run')}, "
             f"{_n(m.cand.samples, 'sample')}); delta {fmt(t.delta, m.unit, signed=True)}"
             f"{' ' + pct(m.delta_pct) if m.unit != 'pct' and m.kind != M.KERNEL_SET else ''}, noise {noise_text(m)}{conf}; "
-            f"practical minimum {fmt(m.practical, m.unit)}")
+            f"practical minimum {fmt(m.practical, m.unit)}" + left_out_text(m))
+
+
+def left_out_text(m: M.Metric) -> str:
+    out = m.extra.get("left_out")
+    return "; left out of the baseline: " + ", ".join(f"{r} ({why})" for r, why in out.items()) if out else ""
 
 
 def _n(items, word: str) -> str:
@@ -293,7 +298,8 @@ def metric_dict(m: M.Metric, confidence: float) -> dict:
          "baseline": side(m.base), "candidate": side(m.cand),
          "delta": t.delta if t else None, "delta_pct": m.delta_pct, "noise": t.noise if t else None,
          "p_value": t.p if t else None, "confidence": confidence, "method": t.method if t else None,
-         "practical_minimum": m.practical, "impact_ns_per_step": m.impact_ns}
+         "practical_minimum": m.practical, "impact_ns_per_step": m.impact_ns,
+         "baseline_left_out": m.extra.get("left_out", {})}
     if m.kind == M.KERNEL_SET:
         d["new_kernels"] = m.extra.get("new", [])
         d["vanished_kernels"] = m.extra.get("vanished", [])
