@@ -103,6 +103,10 @@ def test_mem512_names_the_peak_memory(fleet, raw):
     # The device step time grew 25% with the GPU busy time flat: the GPU waited for the host.
     step = rep.find(M.DEVICE_STEP, "GPU:0")
     assert step.status == "host-bound" and "waited for the host" in step.reason
+    # the library's front door gives the same report
+    import tracedb
+
+    assert tracedb.Warehouse(fleet).report(DAYS, ["mem512"]).headline() == rep.headline()
     gated = build_report(fleet, DAYS, ["mem512"], settings=Settings(gate_host=True))
     assert {M.DEVICE_STEP, M.PEAK_REPORTED} <= {m.kind for m in gated.findings}
 

@@ -259,7 +259,8 @@ def report(
 
     Example: tracedb report --label model=resnet50 --history 7 --format html -o report.html
     """
-    from tracedb.report import FORMATS, Settings, build_report
+    from tracedb.api import Warehouse
+    from tracedb.report import FORMATS, Settings
 
     try:
         if fmt not in FORMATS:
@@ -267,8 +268,9 @@ def report(
         settings = Settings(confidence=confidence, min_effect_pct=min_effect_pct, min_effect_ns=min_effect_ns,
                             min_memory_pct=min_memory_pct, min_bytes=min_bytes, min_kernel_share=min_kernel_share,
                             top=top, top_share=top_share, gate_host=gate_host)
-        rep = build_report(_warehouse(warehouse), baseline, candidate, baseline_labels=baseline_label,
-                           candidate_labels=candidate_label, labels=label, history=history, settings=settings)
+        rep = Warehouse(_warehouse(warehouse)).report(baseline, candidate, baseline_labels=baseline_label,
+                                                      candidate_labels=candidate_label, labels=label,
+                                                      history=history, settings=settings)
         text = rep.render(fmt)
         if output:
             try:
