@@ -136,7 +136,9 @@ def document(rep) -> str:
         out.append("</ol>")
         if len(found) > rep.max_findings:
             out.append(f"<p>… and {len(found) - rep.max_findings} more regressions in the tables below.</p>")
-    out += ["<h2>Changes against the noise</h2>", _bars(rep)]
+    out += ["<h2>Changes against the noise</h2>", _bars(rep),
+            '<p class="legend">Red: regression; green: improvement; orange: host-bound (the GPU waited for the '
+            "host; not gating without --gate-host); grey: within the noise or below the practical minimum.</p>"]
     if rep.history:
         out += [f"<h2>History: {len(rep.baseline_runs) + len(rep.candidate_runs)} runs</h2>", _trends(rep)]
     out.append(_details(rep))

@@ -128,6 +128,10 @@ def headline(rep) -> str:
         new = s.extra["new"]
         text += f", {len(new)} new kernel{'s' if len(new) != 1 else ''}: {kernel_names(s, 'new')}"
         rest = [m for m in rest if m is not s]
+    if first.unit == "bytes":  # a size alone: say whether the time moved too
+        kt = next((m for m in rep.metrics if m.kind == M.KERNEL_TIME and m.device == first.device and m.test), None)
+        if kt is not None and kt.status != "regression":
+            text += f", GPU kernel time per step {kt.status} ({pct(kt.delta_pct)}, {noise_text(kt)} noise)"
     if rest:
         text += f"; {len(rest)} more finding{'s' if len(rest) != 1 else ''}"
     return "Regression: " + text + "."
