@@ -1,5 +1,5 @@
 -- title: GPU busy and idle time
--- description: Per run, device and step window: busy time (the union of GPU activity intervals across all streams, so concurrent kernels count once), the window's span, idle = span - busy, and the busy share (HTA temporal breakdown / XProf GPU idle time). A step's window on a device runs from the first start of the activity launched in that step to the next step's window (the last one to the device's last end), so windows tile the device timeline even when the GPU runs behind the CPU; activity is attributed to windows by time (clipped at their edges), so busy + idle = span in every window. A device whose activity has no steps is one window (step NULL).
+-- description: Per run, device and step window: busy time (the union of GPU activity intervals across all streams, so concurrent kernels count once), the window's span, idle = span - busy, and the busy share (HTA temporal breakdown / XProf GPU idle time). A step's window on a device runs from the first start of the activity launched in that step to the next step's window (the last one to the device's last end), so windows tile the device timeline even when the GPU runs behind the CPU; activity is attributed to windows by time (clipped at their edges), so busy + idle = span in every window. device_step_ns is the device step time: the step's first activity to the next step's first activity (the last step: to its last end), i.e. the window's span. A device whose activity has no steps is one window (step NULL).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: kind VARCHAR NULL Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
@@ -72,7 +72,8 @@ SELECT
     CAST(sum(end_ns - start_ns) AS BIGINT) AS busy_ns,
     CAST(w_end - w_start - sum(end_ns - start_ns) AS BIGINT) AS idle_ns,
     round(100.0 * sum(end_ns - start_ns) / nullif(w_end - w_start, 0), 2) AS busy_pct,
-    count(*) AS busy_intervals
+    count(*) AS busy_intervals,
+    CASE WHEN step IS NOT NULL THEN w_end - w_start END AS device_step_ns
 FROM islands
 GROUP BY run_id, device, step, w_start, w_end
 ORDER BY run_id, device, step NULLS LAST

@@ -1,5 +1,5 @@
 -- title: Step times
--- description: Per run and step: wall-clock span from the first op or GPU activity to the last one ends, GPU kernel time and its share of the span, and node and kernel counts; step NULL collects what lies outside any step (HTA / XProf step time).
+-- description: Per run and step: host step time (first to last host op of the step), device step time (the step's first GPU activity to the next step's first GPU activity; the last step: its first to last GPU activity) with the GPU busy time in the step (union over streams and devices), GPU kernel time and share, counts, and wall_ns (first op or GPU activity to the last one ends; grows with the launch queue in an asynchronous run); step NULL is what lies outside any step (HTA / XProf step time).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 WITH spans AS (
     SELECT run_id, step, start_ns, start_ns + duration_ns AS end_ns,
@@ -15,17 +15,74 @@ WITH spans AS (
     FROM kernels
     WHERE start_ns IS NOT NULL AND duration_ns IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)
+),
+gpu AS (
+    SELECT run_id, step, start_ns, end_ns FROM spans WHERE is_node = 0
+),
+prev AS (
+    -- Latest end among the GPU intervals that start earlier: a start after it opens a busy island.
+    SELECT *,
+           max(end_ns) OVER (PARTITION BY run_id, step ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+    FROM gpu
+),
+numbered AS (
+    SELECT *,
+           sum(CASE WHEN prev_end_ns IS NULL OR start_ns > prev_end_ns THEN 1 ELSE 0 END)
+               OVER (PARTITION BY run_id, step ORDER BY start_ns, end_ns
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS island
+    FROM prev
+),
+islands AS (
+    SELECT run_id, step, island, max(end_ns) - min(start_ns) AS busy_ns
+    FROM numbered
+    GROUP BY run_id, step, island
+),
+busy AS (
+    SELECT run_id, step, CAST(sum(busy_ns) AS BIGINT) AS device_busy_ns
+    FROM islands
+    GROUP BY run_id, step
+),
+per_step AS (
+    SELECT
+        run_id,
+        step,
+        min(start_ns) AS start_ns,
+        max(end_ns) AS end_ns,
+        min(start_ns) FILTER (WHERE is_node = 1) AS host_start_ns,
+        max(end_ns) FILTER (WHERE is_node = 1) AS host_end_ns,
+        min(start_ns) FILTER (WHERE is_node = 0) AS device_start_ns,
+        max(end_ns) FILTER (WHERE is_node = 0) AS device_end_ns,
+        CAST(sum(kernel_ns) AS BIGINT) AS gpu_kernel_ns,
+        CAST(sum(is_node) AS BIGINT) AS nodes,
+        CAST(sum(is_kernel) AS BIGINT) AS kernels
+    FROM spans
+    GROUP BY run_id, step
+),
+nxt AS (
+    -- the next step's first GPU activity (step NULL is no step: it is left out here)
+    SELECT run_id, step,
+           lead(device_start_ns) OVER (PARTITION BY run_id ORDER BY step) AS next_device_start_ns
+    FROM per_step
+    WHERE step IS NOT NULL
 )
 SELECT
-    run_id,
-    step,
-    min(start_ns) AS start_ns,
-    max(end_ns) AS end_ns,
-    max(end_ns) - min(start_ns) AS wall_ns,
-    CAST(sum(kernel_ns) AS BIGINT) AS gpu_kernel_ns,
-    round(100.0 * sum(kernel_ns) / nullif(max(end_ns) - min(start_ns), 0), 2) AS gpu_kernel_pct,
-    CAST(sum(is_node) AS BIGINT) AS nodes,
-    CAST(sum(is_kernel) AS BIGINT) AS kernels
-FROM spans
-GROUP BY run_id, step
-ORDER BY run_id, step NULLS LAST
+    s.run_id,
+    s.step,
+    s.start_ns,
+    s.end_ns,
+    s.end_ns - s.start_ns AS wall_ns,
+    s.host_start_ns,
+    s.host_end_ns - s.host_start_ns AS host_step_ns,
+    s.device_start_ns,
+    CASE WHEN s.step IS NOT NULL
+         THEN coalesce(n.next_device_start_ns, s.device_end_ns) - s.device_start_ns END AS device_step_ns,
+    b.device_busy_ns,
+    s.gpu_kernel_ns,
+    round(100.0 * s.gpu_kernel_ns / nullif(s.end_ns - s.start_ns, 0), 2) AS gpu_kernel_pct,
+    s.nodes,
+    s.kernels
+FROM per_step s
+LEFT JOIN busy b ON b.run_id = s.run_id AND b.step IS NOT DISTINCT FROM s.step
+LEFT JOIN nxt n ON n.run_id = s.run_id AND n.step = s.step
+ORDER BY s.run_id, s.step NULLS LAST

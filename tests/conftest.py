@@ -48,3 +48,26 @@ def data_files(wh: Path) -> list[str]:
     from tracedb import schema
 
     return sorted(p.relative_to(wh).as_posix() for t in schema.TABLES for p in (wh / t).rglob("*.parquet"))
+
+
+def _fleet(tmp_path_factory, name: str) -> Path:
+    from tracedb.ingest import ingest
+
+    wh = tmp_path_factory.mktemp(name) / "wh"
+    summary = ingest([DATA / name], wh)
+    assert summary.ok, summary.errors
+    return wh
+
+
+@pytest.fixture(scope="session")
+def fleet_warehouse(tmp_path_factory) -> Path:
+    """tests/data/fleet_dev ingested: day1..day4 (one CNN, 4 processes), slow_extra2, mem512,
+    run ids the folder names, labels from each run.json (model cnn4, started_at day by day)."""
+    return _fleet(tmp_path_factory, "fleet_dev")
+
+
+@pytest.fixture(scope="session")
+def mlp_warehouse(tmp_path_factory) -> Path:
+    """tests/data/fleet_mlp ingested: night1..night4 (an MLP, 4 processes, H200),
+    slow_extra_linear and mem256; the report was tuned without it."""
+    return _fleet(tmp_path_factory, "fleet_mlp")

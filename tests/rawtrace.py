@@ -151,7 +151,9 @@ def kineto(doc: dict | None = None) -> KinetoTrace:
     steps = {}
     for e in events:
         m = re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name")))
-        if m and e.get("ph") == "X":
+        # the CPU-side span; Kineto also writes a gpu_user_annotation of the same name
+        # over the step's GPU work, which is not where the host ops run
+        if m and e.get("ph") == "X" and e.get("cat") != "gpu_user_annotation":
             steps[int(m[1])] = (base + us_ns(e["ts"]), base + us_ns(e["ts"]) + us_ns(e["dur"]))
 
     def step_at(t):

@@ -175,6 +175,23 @@ def mean_step(trace):
     return len(walls), sum(walls) / len(walls)
 
 
+def mean_host_device_step(trace):
+    """Host step: span of the step's host ops; device step: the step's first GPU activity
+    to the next step's first one (the last step: to its own last end)."""
+    host, gpu = defaultdict(list), defaultdict(list)
+    for n in trace.nodes:
+        if n.step is not None:
+            host[n.step].append((n.start, n.end))
+    for k in trace.kernels:
+        if k.step is not None:
+            gpu[k.step].append((k.start, k.end))
+    hosts = [max(e for _, e in v) - min(b for b, _ in v) for v in host.values()]
+    steps = sorted(gpu)
+    firsts = [min(b for b, _ in gpu[s]) for s in steps]
+    devs = [(firsts[i + 1] if i + 1 < len(steps) else max(e for _, e in gpu[s])) - firsts[i] for i, s in enumerate(steps)]
+    return sum(hosts) / len(hosts), sum(devs) / len(devs)
+
+
 def test_fleet_trend(variants):
     wh, traces = variants
     got = rows("fleet_trend", wh)
@@ -187,6 +204,9 @@ def test_fleet_trend(variants):
         assert (r["kernels"], r["gpu_kernel_ns"], r["nodes"], r["steps"]) == (
             sum(k.kind == "kernel" for k in t.kernels), gpu, len(t.nodes), steps)
         assert r["mean_step_ns"] == pytest.approx(mean, abs=0.051)
+        host, device = mean_host_device_step(t)
+        assert r["mean_host_step_ns"] == pytest.approx(host, abs=0.051)
+        assert r["mean_device_step_ns"] == pytest.approx(device, abs=0.051)
         if prev is None:
             assert r["gpu_kernel_change_pct"] is None
         else:

@@ -39,6 +39,38 @@ def test_step_times_match_raw(seed_warehouse, run):
         assert sum(r["gpu_kernel_ns"] for r in got) == 231_940_705
 
 
+def test_host_and_device_step_times_match_raw(seed_warehouse):
+    """Issue 11 item 4 on the Kineto seed (an asynchronous, GPU-bound PyTorch run): the host
+    step is the span of the step's host ops, the device step runs from the step's first
+    GPU activity to the next step's first one (the last step: to its own last end), and
+    the busy time is the union of the step's GPU intervals; worked out from the raw JSON."""
+    trace = raw(KINETO)
+    host, gpu = defaultdict(list), defaultdict(list)
+    for n in trace.nodes:
+        host[n.step].append((n.start, n.end))
+    for k in trace.kernels:
+        gpu[k.step].append((k.start, k.end))
+    steps = sorted(s for s in gpu if s is not None)
+    first = {s: min(b for b, _ in gpu[s]) for s in steps}
+    expect = {}
+    for i, s in enumerate(steps):
+        nxt = first[steps[i + 1]] if i + 1 < len(steps) else max(e for _, e in gpu[s])
+        expect[s] = (max(e for _, e in host[s]) - min(b for b, _ in host[s]), nxt - first[s],
+                     rawtrace.length(rawtrace.union(gpu[s])))
+    got = {r["step"]: r for r in rows("step_times", seed_warehouse, run_id=KINETO)}
+    assert {s: (got[s]["host_step_ns"], got[s]["device_step_ns"], got[s]["device_busy_ns"]) for s in steps} == expect
+    assert got[None]["device_step_ns"] is None and got[None]["host_step_ns"] is None  # outside any step
+    # The numbers behind the issue: host steps ~21 ms apart, the GPU busy ~63 ms a step,
+    # while the old span (host start to last GPU end) grows with the launch queue.
+    assert [round(expect[s][0] / 1e6) for s in steps] == [21, 21, 20]
+    assert [round(expect[s][1] / 1e6) for s in steps] == [63, 63, 63]
+    assert [round(got[s]["wall_ns"] / 1e6) for s in steps] == [109, 150, 192]
+    # gpu_busy_idle carries the same device step time per device
+    busy = {r["step"]: r for r in rows("gpu_busy_idle", seed_warehouse, run_id=KINETO)}
+    assert {s: busy[s]["device_step_ns"] for s in steps} == {s: expect[s][1] for s in steps}
+    assert {s: busy[s]["busy_ns"] for s in steps} == {s: expect[s][2] for s in steps}
+
+
 def test_step_times_untimed_and_stepless_runs(seed_warehouse):
     by_run = defaultdict(list)
     for r in rows("step_times", seed_warehouse):

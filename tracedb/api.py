@@ -97,6 +97,17 @@ class Warehouse:
 
         return migrate.migrate_warehouse(self.path)
 
+    def report(self, baseline: list[str] = (), candidate: list[str] = (), *, baseline_labels: list[str] = (),
+               candidate_labels: list[str] = (), labels: list[str] = (), history: int | None = None,
+               settings=None):
+        """Regression report, candidate runs against baseline runs (tracedb.report.Report:
+        `.findings`, `.has_regression`, `.render("markdown" | "html" | "json")`)."""
+        from tracedb.report import build_report
+
+        return build_report(self.path, list(baseline), list(candidate), baseline_labels=list(baseline_labels),
+                            candidate_labels=list(candidate_labels), labels=list(labels), history=history,
+                            settings=settings)
+
     def export_chrome(self, run_id: str, out: str | Path | IO, devices: list[str] | None = None) -> int:
         from tracedb.export import export_chrome
 

@@ -292,9 +292,55 @@ def migrate(warehouse: Optional[Path] = WarehouseOpt):
     typer.echo("applied: " + ", ".join(done) if done else "warehouse is up to date")
 
 
-from tracedb.report import report_command  # noqa: E402  (a library module with its typer command)
+@app.command()
+def report(
+    baseline: List[str] = typer.Option([], "--baseline", "-b", help="Baseline run id (repeatable)"),
+    candidate: List[str] = typer.Option([], "--candidate", "-c", help="Candidate run id (repeatable)"),
+    baseline_label: List[str] = typer.Option([], "--baseline-label", help="Baseline runs have this run.json label, KEY=VALUE (repeatable, all must match)"),
+    candidate_label: List[str] = typer.Option([], "--candidate-label", help="Candidate runs have this label, KEY=VALUE (repeatable)"),
+    label: List[str] = typer.Option([], "--label", help="Both sides have this label, KEY=VALUE, e.g. model=resnet50 (repeatable)"),
+    history: Optional[int] = typer.Option(None, "--history", help="Baseline = the N runs before the candidate (by started_at, else ingested_at); candidate defaults to the newest run; change points over those runs are reported"),
+    fmt: str = typer.Option("markdown", "--format", "-f", help="markdown | html | json"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (the headline still goes to stdout)"),
+    confidence: float = typer.Option(0.99, "--confidence", help="Confidence level: a change must lie outside the baseline noise at this level"),
+    min_effect_pct: float = typer.Option(0.5, "--min-effect-pct", help="Times: minimum practical change, in % of the device step time"),
+    min_effect_ns: int = typer.Option(5_000, "--min-effect-ns", help="Times: ... and at least this many ns per step"),
+    min_memory_pct: float = typer.Option(1.0, "--min-memory-pct", help="Sizes (memory, copy bytes): minimum practical change in %"),
+    min_bytes: int = typer.Option(16 << 20, "--min-bytes", help="Sizes: ... and at least this many bytes"),
+    min_kernel_share: float = typer.Option(0.1, "--min-kernel-share", help="New/vanished kernels are named above this % of GPU kernel time"),
+    top: int = typer.Option(20, "--top", help="At most this many kernels per device gate (the largest)"),
+    top_share: float = typer.Option(90.0, "--top-share", help="The gating kernels make up this % of GPU kernel time"),
+    gate_host: bool = typer.Option(False, "--gate-host", help="CPU-bound jobs: CPU op times, host step time and GPU idle gate too"),
+    warehouse: Optional[Path] = WarehouseOpt,
+):
+    """Regression report: candidate runs against baseline runs, with the noise measured; exit 1 on a regression.
 
-app.command("report")(report_command)
+    Example: tracedb report --label model=resnet50 --history 7 --format html -o report.html
+    """
+    from tracedb.api import Warehouse
+    from tracedb.report import FORMATS, Settings
+
+    try:
+        if fmt not in FORMATS:
+            raise TracedbError(f"unknown report format {fmt!r} (one of: {', '.join(FORMATS)})")
+        settings = Settings(confidence=confidence, min_effect_pct=min_effect_pct, min_effect_ns=min_effect_ns,
+                            min_memory_pct=min_memory_pct, min_bytes=min_bytes, min_kernel_share=min_kernel_share,
+                            top=top, top_share=top_share, gate_host=gate_host)
+        rep = Warehouse(_warehouse(warehouse)).report(baseline, candidate, baseline_labels=baseline_label,
+                                                      candidate_labels=candidate_label, labels=label,
+                                                      history=history, settings=settings)
+        text = rep.render(fmt)
+        if output:
+            try:
+                output.write_text(text, encoding="utf-8")
+            except OSError as e:
+                raise TracedbError(f"cannot write {output}: {e.strerror or e}") from e
+            typer.echo(rep.headline())
+        else:
+            typer.echo(text, nl=False)
+    except TracedbError as e:
+        _fail(e)
+    raise typer.Exit(1 if rep.has_regression else 0)
 
 
 def main() -> None:

@@ -1,0 +1,258 @@
+"""The report's metrics, from the canned queries, so `tracedb query` shows the same numbers.
+
+  query           metric (per device unless said)                           samples
+  gpu_busy_idle   device step time (`device_step_ns`), GPU busy time        per step
+                  (`busy_ns`), GPU busy share (`busy_pct`)
+  kernel_steps    GPU kernel time per step, time per step of each kernel,   per step
+                  copy bytes per step (memcpy), new / vanished kernels
+  peak_memory     peak live bytes (`peak_bytes`, replayed events) and the   per run
+                  allocator's own peak (`reported_peak_bytes`), per device
+                  and allocator
+  step_times      host step time (`host_step_ns`; host side)                per step
+  op_type_time    CPU op-type time per step (host side)                     per run
+
+A run's steps are its numbered steps; what ran outside any step (warm-up, step NULL) is
+left out. A run without steps counts as one step. Within a side, a kernel that a run did
+not launch in a step counts 0 there; a device, allocator or step data that a side lacks
+entirely makes the metric "not comparable" instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import duckdb
+
+from tracedb import query as q
+from tracedb.report.stats import Settings, Side, Test, compare
+
+# Metric kinds, in the order findings of equal impact are listed.
+DEVICE_STEP, KERNEL_TIME, KERNEL_SET, KERNEL, BUSY, BUSY_SHARE, COPY, PEAK, PEAK_REPORTED, HOST_STEP, OP_TYPE = (
+    "device_step_time", "gpu_kernel_time", "kernel_set", "kernel", "gpu_busy_time", "gpu_busy_share",
+    "copy_bytes", "peak_memory", "peak_memory_reported", "host_step_time", "cpu_op_type")
+TITLES = {
+    DEVICE_STEP: "device step time", KERNEL_TIME: "GPU kernel time per step", KERNEL_SET: "new/vanished kernels",
+    KERNEL: "kernel time per step", BUSY: "GPU busy time per step", BUSY_SHARE: "GPU busy share",
+    COPY: "copy bytes per step", PEAK: "peak memory (replayed)", PEAK_REPORTED: "peak memory (allocator)",
+    HOST_STEP: "host step time", OP_TYPE: "CPU op time per step",
+}
+HOST_KINDS = (HOST_STEP, OP_TYPE)
+
+
+@dataclass
+class Metric:
+    kind: str  # one of the kinds above
+    device: str  # GPU:0, or "host"
+    name: str  # kernel / op type / allocator; "" for the device-wide metrics
+    unit: str  # ns | bytes | pct
+    base: Side = field(default_factory=Side)
+    cand: Side = field(default_factory=Side)
+    gating: bool = True
+    test: Test | None = None
+    status: str = "unchanged"  # regression | improvement | unchanged | not comparable | host-bound
+    reason: str = ""  # why (for not comparable / host-bound), or the kernels behind a kernel set
+    practical: float = 0.0  # the minimum practical effect it had to pass
+    impact_ns: float = 0.0  # change of the step time it stands for, ns per step (ranking)
+    extra: dict = field(default_factory=dict)  # new / vanished kernel names and times
+
+    @property
+    def key(self) -> str:
+        return "/".join(x for x in (self.device, self.kind, self.name) if x)
+
+    @property
+    def title(self) -> str:
+        return TITLES[self.kind]
+
+    @property
+    def label(self) -> str:
+        """One line naming the metric: 'GPU:0 kernel time per step: <name>'."""
+        return f"{self.device} {self.title}" + (f": {self.name}" if self.name else "")
+
+    @property
+    def baseline(self) -> float | None:
+        return self.base.mean
+
+    @property
+    def candidate(self) -> float | None:
+        return self.cand.mean
+
+    @property
+    def delta(self) -> float | None:
+        return self.test.delta if self.test else None
+
+    @property
+    def delta_pct(self) -> float | None:
+        if self.test is None or not self.baseline:
+            return None
+        return 100.0 * self.test.delta / abs(self.baseline)
+
+
+@functools.lru_cache(maxsize=None)
+def _prepared(name: str) -> tuple[q.CannedQuery, tuple]:
+    """A canned query and its bound defaults, checked once: binding parses the SQL
+    (sqlglot, ~60 ms a query), which would otherwise be half the report's time."""
+    cq = q.load(name)
+    return cq, tuple(q.bind(cq, {"run_id": None}).items())
+
+
+def _run(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> list[dict]:
+    cq, defaults = _prepared(name)
+    return q.execute(con, cq, {**dict(defaults), "run_id": run_id}).to_pylist()
+
+
+def _steps(rows: list[dict]) -> list[dict]:
+    """The numbered steps' rows, or the one stepless row when the run has no steps."""
+    numbered = [r for r in rows if r["step"] is not None]
+    return numbered or rows
+
+
+class _Collector:
+    """Samples per metric, side and run, gathered run by run."""
+
+    def __init__(self):
+        self.metrics: dict[tuple, Metric] = {}
+
+    def add(self, side: str, run: str, kind: str, device: str, name: str, unit: str, values: list[float]):
+        key = (device, kind, name)
+        m = self.metrics.get(key)
+        if m is None:
+            m = self.metrics[key] = Metric(kind, device, name, unit)
+        getattr(m, side).runs[run] = [float(v) for v in values]
+
+
+def collect(con: duckdb.DuckDBPyConnection, sides: dict[str, list[str]]) -> list[Metric]:
+    """Every metric's samples for the runs of both sides ({'base': [...], 'cand': [...]})."""
+    col = _Collector()
+    for side, runs in sides.items():
+        for run in runs:
+            _gpu(con, col, side, run)
+            _memory(con, col, side, run)
+            _host(con, col, side, run)
+    return list(col.metrics.values())
+
+
+def _gpu(con, col: _Collector, side: str, run: str) -> None:
+    by_device = defaultdict(list)
+    for r in _run(con, "gpu_busy_idle", run_id=run):
+        by_device[r["device"]].append(r)
+    kernel_rows = defaultdict(list)
+    for r in _run(con, "kernel_steps", run_id=run):
+        kernel_rows[r["device"]].append(r)
+    for device, rows in by_device.items():
+        rows = _steps(rows)
+        steps = [r["step"] for r in rows]
+        col.add(side, run, DEVICE_STEP, device, "", "ns",
+                [r["device_step_ns"] if r["device_step_ns"] is not None else r["span_ns"] for r in rows])
+        col.add(side, run, BUSY, device, "", "ns", [r["busy_ns"] for r in rows])
+        col.add(side, run, BUSY_SHARE, device, "", "pct", [r["busy_pct"] or 0.0 for r in rows])
+        at = {s: i for i, s in enumerate(steps)}
+        total, copies = [0.0] * len(steps), [0.0] * len(steps)
+        per_kernel: dict[str, list[float]] = {}
+        for k in kernel_rows[device]:
+            i = at.get(k["step"])
+            if i is None:
+                continue
+            if k["kind"] == "kernel":
+                total[i] += k["total_ns"]
+                per_kernel.setdefault(k["name"], [0.0] * len(steps))[i] += k["total_ns"]
+            elif k["kind"] == "memcpy":
+                copies[i] += k["total_bytes"] or 0
+        col.add(side, run, KERNEL_TIME, device, "", "ns", total)
+        col.add(side, run, COPY, device, "", "bytes", copies)
+        for name, values in per_kernel.items():
+            col.add(side, run, KERNEL, device, name, "ns", values)
+        col.metrics[(device, KERNEL_TIME, "")].extra.setdefault("steps", {})[run] = len(steps)
+
+
+def _memory(con, col: _Collector, side: str, run: str) -> None:
+    for r in _run(con, "peak_memory", run_id=run):
+        name = r["allocator"] or ""
+        if r["peak_bytes"] is not None and (r["allocs"] or r["chunks"]):
+            col.add(side, run, PEAK, r["device"], name, "bytes", [r["peak_bytes"]])
+        if r["reported_peak_bytes"] is not None:
+            col.add(side, run, PEAK_REPORTED, r["device"], name, "bytes", [r["reported_peak_bytes"]])
+
+
+def _host(con, col: _Collector, side: str, run: str) -> None:
+    steps = [r for r in _run(con, "step_times", run_id=run) if r["host_step_ns"] is not None]
+    numbered = [r for r in steps if r["step"] is not None]
+    if numbered:
+        col.add(side, run, HOST_STEP, "host", "", "ns", [r["host_step_ns"] for r in numbered])
+    n = len(numbered) or 1
+    for r in _run(con, "op_type_time", run_id=run):
+        col.add(side, run, OP_TYPE, "host", f"{r['op_type'] or '(none)'} ({r['device']})", "ns", [r["total_ns"] / n])
+
+
+def fill_zeros(metrics: list[Metric]) -> None:
+    """A kernel a run did not launch took 0 ns in each of that run's steps on that device
+    (an op type, 0 ns in that run)."""
+    steps = {}  # (device, side) -> run -> number of steps
+    for m in metrics:
+        if m.kind == KERNEL_TIME:
+            for side in ("base", "cand"):
+                steps[(m.device, side)] = {r: len(v) for r, v in getattr(m, side).runs.items()}
+    op_runs = {side: {r for m in metrics if m.kind == OP_TYPE for r in getattr(m, side).runs}
+               for side in ("base", "cand")}
+    for m in metrics:
+        if m.kind == OP_TYPE:  # an op type a run did not execute took 0 ns there
+            for side in ("base", "cand"):
+                for run in op_runs[side]:
+                    getattr(m, side).runs.setdefault(run, [0.0])
+        if m.kind != KERNEL:
+            continue
+        for side in ("base", "cand"):
+            runs = getattr(m, side).runs
+            for run, n in steps.get((m.device, side), {}).items():
+                runs.setdefault(run, [0.0] * n)
+
+
+def kernel_sets(metrics: list[Metric], settings: Settings) -> list[Metric]:
+    """Per device, one metric for the kernels only one side launched: per step, the time of
+    the candidate's new kernels (candidate) and of the vanished ones (baseline)."""
+    out = []
+    totals = {m.device: m for m in metrics if m.kind == KERNEL_TIME}
+    for device, total in totals.items():
+        if not (total.base and total.cand):
+            continue
+        kernels = [m for m in metrics if m.kind == KERNEL and m.device == device]
+        new = [m for m in kernels if not any(m.base.samples) and any(m.cand.samples)]
+        gone = [m for m in kernels if any(m.base.samples) and not any(m.cand.samples)]
+        if not (new or gone):
+            continue
+        s = Metric(KERNEL_SET, device, "", "ns")
+        for side, group in (("base", gone), ("cand", new)):
+            for run, n in total.extra.get("steps", {}).items():
+                if run in getattr(total, side).runs:
+                    per_step = [getattr(k, side).runs[run] for k in group]
+                    getattr(s, side).runs[run] = [sum(col) for col in zip(*per_step)] if per_step \
+                        else [0.0] * len(getattr(total, side).runs[run])
+        for key, group, side in (("new", new, "cand"), ("vanished", gone, "base")):
+            ref = getattr(total, side).mean or 1.0
+            listed = sorted(group, key=lambda m: -(getattr(m, side).mean or 0))
+            s.extra[key] = [{"name": m.name, "ns_per_step": getattr(m, side).mean,
+                             "share_pct": 100.0 * (getattr(m, side).mean or 0) / ref} for m in listed]
+            s.extra[key + "_listed"] = [k for k in s.extra[key] if k["share_pct"] >= settings.min_kernel_share]
+        out.append(s)
+    return out
+
+
+def top_kernels(metrics: list[Metric], settings: Settings) -> set[str]:
+    """Keys of the kernels that gate: per device, the largest ones (by the larger of the
+    two sides' time) that make up `top_share` % of the GPU kernel time, at most `top`."""
+    keys = set()
+    by_device = defaultdict(list)
+    for m in metrics:
+        if m.kind == KERNEL and any(m.base.samples) and any(m.cand.samples):
+            by_device[m.device].append(m)
+    for device, kernels in by_device.items():
+        kernels.sort(key=lambda m: -max(m.base.mean or 0, m.cand.mean or 0))
+        total = sum(max(m.base.mean or 0, m.cand.mean or 0) for m in kernels) or 1.0
+        acc = 0.0
+        for m in kernels[: settings.top]:
+            if acc >= settings.top_share / 100 * total:
+                break
+            keys.add(m.key)
+            acc += max(m.base.mean or 0, m.cand.mean or 0)
+    return keys

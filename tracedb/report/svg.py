@@ -1,0 +1,119 @@
+"""Inline SVG charts for the HTML report, drawn by hand: three chart types of a few dozen
+elements each do not justify a plotting library (matplotlib's SVG for one bar chart is
+~60 KB and embeds fonts as paths; these are 2-6 KB and use the page's font). No xmlns:
+inline SVG in HTML needs none, and the document stays free of URLs."""
+
+from __future__ import annotations
+
+from html import escape
+
+COLORS = {"regression": "#c62828", "improvement": "#2e7d32", "host-bound": "#ef6c00",
+          "unchanged": "#78909c", "not comparable": "#b0bec5"}
+BASE, CAND = "#1565c0", "#c62828"
+
+
+def _svg(width: int, height: int, body: list[str], label: str, cls: str) -> str:
+    return (f'<svg class="chart {cls}" viewBox="0 0 {width} {height}" width="100%" role="img" '
+            f'aria-label="{escape(label)}" style="max-width:{width}px">' + "".join(body) + "</svg>")
+
+
+def _text(x: float, y: float, s: str, anchor: str = "start", size: int = 12, fill: str = "#222",
+          weight: str = "normal") -> str:
+    return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{fill}" '
+            f'font-weight="{weight}">{escape(s)}</text>')
+
+
+def diverging_bars(rows: list[dict], title: str) -> str:
+    """rows: label, delta_pct, noise_pct (may be None), status. Bars left (better) or right
+    (worse) of 0, with the noise band (the delta's confidence interval) drawn behind each."""
+    width, label_w, row_h, top, pad = 1100, 430, 26, 34, 70  # pad: room for the value labels
+    height = top + row_h * len(rows) + 30
+    lim = max([abs(r["delta_pct"]) for r in rows] + [abs(r["noise_pct"] or 0) for r in rows] + [0.5]) * 1.1
+    x0, half = label_w + (width - label_w - pad) / 2 + pad / 2, (width - label_w - 2 * pad) / 2
+    sx = lambda v: x0 + v / lim * half  # noqa: E731
+    body = [_text(10, 20, title, size=14, weight="bold"),
+            f'<line x1="{x0:.1f}" y1="{top - 6}" x2="{x0:.1f}" y2="{height - 24}" stroke="#444"/>']
+    for i, r in enumerate(rows):
+        y = top + i * row_h
+        body.append(_text(label_w - 8, y + 16, r["label"], anchor="end"))
+        if r["noise_pct"]:
+            n = abs(r["noise_pct"])
+            body.append(f'<rect class="noise" x="{sx(-n):.1f}" y="{y + 2}" width="{sx(n) - sx(-n):.1f}" '
+                        f'height="{row_h - 4}" fill="#cfd8dc" opacity="0.8"><title>noise ±{n:.2f}%</title></rect>')
+        d = r["delta_pct"]
+        x, w = (sx(d), sx(0) - sx(d)) if d < 0 else (sx(0), sx(d) - sx(0))
+        body.append(f'<rect class="bar" x="{x:.1f}" y="{y + 7}" width="{max(w, 1):.1f}" height="{row_h - 14}" '
+                    f'fill="{COLORS.get(r["status"], "#78909c")}"><title>{escape(r["label"])}: {d:+.2f}%</title></rect>')
+        body.append(_text(sx(d) + (6 if d >= 0 else -6), y + 16, f"{d:+.2f}%", anchor="start" if d >= 0 else "end", size=11))
+    body.append(_text(x0 - half, height - 8, f"-{lim:.2g}% (better)", size=11, fill="#555"))
+    body.append(_text(x0 + half, height - 8, f"+{lim:.2g}% (worse)", anchor="end", size=11, fill="#555"))
+    return _svg(width, height, body, title, "bars")
+
+
+def trend(values: list[float], runs: list[str], title: str, unit_fmt, change_points: list[int],
+          blips: list[int], n_candidate: int) -> str:
+    """A metric over the runs, oldest first; change points as dashed lines, blips circled,
+    candidate runs in red."""
+    width, height, left, right, top, bottom = 1100, 200, 90, 50, 30, 40
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.15 or abs(hi) * 0.01 or 1.0
+    lo, hi = lo - pad, hi + pad
+    n = len(values)
+    sx = lambda i: left + (i / max(n - 1, 1)) * (width - left - right)  # noqa: E731
+    sy = lambda v: top + (hi - v) / (hi - lo) * (height - top - bottom)  # noqa: E731
+    body = [_text(10, 18, title, size=13, weight="bold"),
+            f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#999"/>',
+            _text(left - 6, sy(hi - pad) + 4, unit_fmt(hi - pad), anchor="end", size=11, fill="#555"),
+            _text(left - 6, sy(lo + pad) + 4, unit_fmt(lo + pad), anchor="end", size=11, fill="#555")]
+    points = " ".join(f"{sx(i):.1f},{sy(v):.1f}" for i, v in enumerate(values))
+    body.append(f'<polyline class="series" points="{points}" fill="none" stroke="{BASE}" stroke-width="2"/>')
+    for c in change_points:
+        x = (sx(c - 1) + sx(c)) / 2
+        body.append(f'<line class="change-point" x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height - bottom}" '
+                    f'stroke="{CAND}" stroke-dasharray="5,4" stroke-width="2"><title>moved at {escape(runs[c])}</title></line>')
+        body.append(_text(x + 4, top + 4, f"moved: {runs[c]}", size=11, fill=CAND))
+    for i, v in enumerate(values):
+        fill = CAND if i >= n - n_candidate else BASE
+        body.append(f'<circle cx="{sx(i):.1f}" cy="{sy(v):.1f}" r="4" fill="{fill}"><title>{escape(runs[i])}: '
+                    f'{escape(unit_fmt(v))}</title></circle>')
+        if i in blips:
+            body.append(f'<circle class="blip" cx="{sx(i):.1f}" cy="{sy(v):.1f}" r="9" fill="none" stroke="#ef6c00" '
+                        f'stroke-width="2"><title>blip: {escape(runs[i])}</title></circle>')
+    step = max(1, n // 10)
+    for i in range(0, n, step):
+        body.append(_text(sx(i), height - bottom + 16, runs[i][-14:], anchor="middle", size=10, fill="#555"))
+    return _svg(width, height, body, title, "trend")
+
+
+def distribution(base: dict[str, list[float]], cand: dict[str, list[float]], title: str, unit_fmt) -> str:
+    """Per-step samples of both sides as dots on one axis (one row per run), each side's
+    mean as a vertical line."""
+    rows = [("baseline", r, v) for r, v in base.items()] + [("candidate", r, v) for r, v in cand.items()]
+    every = [x for _, _, v in rows for x in v]
+    if not every:
+        return ""
+    width, left, right, row_h, top = 1100, 200, 30, 18, 30
+    height = top + row_h * len(rows) + 34
+    lo, hi = min(every), max(every)
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.01 or 1.0
+    lo, hi = lo - pad, hi + pad
+    sx = lambda v: left + (v - lo) / (hi - lo) * (width - left - right)  # noqa: E731
+    body = [_text(10, 18, title, size=13, weight="bold")]
+    for i, (side, run, vals) in enumerate(rows):
+        y = top + i * row_h + row_h / 2
+        color = BASE if side == "baseline" else CAND
+        body.append(_text(left - 8, y + 4, f"{run} ({side[0]})", anchor="end", size=11, fill=color))
+        body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" stroke="#eceff1"/>')
+        for v in vals:
+            body.append(f'<circle class="sample" cx="{sx(v):.1f}" cy="{y:.1f}" r="3.5" fill="{color}" opacity="0.75">'
+                        f'<title>{escape(unit_fmt(v))}</title></circle>')
+    for side, color in (("baseline", BASE), ("candidate", CAND)):
+        vals = [x for s, _, v in rows if s == side for x in v]
+        if vals:
+            m = sum(vals) / len(vals)
+            body.append(f'<line class="mean" x1="{sx(m):.1f}" y1="{top - 4}" x2="{sx(m):.1f}" y2="{height - 30}" '
+                        f'stroke="{color}" stroke-width="2" stroke-dasharray="2,2"><title>{side} mean '
+                        f'{escape(unit_fmt(m))}</title></line>')
+    body.append(_text(left, height - 10, unit_fmt(lo + pad), size=11, fill="#555"))
+    body.append(_text(width - right, height - 10, unit_fmt(hi - pad), anchor="end", size=11, fill="#555"))
+    return _svg(width, height, body, title, "dist")
