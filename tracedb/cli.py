@@ -1,134 +1,179 @@
-"""The `tracedb` command: each command parses its arguments, calls one library function
-and turns TracedbError into a one-line message and a non-zero exit."""
+"""The `tracedb` command. Each command parses its arguments and makes one call to a
+`tracedb.Warehouse` method; `@_errors` turns a TracedbError into `tracedb: error: ...`
+on stderr and exit 2 (exit 1 is kept for "ran, but found problems": failed files, a
+regression). Help is plain text (`tracedb.clihelp`) with an example per command."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from tracedb import catalog
+from tracedb import __version__
+from tracedb.clihelp import PlainCommand, PlainGroup
 from tracedb.errors import TracedbError
 
 app = typer.Typer(
+    cls=PlainGroup,
     help="tracedb: a columnar warehouse for ML profiler traces, queried with SQL.\n\n"
     "Example: tracedb ingest examples/runs && tracedb query top_kernels",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
+# The one --warehouse option of every command.
 WarehouseOpt = typer.Option(
-    None, "--warehouse", "-w", envvar="TRACEDB_WAREHOUSE",
+    None, "--warehouse", "-w", envvar="TRACEDB_WAREHOUSE", metavar="DIR", show_default=False,
     help="Warehouse folder [default: $TRACEDB_WAREHOUSE, else ./tracedb-warehouse]",
 )
 
 
-def _warehouse(w: Optional[Path]) -> Path:
-    return w or catalog.default_warehouse()
+def _wh(path: Optional[Path]):
+    from tracedb.api import Warehouse
+
+    return Warehouse(path)
 
 
-def _fail(e: Exception, code: int = 2) -> None:
-    typer.echo(f"tracedb: error: {e}", err=True)
-    raise typer.Exit(code)
+def _errors(fn):
+    """Run a command; a TracedbError becomes a one-line message and exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TracedbError as e:
+            typer.echo(f"tracedb: error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
 
 
-@app.command()
+def command(*args, **kwargs):
+    """`app.command` with plain help and the error decorator."""
+
+    def register(fn):
+        return app.command(*args, cls=PlainCommand, **kwargs)(_errors(fn))
+
+    return register
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tracedb {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit"),
+):
+    """tracedb: a columnar warehouse for ML profiler traces, queried with SQL.
+
+    Example: tracedb ingest examples/runs && tracedb query top_kernels
+    """
+
+
+@command()
 def ingest(
-    paths: List[Path] = typer.Argument(..., help="Runs folder(s), run folder (with --run-id) or trace file(s)"),
+    paths: List[Path] = typer.Argument(..., metavar="PATH...", help="Runs folder(s), run folder (with --run-id) or trace file(s)"),
     warehouse: Optional[Path] = WarehouseOpt,
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id for a single file or folder"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Parallel reader processes"),
-    exclude: List[str] = typer.Option([], "--exclude", "-x", help="Skip files matching this glob (name or relative path), e.g. '*.md'; repeatable"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors"),
+    run_id: Optional[str] = typer.Option(None, "--run-id", metavar="ID", help="Run id for a single file or folder"),
+    jobs: int = typer.Option(1, "--jobs", "-j", metavar="N", help="Parallel reader processes"),
+    exclude: List[str] = typer.Option([], "--exclude", "-x", metavar="GLOB", show_default=False,
+                                      help="Skip files matching this glob (name or a trailing part of the path), e.g. '*.md'; repeatable"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only print the runs and files found (and what is skipped); read nothing"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (no progress, no summary)"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print a line per file as it lands"),
 ):
-    """Ingest traces: each subfolder of a runs folder is one run; formats are sniffed from content.
+    """Ingest traces: every folder that directly holds trace files is a run (id = its path
+    below PATH); XProf sessions are runs; formats are sniffed from content. Shows a
+    progress bar on a terminal, a line per run otherwise, then a summary. Exit 1 when a
+    file failed.
 
-    Example: tracedb ingest examples/runs --warehouse wh --jobs 2 --exclude '*.md'
+    Example: tracedb ingest runs/ --warehouse wh --jobs 4 --exclude '*.md'
+    Example: tracedb ingest logdir/ --dry-run
     """
-    from tracedb.ingest import ingest as do_ingest
+    from tracedb.progress import IngestReporter, found_lines
 
-    def on_file(f):
-        if f.error:
-            typer.echo(f"error: {f.path}: {f.error}", err=True)
-        elif verbose:
-            rows = ", ".join(f"{n} {t}" for t, n in f.rows.items() if n)
-            typer.echo(f"  {f.path} [{f.format}]: {rows} ({f.seconds:.2f}s)", err=True)
-
-    def on_run(r):
-        if quiet:
-            return
-        rows = ", ".join(f"{n} {t}" for t, n in r.rows.items() if n)
-        ok = sum(1 for f in r.files if f.ok)
-        typer.echo(f"{r.run_id}: {ok}/{len(r.files)} files, {rows or 'no rows'} ({r.seconds:.2f}s)")
-
+    wh = _wh(warehouse)
+    if dry_run:
+        for line in found_lines(wh.discover(*paths, run_id=run_id, exclude=exclude)):
+            typer.echo(line)
+        return
+    rep = IngestReporter(quiet=quiet, verbose=verbose)
     try:
-        summary = do_ingest(paths, _warehouse(warehouse), run_id=run_id, jobs=jobs, exclude=exclude,
-                            on_run=on_run, on_file=on_file)
-    except TracedbError as e:
-        _fail(e)
-    for run in summary.runs:  # file errors were printed as they happened
-        if run.run_error:
-            typer.echo(f"error: {run.run_error[0]}: {run.run_error[1]}", err=True)
+        summary = wh.ingest(*paths, run_id=run_id, jobs=jobs, exclude=exclude,
+                            on_plan=rep.on_plan, on_file=rep.on_file, on_run=rep.on_run)
+    finally:
+        if rep.progress:
+            rep.progress.stop()
+    rep.finish(summary)
     if not summary.ok:
-        typer.echo(f"{len(summary.errors)} file(s) failed; see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
+        typer.echo(f"{len(summary.errors)} error(s); see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
         raise typer.Exit(1)
 
 
-@app.command()
+@command()
 def query(
-    sql: str = typer.Argument(..., help="Canned query name (see `tracedb queries`), path to a .sql file, or - for stdin"),
-    param: List[str] = typer.Option([], "--param", "-p", help="name=value, repeatable"),
-    fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json | parquet"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout"),
-    dialect: Optional[str] = typer.Option(None, "--dialect", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it"),
+    sql: str = typer.Argument(..., metavar="QUERY", help="Canned query name (see `tracedb queries`), path to a .sql file, or - for stdin"),
+    param: List[str] = typer.Option([], "--param", "-p", metavar="NAME=VALUE", show_default=False, help="Query parameter; repeatable"),
+    fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson | parquet"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout"),
+    dialect: Optional[str] = typer.Option(None, "--dialect", metavar="DIALECT", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it"),
     warehouse: Optional[Path] = WarehouseOpt,
 ):
     """Run a canned or ad-hoc SQL query over the warehouse views.
 
-    Example: tracedb query top_kernels --param run_id=tf_lstm_stepstats --format csv
+    Example: tracedb query top_kernels --param run_id=resnet50 --format csv
+    Example: echo "select count(*) from kernels" | tracedb query - --format ndjson
     """
     from tracedb import output as out
     from tracedb import query as q
 
-    try:
-        canned = q.load(sql)
-        params = {}
-        for item in param:
-            if "=" not in item:
-                raise TracedbError(f"--param {item!r}: expected name=value")
-            k, v = item.split("=", 1)
-            params[k.strip()] = v
-        if dialect:
-            typer.echo(q.transpile(canned, dialect), nl=False)
-            return
-        table = q.run_query(canned, params, _warehouse(warehouse))
-        out.write(table, fmt, output)
-    except TracedbError as e:
-        _fail(e)
+    canned = q.load(sql)
+    params = {}
+    for item in param:
+        if "=" not in item:
+            raise TracedbError(f"--param {item!r}: expected name=value")
+        k, v = item.split("=", 1)
+        params[k.strip()] = v
+    if fmt not in out.FORMATS:  # before running anything
+        raise TracedbError(f"unknown format {fmt!r} (one of: {', '.join(out.FORMATS)})")
+    wh = _wh(warehouse)
+    if dialect:
+        typer.echo(wh.transpile(canned, dialect), nl=False)
+        return
+    out.write(wh.query(canned, **params), fmt, output)
 
 
-@app.command()
+@command()
 def queries():
     """List the canned queries with their parameters.
 
     Example: tracedb queries
     """
-    from tracedb import query as q
-
-    for cq in q.list_queries():
+    for cq in _wh(None).queries():
         typer.echo(f"{cq.name}: {cq.title}")
         if cq.description:
             typer.echo(f"    {cq.description}")
         for p in cq.params:
-            default = "required" if p.required else f"default {p.default!r}" if p.default is not None else "default NULL"
-            typer.echo(f"    --param {p.name}=<{p.type_text}>  {p.description} ({default})")
+            default = "required" if p.required else f"default {p.default}" if p.default is not None else "default NULL"
+            if p.choices:
+                kind = "one of " + ", ".join(p.choices)
+            elif p.minimum is not None:
+                kind = f"{p.type} {'>' if p.exclusive else '>='} {p.minimum:g}"
+            else:
+                kind = p.type
+            typer.echo(f"    --param {p.name}=VALUE  {p.description} ({kind}; {default})")
 
 
-@app.command()
+@command()
 def formats():
     """List the trace formats tracedb detects.
 
@@ -140,103 +185,98 @@ def formats():
         typer.echo(f"{mod.NAME}: {mod.DESCRIPTION}")
 
 
-@app.command()
+@command()
+def schema(
+    view: Optional[str] = typer.Argument(None, metavar="VIEW", help="Only this view (runs, nodes, kernels, tensors, allocations, files, ingest_log)"),
+    fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson"),
+):
+    """Print the views, their columns, types, units and meanings (from tracedb.schema).
+
+    Example: tracedb schema kernels
+    """
+    import pyarrow as pa
+
+    from tracedb import output as out
+    from tracedb import schema as sch
+
+    rows = []
+    for name, s in _wh(None).schema(view).items():
+        for f in s:
+            rows.append({"view": name, "column": f.name, "type": sch.duckdb_type(f.type), "unit": sch.unit(f),
+                         "description": (f.metadata or {}).get(b"doc", b"").decode()})
+    if fmt == "parquet":
+        raise TracedbError("--format parquet is for query results; use table, csv, json or ndjson")
+    out.write(pa.Table.from_pylist(rows), fmt, max_width=200)
+
+
+@command()
 def export(
-    run: str = typer.Option(..., "--run", help="Run id to export"),
-    device: List[str] = typer.Option([], "--device", help="Only these devices (GPU:0, CPU:0); repeatable"),
-    fmt: str = typer.Option("chrome", "--format", "-f", help="chrome (Chrome-trace JSON for Perfetto UI / chrome://tracing)"),
-    output: Path = typer.Option(..., "--output", "-o", help="FILE (.json or .json.gz), or - for stdout"),
+    run: str = typer.Option(..., "--run", metavar="ID", help="Run id to export"),
+    device: List[str] = typer.Option([], "--device", metavar="DEVICE", show_default=False, help="Only these devices (GPU:0, CPU:0); repeatable"),
+    fmt: str = typer.Option("chrome", "--format", "-f", metavar="FORMAT", help="chrome (Chrome-trace JSON for Perfetto UI / chrome://tracing)"),
+    output: Path = typer.Option(..., "--output", "-o", metavar="FILE", help="FILE (.json or .json.gz), or - for stdout"),
     warehouse: Optional[Path] = WarehouseOpt,
 ):
-    """Write an ingested run, whatever its source format, as a trace a viewer opens.
+    """Write an ingested run, whatever its source format, as a trace a viewer opens: GPU
+    streams, host threads, the CUDA runtime lane with launch->kernel arrows, and memory
+    as counter tracks.
 
-    Example: tracedb export --run resnet50 --format chrome -o resnet50.json.gz  (then open it in ui.perfetto.dev)
+    Example: tracedb export --run resnet50 -o resnet50.json.gz  (then open it in ui.perfetto.dev)
     """
-    from tracedb.export import export_chrome
-
-    try:
-        if fmt != "chrome":
-            raise TracedbError(f"unknown export format {fmt!r} (supported: chrome)")
-        target = sys.stdout if str(output) == "-" else output
-        n = export_chrome(_warehouse(warehouse), run, target, device or None)
-    except TracedbError as e:
-        _fail(e)
+    if fmt != "chrome":
+        raise TracedbError(f"unknown export format {fmt!r} (supported: chrome)")
+    target = sys.stdout if str(output) == "-" else output
+    n = _wh(warehouse).export_chrome(run, target, device or None)
     if str(output) != "-":
         typer.echo(f"wrote {n} events to {output}", err=True)
 
 
-@app.command()
+@command()
 def runs(warehouse: Optional[Path] = WarehouseOpt,
-         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json")):
+         fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson")):
     """List the runs in the warehouse: files, formats, rows per table, labels.
 
     Example: tracedb runs --format csv
     """
     from tracedb import output
-    from tracedb.query import parse, run_query
 
-    sql = """
-        WITH f AS (
-            SELECT run_id, sum(rows_nodes) AS nodes, sum(rows_kernels) AS kernels,
-                   sum(rows_tensors) AS tensors, sum(rows_allocations) AS allocations,
-                   count(*) FILTER (WHERE status = 'error') AS failed_files
-            FROM files GROUP BY run_id)
-        SELECT r.run_id, r.ingested_at, len(r.source_files) AS files, r.formats,
-               f.nodes, f.kernels, f.tensors, f.allocations, f.failed_files,
-               r.model, r."commit", r.hardware, r.started_at
-        FROM runs r LEFT JOIN f USING (run_id)
-        ORDER BY coalesce(r.started_at, r.ingested_at), r.run_id"""
-    try:
-        output.write(run_query(parse(sql, "runs"), {}, _warehouse(warehouse)), fmt)
-    except TracedbError as e:
-        _fail(e)
+    output.write(_wh(warehouse).runs(), fmt)
 
 
-@app.command("rm")
-def remove(run: List[str] = typer.Argument(..., help="Run id(s) to delete"),
+@command("rm")
+def remove(run: List[str] = typer.Argument(..., metavar="RUN...", help="Run id(s) to delete"),
            warehouse: Optional[Path] = WarehouseOpt):
-    """Delete runs: their parquet files and catalog rows, in one transaction (the ingest log keeps their history).
+    """Delete runs: their data files and catalog rows, in one transaction (the ingest log keeps their history).
 
     Example: tracedb rm nightly-2026-10-01 nightly-2026-10-02
     """
-    try:
-        with catalog.writing(_warehouse(warehouse)) as con:
-            gone = catalog.delete_runs(con, _warehouse(warehouse), run)
-    except TracedbError as e:
-        _fail(e)
+    gone = _wh(warehouse).rm(*run)
     typer.echo(f"removed {len(gone)} run(s): {', '.join(gone)}")
 
 
-@app.command()
+@command()
 def vacuum(warehouse: Optional[Path] = WarehouseOpt):
-    """Delete parquet files no view lists and leftover staging folders (after a crashed ingest).
+    """Delete data files no view lists and leftover staging folders (after a crashed ingest).
 
     Example: tracedb vacuum --warehouse /data/tracedb
     """
-    try:
-        with catalog.writing(_warehouse(warehouse)) as con:
-            removed = catalog.vacuum(con, _warehouse(warehouse))
-    except TracedbError as e:
-        _fail(e)
+    removed = _wh(warehouse).vacuum()
     typer.echo(f"removed {len(removed)} orphaned file(s)/folder(s)")
 
 
-@app.command()
+@command()
 def migrate(warehouse: Optional[Path] = WarehouseOpt):
     """Bring a warehouse made by an older tracedb up to the current schema.
 
     Example: tracedb migrate --warehouse /data/tracedb
     """
-    try:
-        done = catalog.migrate_warehouse(_warehouse(warehouse))
-    except TracedbError as e:
-        _fail(e)
+    done = _wh(warehouse).migrate()
     typer.echo("applied: " + ", ".join(done) if done else "warehouse is up to date")
 
 
 from tracedb.report import report_command  # noqa: E402  (a library module with its typer command)
 
-app.command("report")(report_command)
+app.command("report", cls=PlainCommand)(report_command)
 
 
 def main() -> None:

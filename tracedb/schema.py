@@ -145,7 +145,29 @@ RUNS = pa.schema(
     ]
 )
 
-VIEWS: dict[str, pa.Schema] = {"runs": RUNS, **TABLES}
+# `files` (the source files of every run as last ingested) and `ingest_log` (every
+# attempt, append-only) live in catalog.duckdb too.
+FILES = pa.schema(
+    [
+        _f("run_id", pa.string(), "run the source file belongs to"),
+        _f("path", pa.string(), "source file, relative to the run folder"),
+        _f("size_bytes", pa.int64(), "size of the source file, bytes"),
+        _f("sha256", pa.string(), "SHA-256 of the source file's bytes"),
+        _f("format", pa.string(), "format detected from the content (NULL when none was)"),
+        _f("rows_nodes", pa.int64(), "rows the file gave to nodes (NULL on error)"),
+        _f("rows_kernels", pa.int64(), "rows the file gave to kernels (NULL on error)"),
+        _f("rows_tensors", pa.int64(), "rows the file gave to tensors (NULL on error)"),
+        _f("rows_allocations", pa.int64(), "rows the file gave to allocations (NULL on error)"),
+        _f("status", pa.string(), "ok | error"),
+        _f("error", pa.string(), "one-line error when status = error"),
+        _f("seconds", pa.float64(), "time spent reading the file, s"),
+        _f("ingest_id", pa.string(), "the ingest that read it"),
+        _f("ingested_at", pa.timestamp("us", tz="UTC"), "when it was read"),
+        _f("metadata", pa.string(), "the file's own metadata (rank, device properties), as JSON"),
+    ]
+)
+
+VIEWS: dict[str, pa.Schema] = {"runs": RUNS, **TABLES, "files": FILES, "ingest_log": FILES}
 
 # Columns the contract promises; tests check each is present.
 CONTRACT_COLUMNS: dict[str, list[str]] = {
@@ -158,6 +180,15 @@ CONTRACT_COLUMNS: dict[str, list[str]] = {
                 "allocated_bytes", "allocator", "allocation_id"],
     "allocations": ["run_id", "device", "allocator", "node_name", "ts_ns", "bytes"],
 }
+
+
+def unit(field: pa.Field) -> str:
+    """The unit of a column, from the naming rule (`*_ns` ns, `*bytes` bytes), else ''."""
+    if field.name.endswith("_ns"):
+        return "ns"
+    if field.name.endswith("bytes"):
+        return "bytes"
+    return {"seconds": "s", "occupancy": "%"}.get(field.name, "")
 
 
 def duckdb_type(typ: pa.DataType) -> str:
