@@ -452,6 +452,9 @@ def select_sides(
         first = min(_order(r) for r in cand)
         cand_ids = {r.run_id for r in cand}
         base = [r for r in pool if _order(r) < first and r.run_id not in cand_ids][-history:]
+        if not base:
+            raise TracedbError(f"--history needs at least 2 runs (the candidate and one before it); "
+                               f"no run was ingested before {min(cand, key=_order).run_id!r}")
     if not base:
         raise TracedbError("no run matches the baseline selectors")
     return base, cand

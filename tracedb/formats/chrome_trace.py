@@ -21,6 +21,8 @@ output of TensorFlow's `timeline.Timeline(step_stats).generate_chrome_trace_form
   the StepStats itself (name alone gives 739 + 16).
 - Names: TF puts the op type in the event name and the node in `args.name` / `args.op`;
   node_name = args.name else the event name, op_type = args.op else the event name.
+- `cuda_runtime` events (the CUDA runtime lane of tracedb's export: launch calls, whose
+  link to their kernel is on the kernel) are not framework ops: skipped.
 - Time: `ts`/`dur` are µs (absolute, there is no base time) -> integer ns exactly.
 
 Two passes over the stream (`jsonstream.EventStream`): pass 1 collects the `M` names
@@ -147,7 +149,7 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     stream = EventStream(path)
     for i, ev in enumerate(stream):
         ph = ev.get("ph")
-        if ph not in ("X", "B", "E"):
+        if ph not in ("X", "B", "E") or ev.get("cat") == "cuda_runtime":
             continue
         key = (ev.get("pid"), ev.get("tid"))
         if ph == "B":
