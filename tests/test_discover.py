@@ -165,6 +165,22 @@ def test_unreadable_subfolder_is_a_named_error(tmp_path, monkeypatch):
         ("graph.txt", "ok"), ("secret", "error")]
 
 
+def test_unreadable_run_folder_is_a_named_error_and_the_others_land(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    for name in ("a", "b"):
+        (runs / name).mkdir(parents=True)
+        shutil.copy(scenario("node_shape_dump"), runs / name / "graph.txt")
+    _unlistable(monkeypatch, runs / "a")
+    try:
+        summary = ingest([runs], tmp_path / "wh")
+    finally:
+        (runs / "a").chmod(0o755)
+    assert [(r.run_id, [f.error for f in r.files]) for r in summary.runs] == [
+        ("a", ["cannot read folder: Permission denied"]), ("b", [None])]
+    assert _q(tmp_path / "wh", "SELECT run_id, count(*) FROM nodes GROUP BY 1") == [("b", DUMP_NODES)]
+    assert _q(tmp_path / "wh", "SELECT run_id, path, status FROM files WHERE run_id = 'a'") == [("a", "a", "error")]
+
+
 def test_unreadable_file_in_a_run_is_a_named_error(tmp_path, monkeypatch):
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)

@@ -55,7 +55,8 @@ class RunSpec:
 
     def rel(self, path: Path) -> str:
         """The file's path as recorded in the warehouse: relative to the run root, printable."""
-        return safe_name(path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else path.name)
+        inside = path.is_relative_to(self.root) and path != self.root
+        return safe_name(path.relative_to(self.root).as_posix() if inside else path.name)
 
     @property
     def size_bytes(self) -> int:

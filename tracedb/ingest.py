@@ -314,7 +314,7 @@ def ingest(
             labels, label_error = _read_labels(run.labels_file)
             run_error = (f"{run.run_id}/{RUN_LABELS}", label_error) if label_error else None
             if not run.files and not run.errors:
-                run_error = (str(run.root), "no trace files in this run folder")
+                run_error = (display(run.root), "no trace files in this run folder")
             ok = [r for r in results if r.ok]
             when = datetime.now(timezone.utc)
             pending.append((
