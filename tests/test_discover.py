@@ -117,9 +117,13 @@ def test_symlink_loops_end_and_each_file_is_read_once(tmp_path):
     (run / "up").symlink_to("..", target_is_directory=True)
     (run / "again.txt").symlink_to("graph.txt")
     (tmp_path / "runs" / "top").symlink_to("..", target_is_directory=True)  # above the runs folder
+    (run / "loop").symlink_to("loop")  # a link to itself
+    os.mkfifo(run / "pipe")  # reading a FIFO would block forever
     [spec] = discover_runs([tmp_path / "runs"])
     assert spec.run_id == "r1" and [p.name for p in spec.files] == ["again.txt"]
-    assert {p.name for p, _ in spec.skipped} == {"graph.txt", "self", "up"}
+    assert {p.name: why.split(":")[0] for p, why in spec.skipped} == {
+        "graph.txt": "same file as again.txt", "self": "symlink loop", "up": "symlink loop",
+        "loop": "broken symlink", "pipe": "not a regular file"}
     wh = tmp_path / "wh"
     summary = ingest([tmp_path / "runs"], wh)
     assert summary.ok

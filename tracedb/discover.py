@@ -156,7 +156,10 @@ class _Walker:
                 is_dir = e.is_dir()  # follows symlinks
                 is_file = not is_dir and e.is_file()
             except OSError as err:
-                files.append(path)  # reading it will name the error
+                if e.is_symlink():  # e.g. a link to itself
+                    self.skipped.append((path, f"broken symlink: {err.strerror or err}"))
+                else:
+                    files.append(path)  # reading it will name the error
                 continue
             if is_dir:
                 subdirs.append(path)
@@ -165,6 +168,8 @@ class _Walker:
                     files.append(path)
             elif e.is_symlink():
                 self.skipped.append((path, "broken symlink"))
+            else:  # a FIFO or socket: reading it could block forever
+                self.skipped.append((path, "not a regular file"))
         return _Folder(folder, files, subdirs)
 
     def walk(self, top: Path):
