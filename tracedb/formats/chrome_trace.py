@@ -106,15 +106,21 @@ def _copy_key(device: str, ev: dict) -> tuple:
     return device, ev.get("ts"), ev.get("dur"), ev.get("name"), args.get("name")
 
 
+def _event_key(ev: dict) -> tuple:
+    """An X event without its device, small enough to keep for events of unnamed pids."""
+    return _copy_key("", ev)[1:]
+
+
 def _names(stream: EventStream) -> tuple[dict, dict, set[str], set[tuple]]:
     """Pass 1: process and thread names, devices with numbered streams, and the events of
     TF's `/memcpy` lanes (each a copy that also sits on a numbered stream)."""
     procs: dict[Any, str] = {}
     threads: dict[tuple, str] = {}
-    maybe_copies: list[tuple[Any, dict]] = []
+    maybe_copies: list[tuple[Any, tuple]] = []
     for ev in stream:
         if ev.get("ph") == "X" and "memcpy" in procs.get(ev.get("pid"), "memcpy"):
-            maybe_copies.append((ev.get("pid"), ev))  # pid named /memcpy, or not named yet
+            # pid named /memcpy, or not named yet (TF writes the names first: none of these)
+            maybe_copies.append((ev.get("pid"), _event_key(ev)))
         if ev.get("ph") == "M":
             name = (ev.get("args") or {}).get("name")
             if not isinstance(name, str):
@@ -129,10 +135,10 @@ def _names(stream: EventStream) -> tuple[dict, dict, set[str], set[tuple]]:
         if tf and tf[1] and tf[1].isdigit():
             numbered.add(tf[0])
     copies = set()
-    for pid, ev in maybe_copies:
+    for pid, key in maybe_copies:
         tf = match_tf_device(procs.get(pid, ""))
         if tf and tf[1] == "memcpy":
-            copies.add(_copy_key(tf[0], ev))
+            copies.add((tf[0], *key))
     return procs, threads, numbered, copies
 
 
