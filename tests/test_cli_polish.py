@@ -176,3 +176,9 @@ def test_warehouse_methods_have_docstrings():
     for name in ("ingest", "discover", "query", "sql", "queries", "runs", "rm", "vacuum", "migrate",
                  "report", "export_chrome", "schema", "transpile", "connect"):
         assert getattr(tracedb.Warehouse, name).__doc__, name
+
+
+def test_shell_completion_script():
+    r = runner.invoke(app, ["--show-completion", "bash"], prog_name="tracedb")
+    assert r.exit_code == 0, r.output
+    assert "_TRACEDB_COMPLETE=complete_bash" in r.output and "complete -o default -F _tracedb_completion tracedb" in r.output
