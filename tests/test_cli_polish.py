@@ -23,7 +23,8 @@ from tracedb.cli import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = ["ingest", "query", "queries", "formats", "schema", "export", "runs", "rm", "vacuum", "migrate", "report"]
+COMMANDS = ["ingest", "query", "queries", "formats", "schema", "export", "runs", "rm", "vacuum", "optimize", "check",
+            "migrate", "report"]
 
 
 def _command_names() -> list[str]:

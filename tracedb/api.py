@@ -74,23 +74,6 @@ class Warehouse:
         return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs,
                       exclude=exclude, on_plan=on_plan, on_file=on_file, on_run=on_run)
 
-    def rm(self, *run_ids: str) -> list[str]:
-        """Delete runs (data files and catalog rows) in one transaction; returns their ids.
-        The ingest log keeps their history. Unknown ids raise TracedbError."""
-        with catalog.writing(self.path) as con:
-            return catalog.delete_runs(con, self.path, list(run_ids))
-
-    def vacuum(self) -> list[Path]:
-        """Delete data files no view lists and leftover staging folders (a crashed ingest
-        leaves them); returns what was removed."""
-        with catalog.writing(self.path) as con:
-            return catalog.vacuum(con, self.path)
-
-    def migrate(self) -> list[str]:
-        """Bring a warehouse made by an older tracedb up to the current schema; returns the
-        migrations applied (empty when it was current)."""
-        return catalog.migrate_warehouse(self.path)
-
     # ---- reading -------------------------------------------------------------------
 
     def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
@@ -125,6 +108,49 @@ class Warehouse:
         from tracedb.report import build_report
 
         return build_report(self.path, list(baseline), list(candidate), **options)
+
+    def rm(self, *run_ids: str) -> list[str]:
+        """Delete runs (one Delta commit unpublishes them); returns the run ids removed."""
+        from tracedb import catalog
+
+        lake = catalog.open_lake(self.path)
+        with lake.lock():
+            gone = lake.delete_runs(list(run_ids))
+            catalog.publish(lake)
+        return gone
+
+    def vacuum(self, retention_hours: int = 168) -> list[str]:
+        """Delete files no live table version references, older than the retention."""
+        from tracedb import catalog
+
+        lake = catalog.open_lake(self.path)
+        with lake.lock():
+            removed = lake.vacuum(retention_hours)
+            catalog.publish(lake)
+        return removed
+
+    def optimize(self) -> dict[str, int]:
+        """Compact small files per run and device; returns files compacted per table."""
+        from tracedb import catalog
+
+        lake = catalog.open_lake(self.path)
+        with lake.lock():
+            done = lake.optimize()
+            catalog.publish(lake)
+        return done
+
+    def check(self) -> list[tuple[str, str, str]]:
+        """Verify every live data file (present, size, SHA-256 recorded at write time, Parquet
+        page checksums); returns (run_id, path, problem) for each damaged one."""
+        from tracedb import catalog
+
+        return catalog.open_lake(self.path).check()
+
+    def migrate(self) -> list[str]:
+        """Apply pending migrations; returns their names."""
+        from tracedb import migrate
+
+        return migrate.migrate_warehouse(self.path)
 
     def export_chrome(self, run_id: str, out: str | Path | IO, devices: list[str] | None = None) -> int:
         """Write a run as Chrome-trace JSON for Perfetto UI / chrome://tracing (`.gz` path

@@ -246,7 +246,8 @@ def runs(warehouse: Optional[Path] = WarehouseOpt,
 @command("rm")
 def remove(run: List[str] = typer.Argument(..., metavar="RUN...", help="Run id(s) to delete"),
            warehouse: Optional[Path] = WarehouseOpt):
-    """Delete runs: their data files and catalog rows, in one transaction (the ingest log keeps their history).
+    """Delete runs: unpublished in one Delta commit, their files removed from the log (the
+    ingest log keeps their history; `vacuum` deletes the files after the retention).
 
     Example: tracedb rm nightly-2026-10-01 nightly-2026-10-02
     """
@@ -255,18 +256,51 @@ def remove(run: List[str] = typer.Argument(..., metavar="RUN...", help="Run id(s
 
 
 @command()
-def vacuum(warehouse: Optional[Path] = WarehouseOpt):
-    """Delete data files no view lists and leftover staging folders (after a crashed ingest).
+def vacuum(warehouse: Optional[Path] = WarehouseOpt,
+           retention_hours: int = typer.Option(168, "--retention-hours", min=0, metavar="HOURS",
+                                               help="Keep unreferenced files younger than this, for open snapshots and running ingests")):
+    """Delete files that no live table version references and that are older than the retention
+    (superseded runs, deleted runs, files of crashed ingests).
 
-    Example: tracedb vacuum --warehouse /data/tracedb
+    Example: tracedb vacuum --warehouse /data/tracedb --retention-hours 24
     """
-    removed = _wh(warehouse).vacuum()
-    typer.echo(f"removed {len(removed)} orphaned file(s)/folder(s)")
+    removed = _wh(warehouse).vacuum(retention_hours=retention_hours)
+    typer.echo(f"removed {len(removed)} unreferenced file(s)")
+
+
+@command()
+def optimize(warehouse: Optional[Path] = WarehouseOpt):
+    """Compact small files: each run and device partition into as few files as possible (Delta optimize).
+
+    Example: tracedb optimize --warehouse /data/tracedb && tracedb vacuum --retention-hours 0
+    """
+    done = _wh(warehouse).optimize()
+    typer.echo("compacted: " + ", ".join(f"{t} {n} file(s)" for t, n in done.items() if n) if any(done.values())
+               else "nothing to compact")
+
+
+@command()
+def check(warehouse: Optional[Path] = WarehouseOpt):
+    """Verify the warehouse: every file the lake lists is present, with the size and SHA-256
+    recorded when it was written and valid Parquet page checksums. Exit 1 names each damaged run.
+
+    Example: tracedb check --warehouse /data/tracedb
+    """
+    problems = _wh(warehouse).check()
+    if not problems:
+        typer.echo("ok: every live data file is present and intact")
+        return
+    for run_id, path, problem in problems:
+        typer.echo(f"damaged: run {run_id}: {path}: {problem}", err=True)
+    runs = sorted({r for r, _, _ in problems})
+    typer.echo(f"{len(runs)} damaged run(s): {', '.join(runs)}. Repair: re-ingest each from its source "
+               f"(`tracedb ingest RUN_FOLDER --run-id RUN`), or drop it (`tracedb rm RUN`)", err=True)
+    raise typer.Exit(1)
 
 
 @command()
 def migrate(warehouse: Optional[Path] = WarehouseOpt):
-    """Bring a warehouse made by an older tracedb up to the current schema.
+    """Bring a warehouse made by an older tracedb up to the current schema (schema 1 is converted to Delta Lake in place).
 
     Example: tracedb migrate --warehouse /data/tracedb
     """
