@@ -162,11 +162,19 @@ def test_unreadable_subfolder_is_a_named_error(tmp_path, monkeypatch):
     assert not summary.ok
     [(where, err)] = summary.errors
     assert where.endswith("r1/secret") and err == "cannot read folder: Permission denied"
-    # the readable files still land, and the files view records the folder's error
-    assert _q(tmp_path / "wh", "SELECT run_id, count(*) FROM nodes GROUP BY 1 ORDER BY 1") == [
-        ("names", NAMES_NODES), ("r1", DUMP_NODES)]
+    # r1 is incomplete, so it does not land (a run lands whole); the other run does, and
+    # the files view records the folder's error
+    assert _q(tmp_path / "wh", "SELECT run_id, count(*) FROM nodes GROUP BY 1 ORDER BY 1") == [("names", NAMES_NODES)]
     assert _q(tmp_path / "wh", "SELECT path, status FROM files WHERE run_id = 'r1' ORDER BY path") == [
         ("graph.txt", "ok"), ("secret", "error")]
+    # --partial lands what is readable
+    _unlistable(monkeypatch, run / "secret")
+    try:
+        summary = ingest([tmp_path / "runs"], tmp_path / "wh", partial=True)
+    finally:
+        (run / "secret").chmod(0o755)
+    assert _q(tmp_path / "wh", "SELECT run_id, count(*) FROM nodes GROUP BY 1 ORDER BY 1") == [
+        ("names", NAMES_NODES), ("r1", DUMP_NODES)]
 
 
 def test_unreadable_run_folder_is_a_named_error_and_the_others_land(tmp_path, monkeypatch):

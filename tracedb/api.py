@@ -63,16 +63,17 @@ class Warehouse:
         return discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
 
     def ingest(self, *paths: str | Path, run_id: str | None = None, jobs: int = 1,
-               exclude: tuple[str, ...] | list[str] = (),
+               exclude: tuple[str, ...] | list[str] = (), partial: bool = False,
                on_plan: Callable[[list[RunSpec]], None] | None = None,
                on_file: Callable[[FileResult], None] | None = None,
                on_run: Callable[[RunSummary], None] | None = None) -> IngestSummary:
         """Read runs folders, run folders or trace files into the warehouse (see the
         contract's `tracedb ingest`); each run lands whole. The callbacks report progress:
         the runs found, each file read, each run committed. Problems with single files are
-        in the summary's `errors`; a bad request raises TracedbError."""
+        in the summary's `errors`; a run with a failing file keeps its previous version
+        unless partial=True. A bad request raises TracedbError."""
         return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs,
-                      exclude=exclude, on_plan=on_plan, on_file=on_file, on_run=on_run)
+                      exclude=exclude, partial=partial, on_plan=on_plan, on_file=on_file, on_run=on_run)
 
     # ---- reading -------------------------------------------------------------------
 

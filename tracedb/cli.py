@@ -90,6 +90,8 @@ def ingest(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only print the runs and files found (and what is skipped); read nothing"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (no progress, no summary)"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print a line per file as it lands"),
+    partial: bool = typer.Option(False, "--partial", help="Land a run even when some of its files fail (marked status=partial); "
+                                 "by default such a run keeps its previous complete version"),
 ):
     """Ingest traces: every folder that directly holds trace files is a run (id = its path
     below PATH); XProf sessions are runs; formats are sniffed from content. Shows a
@@ -108,12 +110,16 @@ def ingest(
         return
     rep = IngestReporter(quiet=quiet, verbose=verbose)
     try:
-        summary = wh.ingest(*paths, run_id=run_id, jobs=jobs, exclude=exclude,
+        summary = wh.ingest(*paths, run_id=run_id, jobs=jobs, exclude=exclude, partial=partial,
                             on_plan=rep.on_plan, on_file=rep.on_file, on_run=rep.on_run)
     finally:
         if rep.progress:
             rep.progress.stop()
     rep.finish(summary)
+    for run in summary.runs:
+        if not run.replaced and any(f.ok for f in run.files):
+            typer.echo(f"{run.run_id}: not replaced: some of its files failed, so it keeps its previous complete "
+                       "version (if any); --partial lands what is readable", err=True)
     if not summary.ok:
         typer.echo(f"{len(summary.errors)} error(s); see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
         raise typer.Exit(1)

@@ -7,3 +7,8 @@ class TracedbError(Exception):
 
 class TraceFormatError(TracedbError):
     """A trace file could not be read: corrupt, truncated, unknown or missing fields."""
+
+
+class WarehouseError(TracedbError):
+    """The warehouse could not be written or read (disk full, permissions, a damaged
+    lake): not the source trace's fault."""

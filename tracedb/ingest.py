@@ -23,7 +23,7 @@ from typing import Callable
 
 from tracedb import catalog, formats, lake, schema
 from tracedb.discover import RUN_LABELS, RunSpec, discover_runs, display, fallback_ranks  # noqa: F401 (re-exported)
-from tracedb.errors import TracedbError, TraceFormatError
+from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
 from tracedb.store import FileWriter
 
@@ -59,6 +59,7 @@ class RunSummary:
     seconds: float
     # A problem of the run rather than of one trace: (where, message), e.g. a bad run.json.
     run_error: tuple[str, str] | None = None
+    replaced: bool = True  # False: the run kept its previous version (or did not land)
 
     @property
     def rows(self) -> dict[str, int]:
@@ -162,8 +163,11 @@ def _read_one(job: _Job) -> FileResult:
     try:
         module = formats.get_format(job.format)
         for table, batch in module.read(job.path, ctx):
-            writer.write(table, batch)
-        written = writer.close()
+            _store(writer.write, table, batch)
+        written = _store(writer.close)
+    except WarehouseError as e:
+        writer.abort()
+        res.error = str(e)
     except TraceFormatError as e:
         writer.abort()
         res.error = str(e)
@@ -191,6 +195,16 @@ def _read_one(job: _Job) -> FileResult:
     res.error = " ".join(res.error.split()) if res.error else None  # one line
     res.seconds = time.perf_counter() - start
     return res
+
+
+def _store(fn, *args):
+    """A write into the lake; its OSError (disk full, file size limit, permissions) is the
+    warehouse's, not the source trace's."""
+    try:
+        return fn(*args)
+    except OSError as e:
+        raise WarehouseError(f"warehouse error (the source file is not at fault): cannot write "
+                             f"{getattr(e, 'filename', None) or 'a data file'}: {e.strerror or e}") from e
 
 
 def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int) -> list[_Job]:
@@ -241,6 +255,14 @@ def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
     return row
 
 
+def _labels_row(run: RunSpec, error: str, ingest_id: str, when: datetime) -> dict:
+    """A `files` row for a run.json that could not be used, so the error is on record."""
+    size, digest = _hash(run.labels_file) if run.labels_file and run.labels_file.is_file() else (0, "")
+    return {"run_id": run.run_id, "path": RUN_LABELS, "size_bytes": size, "sha256": digest, "format": "run.json",
+            **{f"rows_{t}": None for t in schema.TABLES}, "status": "error", "error": error, "seconds": 0.0,
+            "ingest_id": ingest_id, "ingested_at": when, "metadata": None, "warnings": None}
+
+
 def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dict:
     return {
         "run_id": run_id, "path": r.rel, "size_bytes": r.size_bytes, "sha256": r.sha256,
@@ -261,6 +283,7 @@ def ingest(
     exclude: tuple[str, ...] | list[str] = (),
     on_run: Callable[[RunSummary], None] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
+    partial: bool = False,
     on_plan: Callable[[list[RunSpec]], None] | None = None,
 ) -> IngestSummary:
     """Ingest runs into the warehouse; see the module docstring. Raises TracedbError only
@@ -322,15 +345,24 @@ def ingest(
                 run_error = (display(run.root), "no trace files in this run folder")
             ok = [r for r in results if r.ok]
             when = datetime.now(timezone.utc)
+            # A run is replaced only by a complete version (every file read and written,
+            # its run.json valid); --partial accepts what is readable, marked as such.
+            complete = len(ok) == len(results) and run_error is None
+            replace = bool(ok) and (complete or partial)
+            file_rows = [_file_row(r, run.run_id, ingest_id, when) for r in results]
+            if label_error:
+                file_rows.append(_labels_row(run, label_error, ingest_id, when))
+            if not replace:
+                store.discard([w for r in ok for w in r.written])
             pending.append((
                 lake.RunCommit(
-                    _run_row(run, results, labels),
-                    [w for r in ok for w in r.written],
-                    [_file_row(r, run.run_id, ingest_id, when) for r in results],
-                    replace=bool(ok),
+                    {**_run_row(run, results, labels), "status": "complete" if complete else "partial"},
+                    [w for r in ok for w in r.written] if replace else [],
+                    file_rows,
+                    replace=replace,
                     ingest_id=ingest_id,
                 ),
-                RunSummary(run.run_id, results, time.perf_counter() - start, run_error),
+                RunSummary(run.run_id, results, time.perf_counter() - start, run_error, replace),
             ))
             # Runs land in groups: a reader sees whole runs, and a commit (a few Delta
             # commits and a new snapshot) is paid once a group rather than once a run.
@@ -355,13 +387,13 @@ def ingest(
 
 def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
     """The store commits the group, then the catalog publishes the snapshot: one lock."""
+    import duckdb
+    from deltalake.exceptions import DeltaError
+
     with store.lock():
         try:
             store.commit(runs)
-        except Exception as e:
-            from deltalake.exceptions import DeltaError
-
-            if isinstance(e, (DeltaError, OSError)):
-                raise TracedbError(f"warehouse {store.root}: commit failed: {e}") from e
-            raise
-        catalog.publish(store)
+            catalog.publish(store)
+        except (DeltaError, OSError, duckdb.Error) as e:
+            raise WarehouseError(f"warehouse error: commit to {store.root} failed (the runs keep their previous "
+                                 f"version): {' '.join(str(e).split())}") from e
