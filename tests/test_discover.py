@@ -235,5 +235,5 @@ def test_empty_folder_says_no_trace_files(tmp_path):
         discover_runs([tmp_path / "runs"])
     with pytest.raises(TracedbError, match="no trace files found in"):
         discover_runs([tmp_path / "runs"], run_id="x")
-    with pytest.raises(TracedbError, match="--run-id must not be empty"):
+    with pytest.raises(TracedbError, match="--run-id: a run id cannot be empty or blank"):
         discover_runs([tmp_path / "runs"], run_id="")

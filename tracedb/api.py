@@ -78,22 +78,30 @@ class Warehouse:
     # ---- reading -------------------------------------------------------------------
 
     def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-        """A DuckDB connection with the views ready (close it when done)."""
+        """A DuckDB connection with the views ready (close it when done). Not sandboxed:
+        it is your own process's connection (`tracedb.query.sandbox(con, path)` locks it)."""
         return catalog.connect(self.path, read_only=read_only)
 
     def queries(self) -> list[query.CannedQuery]:
         """The canned queries (`sql/*.sql`) with their titles and parameters."""
         return query.list_queries()
 
-    def query(self, name: str | query.CannedQuery, output: str = "arrow", **params: Any):
+    def query(self, name: str | query.CannedQuery, output: str = "arrow", allow_external: bool = False,
+              **params: Any):
         """Run a canned query (name, .sql path or parsed query); parameters as keyword
         arguments (strings are converted to the parameter's type). `output`: arrow,
-        pandas (nullable integer columns) or polars."""
-        return query.run_query(name, params, self.path, output=output)
+        pandas (nullable integer columns) or polars. Sandboxed like `sql` unless
+        allow_external=True."""
+        return query.run_query(name, params, self.path, output=output, allow_external=allow_external)
 
-    def sql(self, sql: str, output: str = "arrow", **params: Any):
-        """Run ad-hoc SQL over the views; `$name` placeholders bound from keyword arguments."""
-        return query.run_query(query.parse(sql, "sql"), params, self.path, output=output)
+    def sql(self, sql: str, output: str = "arrow", allow_external: bool = False, **params: Any):
+        """Run ad-hoc SQL over the views; `$name` placeholders bound from keyword arguments.
+
+        The SQL runs sandboxed: it reads only this warehouse's data and cannot write files,
+        attach databases or read other files (`/etc/passwd`, URLs); allow_external=True
+        lifts that for SQL you trust (e.g. joining a CSV of your own)."""
+        return query.run_query(query.parse(sql, "sql"), params, self.path, output=output,
+                               allow_external=allow_external)
 
     def transpile(self, name: str | query.CannedQuery, dialect: str) -> str:
         """A canned query's SQL for another engine (spark, trino, ...), header kept."""

@@ -132,9 +132,10 @@ def query(
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson | parquet"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout"),
     dialect: Optional[str] = typer.Option(None, "--dialect", metavar="DIALECT", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it"),
+    allow_external: bool = typer.Option(False, "--allow-external", help="Lift the sandbox: let the SQL read other files and URLs, write files (COPY), attach databases"),
     warehouse: Optional[Path] = WarehouseOpt,
 ):
-    """Run a canned or ad-hoc SQL query over the warehouse views.
+    """Run a canned or ad-hoc SQL query over the warehouse views (sandboxed: reads only the warehouse's data).
 
     Example: tracedb query top_kernels --param run_id=resnet50 --format csv
     Example: echo "select count(*) from kernels" | tracedb query - --format ndjson
@@ -155,7 +156,7 @@ def query(
     if dialect:
         typer.echo(wh.transpile(canned, dialect), nl=False)
         return
-    out.write(wh.query(canned, **params), fmt, output)
+    out.write(wh.query(canned, allow_external=allow_external, **params), fmt, output)
 
 
 @command()

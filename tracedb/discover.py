@@ -36,6 +36,8 @@ from pathlib import Path
 from tracedb.errors import TracedbError
 
 RUN_LABELS = "run.json"
+# Hive partitioning reads a partition folder named this as NULL: such a run would lose its id.
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 PROFILE_DIR = ("plugins", "profile")
 _XSPACE = ".xplane.pb"
 _JSON_RENDERING = re.compile(r"^(?P<host>.+)\.trace\.json(\.gz)?$")
@@ -314,13 +316,22 @@ def _runs_below(base: Path, exclude: tuple[str, ...]) -> list[RunSpec]:
     return sorted(runs, key=lambda r: r.run_id)
 
 
+def check_run_id(run_id: str, where: str = "--run-id") -> None:
+    """Refuse run ids the warehouse cannot keep: empty or blank, and Hive's NULL."""
+    if not run_id.strip():
+        raise TracedbError(f"{where}: a run id cannot be empty or blank")
+    if run_id == HIVE_NULL:
+        raise TracedbError(f"{where}: {HIVE_NULL!r} cannot be a run id (Hive partitioning reads it as NULL); "
+                           "rename the folder or pass --run-id")
+
+
 def discover_runs(paths: list[Path], run_id: str | None = None, exclude: tuple[str, ...] = ()) -> list[RunSpec]:
     """The runs in `paths`, by the rules in the module docstring. TracedbError when a path
     is missing, holds no trace files, or two runs would get the same id."""
+    if run_id is not None:
+        check_run_id(run_id)
     if run_id is not None and len(paths) != 1:
         raise TracedbError("--run-id needs exactly one PATH (a trace file or one run folder)")
-    if run_id is not None and not run_id.strip():
-        raise TracedbError("--run-id must not be empty")
     runs: list[RunSpec] = []
     for path in paths:
         if not path.exists():
@@ -333,6 +344,7 @@ def discover_runs(paths: list[Path], run_id: str | None = None, exclude: tuple[s
             runs += _runs_below(path, tuple(exclude))
     seen: dict[str, RunSpec] = {}
     for r in runs:
+        check_run_id(r.run_id, f"run {r.run_id!r} ({display(r.root)})")
         if r.run_id in seen:
             raise TracedbError(f"two runs would be named {r.run_id!r}: {display(seen[r.run_id].root)} and {display(r.root)}")
         seen[r.run_id] = r

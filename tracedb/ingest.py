@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Callable
 
 from tracedb import catalog, formats, lake, schema
-from tracedb.discover import RUN_LABELS, RunSpec, discover_runs, display, fallback_ranks  # noqa: F401 (re-exported)
+from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
+                              fallback_ranks)
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
 from tracedb.store import FileWriter
+from tracedb.validate import Validator
 
 # A commit lands at most this many runs, and at least every this many seconds.
 COMMIT_EVERY_RUNS = 50
@@ -160,18 +162,21 @@ def _read_one(job: _Job) -> FileResult:
     if job.rank is not None:
         fill["rank"] = job.rank  # fills only rows whose reader found no rank
     writer = FileWriter(job.root, job.run_id, job.ingest_id, job.file_tag, fill=fill)
+    checks = Validator()
     try:
         module = formats.get_format(job.format)
         for table, batch in module.read(job.path, ctx):
-            _store(writer.write, table, batch)
+            _store(writer.write, table, checks.check(table, batch))
         written = _store(writer.close)
-    except WarehouseError as e:
+        ctx.warnings.update(checks.finish())
+    except TracedbError as e:  # TraceFormatError (the source) or WarehouseError
         writer.abort()
         res.error = str(e)
-    except TraceFormatError as e:
-        writer.abort()
-        res.error = str(e)
-    except (MemoryError, KeyboardInterrupt):
+    except MemoryError:
+        writer.abort()  # the reader's frames are gone: the memory is back, the batch goes on
+        res.error = ("out of memory while reading (raise the machine's memory or lower "
+                     "TRACEDB_MAX_WHOLE_FILE_BYTES to refuse such files quickly)")
+    except KeyboardInterrupt:
         writer.abort()
         raise
     except Exception as e:  # noqa: BLE001 - a reader bug on odd input must not stop the batch
@@ -203,8 +208,8 @@ def _store(fn, *args):
     try:
         return fn(*args)
     except OSError as e:
-        raise WarehouseError(f"warehouse error (the source file is not at fault): cannot write "
-                             f"{getattr(e, 'filename', None) or 'a data file'}: {e.strerror or e}") from e
+        raise WarehouseError(f"cannot write {getattr(e, 'filename', None) or 'a data file'}: "
+                             f"{e.strerror or e} (the source file is not at fault)") from e
 
 
 def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int) -> list[_Job]:

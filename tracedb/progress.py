@@ -83,8 +83,9 @@ class IngestReporter:
     def on_file(self, f) -> None:
         if f.error:
             self._say(f"error: {f.path}: {f.error}", err=True)
-        elif f.warning:
-            self._say(f"warning: {f.path}: {f.warning}", err=True)
+        elif f.warning or getattr(f, "warnings", None) or f.metadata.get("warnings"):
+            for text in _warnings(f):
+                self._say(f"warning: {f.path}: {text}", err=True)
         elif self.verbose:
             rows = ", ".join(f"{n} {t}" for t, n in f.rows.items() if n)
             self._say(f"  {f.path} [{f.format}]: {rows} ({f.seconds:.2f}s)", err=True)
@@ -140,6 +141,17 @@ class IngestReporter:
             t.add_row(r.run_id, f"{ok}/{len(r.files)}", *(str(rows[k]) for k in ("nodes", "kernels", "tensors", "allocations")),
                       str(len(r.errors)), f"{r.seconds:.2f}")
         Console(file=self.out, highlight=False).print(t)
+
+
+def _warnings(f) -> list[str]:
+    """A guessed rank, and the validator's counts of odd values (`tracedb.validate`)."""
+    out = [f.warning] if f.warning else []
+    counts = getattr(f, "warnings", None) or f.metadata.get("warnings")
+    if counts:
+        from tracedb.validate import describe
+
+        out.append(describe(counts))
+    return out
 
 
 def run_line(r) -> str:
