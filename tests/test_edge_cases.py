@@ -106,8 +106,16 @@ def test_symlinked_folder_in_a_run_is_followed(tmp_path, warehouse):
     r = runner.invoke(app, ["ingest", str(tmp_path / "runs"), "-w", str(warehouse)])
     assert r.exit_code == 0, r.output
     con = catalog.connect(warehouse)
+    # the linked folder directly holds the trace: it is the run (contract: nested run folders)
+    assert con.execute("SELECT count(*) FROM nodes WHERE run_id = 'r1/linked'").fetchone()[0] == DUMP_NODES
+    assert con.execute("SELECT path FROM files").fetchall() == [("dump.txt",)]
+    con.close()
+    # with --run-id the folder is one run of everything below it, links followed
+    r = runner.invoke(app, ["ingest", str(run), "--run-id", "r1", "-w", str(warehouse)])
+    assert r.exit_code == 0, r.output
+    con = catalog.connect(warehouse)
     assert con.execute("SELECT count(*) FROM nodes WHERE run_id = 'r1'").fetchone()[0] == DUMP_NODES
-    assert con.execute("SELECT path FROM files").fetchall() == [("linked/dump.txt",)]
+    assert con.execute("SELECT path FROM files WHERE run_id = 'r1'").fetchall() == [("linked/dump.txt",)]
 
 
 def test_run_folder_without_trace_files_is_not_exit_0(tmp_path, warehouse):

@@ -166,3 +166,61 @@ def test_round_trip_keeps_kineto_steps(tmp_path):
     # the fixture's numbers: 3 steps of 2415 ops; 314 GPU activities a step, 260 before step 1
     assert con.execute(q.format(t="nodes"), ["again"]).fetchall() == [(1, 2415), (2, 2415), (3, 2415)]
     assert con.execute(q.format(t="kernels"), ["again"]).fetchall() == [(1, 314), (2, 314), (3, 314), (None, 260)]
+
+
+def test_export_draws_launch_arrows_xspace(warehouse, tmp_path):
+    # XSpace: each kernel's host launch event (cuGraphLaunch) shares its correlation_id.
+    out = tmp_path / "t.json"
+    export_chrome(warehouse, RUN, out)
+    events = _load(out)
+    gpu = [e for e in events if e.get("cat") == "gpu"]
+    sources = {e["bind_id"]: e for e in events if e.get("flow_out")}
+    assert len(gpu) == 30 and all(e.get("flow_in") for e in gpu)
+    assert {sources[e["bind_id"]]["name"] for e in gpu} == {"cuGraphLaunch (CudaGraph:2)"}
+    for e in gpu:  # the launch comes before the kernel it launched
+        assert sources[e["bind_id"]]["ts"] <= e["ts"]
+
+
+def test_export_kineto_runtime_lane_and_flows(tmp_path):
+    from rawtrace import load_kineto_json, us_ns
+
+    src = Path(__file__).parent / "data" / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
+    wh = tmp_path / "wh"
+    assert ingest([src], wh, run_id="torch").ok
+    out = tmp_path / "torch.json"
+    export_chrome(wh, "torch", out)
+    events = _load(out)
+    # expected from the raw trace: every GPU activity whose correlation has a runtime call
+    doc = load_kineto_json(src)
+    base = int(doc["baseTimeNanoseconds"])
+    runtime = {e["args"]["correlation"]: e for e in doc["traceEvents"]
+               if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    gpu_raw = [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    launched = [e for e in gpu_raw if e["args"].get("correlation") in runtime]
+    assert len(gpu_raw) == 1038 + 48 + 116
+    lane = [e for e in events if e.get("cat") == "cuda_runtime"]
+    assert len(lane) == len(launched) == 942  # 260 activities have no runtime call in the window
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {(procs[e["pid"]], threads[(e["pid"], e["tid"])]) for e in lane} == {("CPU:0", "CUDA runtime")}
+    assert sorted(int(e["ts"] * 1000) for e in lane) == sorted(
+        base + us_ns(runtime[e["args"]["correlation"]]["ts"]) for e in launched)
+    # each runtime slice starts one arrow that ends on a GPU slice
+    out_ids = [e["bind_id"] for e in lane if e.get("flow_out")]
+    in_ids = [e["bind_id"] for e in events if e.get("cat") == "gpu" and e.get("flow_in")]
+    assert len(set(out_ids)) == len(out_ids) == len(lane) and sorted(in_ids) == sorted(out_ids)
+    # (memory counter tracks: test_export_events, on the XSpace fixture's allocator events)
+
+
+def test_export_untimed_run_is_refused(tmp_path):
+    from typer.testing import CliRunner
+
+    from tracedb.cli import app
+
+    wh = tmp_path / "wh"
+    assert ingest([Path(__file__).parent / "data" / "node_shape_dump"], wh, run_id="dump").ok
+    with pytest.raises(TracedbError, match=r"run 'dump' has no timed events \(node_dump record no times\)"):
+        export_chrome(wh, "dump", tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists()
+    r = CliRunner().invoke(app, ["export", "--run", "dump", "-o", str(tmp_path / "x.json"), "-w", str(wh)])
+    assert r.exit_code == 2 and "has no timed events" in r.output

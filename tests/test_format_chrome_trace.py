@@ -125,3 +125,66 @@ def test_explicit_kind_and_copy_kind_win_over_name_guessing(tmp_path):
     assert [(r["kind"], r["copy_kind"], r["bytes"], r["stream"]) for r in rows] == [
         ("kernel", None, None, 7), ("memcpy", "DtoH", 64, 7)]
     assert [r["duration_ns"] for r in rows] == [2000, 1500]
+
+
+# ---- real profiler renderings -------------------------------------------------------
+
+JAX_SESSION = Path(__file__).parent / "data" / "jax_profile_folder" / "plugins" / "profile" / "2026_11_26_04_20_26"
+TF_SEED_TIMELINE = Path(__file__).parent / "data" / "chrome_trace_tf_timeline_seed" / "timeline.json.gz"
+
+
+def _raw_gpu_events(path: Path) -> list[dict]:
+    """X events on XProf's GPU process, straight from the JSON (no tracedb code)."""
+    import gzip
+
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    gpu_pids = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+                and e["args"]["name"].startswith("/device:GPU:")}
+    return [e for e in events if e.get("ph") == "X" and e["pid"] in gpu_pids]
+
+
+@pytest.mark.parametrize("rendering", ["vm.trace.json.gz", "perfetto_trace.json.gz"])
+def test_xprof_gpu_stream_lane_is_kernels(rendering):
+    # `/device:GPU:0` + thread `Stream #14(Compute)` was taken for TF's host-timed lane.
+    raw = _raw_gpu_events(JAX_SESSION / rendering)
+    assert len(raw) == 48
+    got = _read(JAX_SESSION / rendering)
+    kernels = got["kernels"]
+    assert len(kernels) == len(raw) and {k["stream"] for k in kernels} == {14}
+    assert {k["device"] for k in kernels} == {"GPU:0"} and {k["kind"] for k in kernels} == {"kernel"}
+    assert sum(k["duration_ns"] for k in kernels) == round(sum(e["dur"] for e in raw) * 1000) == 1_591_723
+    assert len(got["nodes"]) == 128  # the host lanes only
+
+
+def test_xprof_kernels_equal_across_renderings():
+    from tracedb.formats import xspace
+
+    def kernels(mod, path):
+        rows = []
+        for table, batch in mod.read(path, ReadContext(run_id="r", source_file=path.name)):
+            if table == "kernels":
+                rows += batch.select(["device", "stream", "kind", "name", "start_ns", "duration_ns"]).to_pylist()
+        return sorted(rows, key=lambda r: (r["start_ns"], r["name"]))
+
+    ref = kernels(xspace, JAX_SESSION / "vm.xplane.pb")
+    assert len(ref) == 48
+    for rendering in ("vm.trace.json.gz", "perfetto_trace.json.gz"):
+        assert kernels(chrome_trace, JAX_SESSION / rendering) == ref
+
+
+def test_tf_timeline_of_seed_copies_by_name_and_memcpy_lane():
+    # TF's timeline tool names a stream row `a/b:Pack:MEMCPYDtoD` just `Pack`: 10 copies on
+    # stream 13 were kernels (739 + 16). Expected numbers from the StepStats itself.
+    from rawtrace import tf
+
+    want = Counter((k.stream, k.kind) for k in tf().kernels)
+    assert want == {(13, "kernel"): 729, (13, "memcpy"): 10, (14, "memcpy"): 8, (15, "memcpy"): 8}
+    kernels = _read(TF_SEED_TIMELINE)["kernels"]
+    assert Counter((k["stream"], k["kind"]) for k in kernels) == want
+    got_ns = Counter()
+    for k in kernels:
+        got_ns[k["kind"]] += k["duration_ns"]
+    want_ns = Counter()
+    for k in tf().kernels:
+        want_ns[k.kind] += k.dur
+    assert got_ns == want_ns

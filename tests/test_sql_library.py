@@ -84,7 +84,10 @@ def test_queries_command_lists_all():
     assert result.exit_code == 0, result.output
     listed = re.findall(r"^(\w+): ", result.output, flags=re.M)
     assert listed == NAMES
-    assert "--param baseline=<VARCHAR>" in result.output and "(required)" in result.output
+    # plain type names (not `<VARCHAR>` or `<BIGINT>=0>`), the bound spelled out
+    assert "--param baseline=VALUE" in result.output and "(VARCHAR; required)" in result.output
+    assert "--param limit=VALUE  Rows to return (BIGINT >= 0; default 50)" in result.output
+    assert "<" not in result.output.replace("<=", "")
 
 
 @pytest.mark.parametrize("params,message", [

@@ -1,5 +1,8 @@
-"""The Python API for notebooks: the same library the CLI uses, returning Arrow tables
-(or pandas / polars DataFrames when those are installed).
+"""`tracedb.Warehouse`: the library's front door, as `sqlite_utils.Database` is sqlite-utils'.
+
+Every CLI command is a thin call to one method here, so whatever the command line can do,
+a notebook or a nightly job can do in Python, returning Arrow tables (or pandas / polars
+DataFrames when those are installed):
 
     import tracedb
     wh = tracedb.Warehouse("tracedb-warehouse")
@@ -7,29 +10,72 @@
     wh.query("top_kernels", limit=10)                  # pyarrow.Table
     wh.query("top_kernels", output="pandas", limit=10)  # pandas.DataFrame
     wh.sql("select count(*) n from kernels where run_id = $r", r="resnet")
+    wh.report(baseline=["day1"], candidate=["day2"]).has_regression
+
+Errors are `tracedb.TracedbError` with a one-line message.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 import duckdb
+import pyarrow as pa
 
 from tracedb import catalog, query
-from tracedb.ingest import IngestSummary, ingest
+from tracedb.ingest import FileResult, IngestSummary, RunSummary, ingest
+
+if TYPE_CHECKING:
+    from tracedb.discover import RunSpec
+    from tracedb.report import Report
+
+_RUNS_SQL = """
+    WITH f AS (
+        SELECT run_id, sum(rows_nodes) AS nodes, sum(rows_kernels) AS kernels,
+               sum(rows_tensors) AS tensors, sum(rows_allocations) AS allocations,
+               count(*) FILTER (WHERE status = 'error') AS failed_files
+        FROM files GROUP BY run_id)
+    SELECT r.run_id, r.ingested_at, len(r.source_files) AS files, r.formats,
+           f.nodes, f.kernels, f.tensors, f.allocations, f.failed_files,
+           r.model, r."commit", r.hardware, r.started_at
+    FROM runs r LEFT JOIN f USING (run_id)
+    ORDER BY coalesce(r.started_at, r.ingested_at), r.run_id"""
 
 
 class Warehouse:
+    """A tracedb warehouse folder: `path`, else $TRACEDB_WAREHOUSE, else ./tracedb-warehouse."""
+
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path is not None else catalog.default_warehouse()
 
     def __repr__(self) -> str:
         return f"Warehouse({str(self.path)!r})"
 
-    def ingest(self, *paths: str | Path, run_id: str | None = None, jobs: int = 1, partial: bool = False) -> IngestSummary:
-        """Ingest runs; a run with a failing file keeps its previous version unless partial=True."""
-        return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs, partial=partial)
+    # ---- writing -------------------------------------------------------------------
+
+    def discover(self, *paths: str | Path, run_id: str | None = None,
+                 exclude: tuple[str, ...] | list[str] = ()) -> list[RunSpec]:
+        """The runs `ingest` would read from `paths` (files, skipped renderings, errors),
+        without reading a trace or touching the warehouse: `tracedb ingest --dry-run`."""
+        from tracedb.discover import discover_runs
+
+        return discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
+
+    def ingest(self, *paths: str | Path, run_id: str | None = None, jobs: int = 1,
+               exclude: tuple[str, ...] | list[str] = (), partial: bool = False,
+               on_plan: Callable[[list[RunSpec]], None] | None = None,
+               on_file: Callable[[FileResult], None] | None = None,
+               on_run: Callable[[RunSummary], None] | None = None) -> IngestSummary:
+        """Read runs folders, run folders or trace files into the warehouse (see the
+        contract's `tracedb ingest`); each run lands whole. The callbacks report progress:
+        the runs found, each file read, each run committed. Problems with single files are
+        in the summary's `errors`; a run with a failing file keeps its previous version
+        unless partial=True. A bad request raises TracedbError."""
+        return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs,
+                      exclude=exclude, partial=partial, on_plan=on_plan, on_file=on_file, on_run=on_run)
+
+    # ---- reading -------------------------------------------------------------------
 
     def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with the views ready (close it when done). Not sandboxed:
@@ -37,12 +83,15 @@ class Warehouse:
         return catalog.connect(self.path, read_only=read_only)
 
     def queries(self) -> list[query.CannedQuery]:
+        """The canned queries (`sql/*.sql`) with their titles and parameters."""
         return query.list_queries()
 
-    def query(self, name: str, output: str = "arrow", allow_external: bool = False, **params: Any):
-        """Run a canned query (name or .sql path); parameters as keyword arguments.
-
-        Sandboxed like `sql` unless allow_external=True."""
+    def query(self, name: str | query.CannedQuery, output: str = "arrow", allow_external: bool = False,
+              **params: Any):
+        """Run a canned query (name, .sql path or parsed query); parameters as keyword
+        arguments (strings are converted to the parameter's type). `output`: arrow,
+        pandas (nullable integer columns) or polars. Sandboxed like `sql` unless
+        allow_external=True."""
         return query.run_query(name, params, self.path, output=output, allow_external=allow_external)
 
     def sql(self, sql: str, output: str = "arrow", allow_external: bool = False, **params: Any):
@@ -53,6 +102,14 @@ class Warehouse:
         lifts that for SQL you trust (e.g. joining a CSV of your own)."""
         return query.run_query(query.parse(sql, "sql"), params, self.path, output=output,
                                allow_external=allow_external)
+
+    def transpile(self, name: str | query.CannedQuery, dialect: str) -> str:
+        """A canned query's SQL for another engine (spark, trino, ...), header kept."""
+        return query.transpile(name if isinstance(name, query.CannedQuery) else query.load(name), dialect)
+
+    def runs(self, output: str = "arrow"):
+        """One row per run: files, formats, rows per table, failed files, labels."""
+        return query.run_query(query.parse(_RUNS_SQL, "runs"), {}, self.path, output=output)
 
     def rm(self, *run_ids: str) -> list[str]:
         """Delete runs (one Delta commit unpublishes them); returns the run ids removed."""
@@ -109,6 +166,21 @@ class Warehouse:
                             settings=settings)
 
     def export_chrome(self, run_id: str, out: str | Path | IO, devices: list[str] | None = None) -> int:
+        """Write a run as Chrome-trace JSON for Perfetto UI / chrome://tracing (`.gz` path
+        compresses, or an open stream); returns the number of events written."""
         from tracedb.export import export_chrome
 
         return export_chrome(self.path, run_id, Path(out) if isinstance(out, str) else out, devices)
+
+    @staticmethod
+    def schema(view: str | None = None) -> dict[str, pa.Schema]:
+        """The views' schemas from `tracedb.schema` (columns, types, `doc` metadata): all,
+        or only `view`. Needs no warehouse."""
+        from tracedb import schema
+        from tracedb.errors import TracedbError
+
+        if view is None:
+            return dict(schema.VIEWS)
+        if view not in schema.VIEWS:
+            raise TracedbError(f"no view {view!r} (views: {', '.join(schema.VIEWS)})")
+        return {view: schema.VIEWS[view]}

@@ -1,144 +1,186 @@
-"""The `tracedb` command: each command parses its arguments, calls one library function
-and turns TracedbError into a one-line message and a non-zero exit."""
+"""The `tracedb` command. Each command parses its arguments and makes one call to a
+`tracedb.Warehouse` method; `@_errors` turns a TracedbError into `tracedb: error: ...`
+on stderr and exit 2 (exit 1 is kept for "ran, but found problems": failed files, a
+regression). Help is plain text (`tracedb.clihelp`) with an example per command."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from tracedb import catalog
+from tracedb import __version__
+from tracedb.clihelp import PlainCommand, PlainGroup
 from tracedb.errors import TracedbError
 
 app = typer.Typer(
+    cls=PlainGroup,
     help="tracedb: a columnar warehouse for ML profiler traces, queried with SQL.\n\n"
     "Example: tracedb ingest examples/runs && tracedb query top_kernels",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
+# The one --warehouse option of every command.
 WarehouseOpt = typer.Option(
-    None, "--warehouse", "-w", envvar="TRACEDB_WAREHOUSE",
+    None, "--warehouse", "-w", envvar="TRACEDB_WAREHOUSE", metavar="DIR", show_default=False,
     help="Warehouse folder [default: $TRACEDB_WAREHOUSE, else ./tracedb-warehouse]",
 )
 
 
-def _warehouse(w: Optional[Path]) -> Path:
-    return w or catalog.default_warehouse()
+def _wh(path: Optional[Path]):
+    from tracedb.api import Warehouse
+
+    return Warehouse(path)
 
 
-def _fail(e: Exception, code: int = 2) -> None:
-    typer.echo(f"tracedb: error: {e}", err=True)
-    raise typer.Exit(code)
+def _errors(fn):
+    """Run a command; a TracedbError becomes a one-line message and exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TracedbError as e:
+            typer.echo(f"tracedb: error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
 
 
-@app.command()
+def command(*args, **kwargs):
+    """`app.command` with plain help and the error decorator."""
+
+    def register(fn):
+        return app.command(*args, cls=PlainCommand, **kwargs)(_errors(fn))
+
+    return register
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tracedb {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit"),
+):
+    """tracedb: a columnar warehouse for ML profiler traces, queried with SQL.
+
+    Example: tracedb ingest examples/runs && tracedb query top_kernels
+    """
+
+
+@command()
 def ingest(
-    paths: List[Path] = typer.Argument(..., help="Runs folder(s), run folder (with --run-id) or trace file(s)"),
+    paths: List[Path] = typer.Argument(..., metavar="PATH...", help="Runs folder(s), run folder (with --run-id) or trace file(s)"),
     warehouse: Optional[Path] = WarehouseOpt,
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Run id for a single file or folder"),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Parallel reader processes"),
-    exclude: List[str] = typer.Option([], "--exclude", "-x", help="Skip files matching this glob (name or relative path), e.g. '*.md'; repeatable"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors"),
+    run_id: Optional[str] = typer.Option(None, "--run-id", metavar="ID", help="Run id for a single file or folder"),
+    jobs: int = typer.Option(1, "--jobs", "-j", metavar="N", help="Parallel reader processes"),
+    exclude: List[str] = typer.Option([], "--exclude", "-x", metavar="GLOB", show_default=False,
+                                      help="Skip files matching this glob (name or a trailing part of the path), e.g. '*.md'; repeatable"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only print the runs and files found (and what is skipped); read nothing"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (no progress, no summary)"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print a line per file as it lands"),
     partial: bool = typer.Option(False, "--partial", help="Land a run even when some of its files fail (marked status=partial); "
                                  "by default such a run keeps its previous complete version"),
 ):
-    """Ingest traces: each subfolder of a runs folder is one run; formats are sniffed from content.
+    """Ingest traces: every folder that directly holds trace files is a run (id = its path
+    below PATH); XProf sessions are runs; formats are sniffed from content. Shows a
+    progress bar on a terminal, a line per run otherwise, then a summary. Exit 1 when a
+    file failed.
 
-    Example: tracedb ingest examples/runs --warehouse wh --jobs 2 --exclude '*.md'
+    Example: tracedb ingest runs/ --warehouse wh --jobs 4 --exclude '*.md'
+    Example: tracedb ingest logdir/ --dry-run
     """
-    from tracedb.ingest import ingest as do_ingest
+    from tracedb.progress import IngestReporter, found_lines
 
-    def on_file(f):
-        if f.error:
-            typer.echo(f"error: {f.path}: {f.error}", err=True)
-        elif warnings := getattr(f, "warnings", None) or f.metadata.get("warnings"):
-            from tracedb.validate import describe
-
-            typer.echo(f"warning: {f.path}: {describe(warnings)}", err=True)
-        elif verbose:
-            rows = ", ".join(f"{n} {t}" for t, n in f.rows.items() if n)
-            typer.echo(f"  {f.path} [{f.format}]: {rows} ({f.seconds:.2f}s)", err=True)
-
-    def on_run(r):
-        if quiet:
-            return
-        rows = ", ".join(f"{n} {t}" for t, n in r.rows.items() if n)
-        ok = sum(1 for f in r.files if f.ok)
-        typer.echo(f"{r.run_id}: {ok}/{len(r.files)} files, {rows or 'no rows'} ({r.seconds:.2f}s)")
-
+    wh = _wh(warehouse)
+    if dry_run:
+        for line in found_lines(wh.discover(*paths, run_id=run_id, exclude=exclude)):
+            typer.echo(line)
+        return
+    rep = IngestReporter(quiet=quiet, verbose=verbose)
     try:
-        summary = do_ingest(paths, _warehouse(warehouse), run_id=run_id, jobs=jobs, exclude=exclude,
-                            on_run=on_run, on_file=on_file, partial=partial)
-    except TracedbError as e:
-        _fail(e)
-    for run in summary.runs:  # file errors were printed as they happened
-        if run.run_error:
-            typer.echo(f"error: {run.run_error[0]}: {run.run_error[1]}", err=True)
+        summary = wh.ingest(*paths, run_id=run_id, jobs=jobs, exclude=exclude, partial=partial,
+                            on_plan=rep.on_plan, on_file=rep.on_file, on_run=rep.on_run)
+    finally:
+        if rep.progress:
+            rep.progress.stop()
+    rep.finish(summary)
+    for run in summary.runs:
         if not run.replaced and any(f.ok for f in run.files):
             typer.echo(f"{run.run_id}: not replaced: some of its files failed, so it keeps its previous complete "
                        "version (if any); --partial lands what is readable", err=True)
     if not summary.ok:
-        typer.echo(f"{len(summary.errors)} file(s) failed; see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
+        typer.echo(f"{len(summary.errors)} error(s); see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
         raise typer.Exit(1)
 
 
-@app.command()
+@command()
 def query(
-    sql: str = typer.Argument(..., help="Canned query name (see `tracedb queries`), path to a .sql file, or - for stdin"),
-    param: List[str] = typer.Option([], "--param", "-p", help="name=value, repeatable"),
-    fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json | parquet"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout"),
-    dialect: Optional[str] = typer.Option(None, "--dialect", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it"),
+    sql: str = typer.Argument(..., metavar="QUERY", help="Canned query name (see `tracedb queries`), path to a .sql file, or - for stdin"),
+    param: List[str] = typer.Option([], "--param", "-p", metavar="NAME=VALUE", show_default=False, help="Query parameter; repeatable"),
+    fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson | parquet"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout"),
+    dialect: Optional[str] = typer.Option(None, "--dialect", metavar="DIALECT", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it"),
     allow_external: bool = typer.Option(False, "--allow-external", help="Lift the sandbox: let the SQL read other files and URLs, write files (COPY), attach databases"),
     warehouse: Optional[Path] = WarehouseOpt,
 ):
     """Run a canned or ad-hoc SQL query over the warehouse views (sandboxed: reads only the warehouse's data).
 
-    Example: tracedb query top_kernels --param run_id=tf_lstm_stepstats --format csv
+    Example: tracedb query top_kernels --param run_id=resnet50 --format csv
+    Example: echo "select count(*) from kernels" | tracedb query - --format ndjson
     """
     from tracedb import output as out
     from tracedb import query as q
 
-    try:
-        canned = q.load(sql)
-        params = {}
-        for item in param:
-            if "=" not in item:
-                raise TracedbError(f"--param {item!r}: expected name=value")
-            k, v = item.split("=", 1)
-            params[k.strip()] = v
-        if dialect:
-            typer.echo(q.transpile(canned, dialect), nl=False)
-            return
-        table = q.run_query(canned, params, _warehouse(warehouse), allow_external=allow_external)
-        out.write(table, fmt, output)
-    except TracedbError as e:
-        _fail(e)
+    canned = q.load(sql)
+    params = {}
+    for item in param:
+        if "=" not in item:
+            raise TracedbError(f"--param {item!r}: expected name=value")
+        k, v = item.split("=", 1)
+        params[k.strip()] = v
+    if fmt not in out.FORMATS:  # before running anything
+        raise TracedbError(f"unknown format {fmt!r} (one of: {', '.join(out.FORMATS)})")
+    wh = _wh(warehouse)
+    if dialect:
+        typer.echo(wh.transpile(canned, dialect), nl=False)
+        return
+    out.write(wh.query(canned, allow_external=allow_external, **params), fmt, output)
 
 
-@app.command()
+@command()
 def queries():
     """List the canned queries with their parameters.
 
     Example: tracedb queries
     """
-    from tracedb import query as q
-
-    for cq in q.list_queries():
+    for cq in _wh(None).queries():
         typer.echo(f"{cq.name}: {cq.title}")
         if cq.description:
             typer.echo(f"    {cq.description}")
         for p in cq.params:
-            default = "required" if p.required else f"default {p.default!r}" if p.default is not None else "default NULL"
-            typer.echo(f"    --param {p.name}=<{p.type_text}>  {p.description} ({default})")
+            default = "required" if p.required else f"default {p.default}" if p.default is not None else "default NULL"
+            if p.choices:
+                kind = "one of " + ", ".join(p.choices)
+            elif p.minimum is not None:
+                kind = f"{p.type} {'>' if p.exclusive else '>='} {p.minimum:g}"
+            else:
+                kind = p.type
+            typer.echo(f"    --param {p.name}=VALUE  {p.description} ({kind}; {default})")
 
 
-@app.command()
+@command()
 def formats():
     """List the trace formats tracedb detects.
 
@@ -150,122 +192,108 @@ def formats():
         typer.echo(f"{mod.NAME}: {mod.DESCRIPTION}")
 
 
-@app.command()
+@command()
+def schema(
+    view: Optional[str] = typer.Argument(None, metavar="VIEW", help="Only this view (runs, nodes, kernels, tensors, allocations, files, ingest_log)"),
+    fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson"),
+):
+    """Print the views, their columns, types, units and meanings (from tracedb.schema).
+
+    Example: tracedb schema kernels
+    """
+    import pyarrow as pa
+
+    from tracedb import output as out
+    from tracedb import schema as sch
+
+    rows = []
+    for name, s in _wh(None).schema(view).items():
+        for f in s:
+            rows.append({"view": name, "column": f.name, "type": sch.duckdb_type(f.type), "unit": sch.unit(f),
+                         "description": (f.metadata or {}).get(b"doc", b"").decode()})
+    if fmt == "parquet":
+        raise TracedbError("--format parquet is for query results; use table, csv, json or ndjson")
+    out.write(pa.Table.from_pylist(rows), fmt, max_width=200)
+
+
+@command()
 def export(
-    run: str = typer.Option(..., "--run", help="Run id to export"),
-    device: List[str] = typer.Option([], "--device", help="Only these devices (GPU:0, CPU:0); repeatable"),
-    fmt: str = typer.Option("chrome", "--format", "-f", help="chrome (Chrome-trace JSON for Perfetto UI / chrome://tracing)"),
-    output: Path = typer.Option(..., "--output", "-o", help="FILE (.json or .json.gz), or - for stdout"),
+    run: str = typer.Option(..., "--run", metavar="ID", help="Run id to export"),
+    device: List[str] = typer.Option([], "--device", metavar="DEVICE", show_default=False, help="Only these devices (GPU:0, CPU:0); repeatable"),
+    fmt: str = typer.Option("chrome", "--format", "-f", metavar="FORMAT", help="chrome (Chrome-trace JSON for Perfetto UI / chrome://tracing)"),
+    output: Path = typer.Option(..., "--output", "-o", metavar="FILE", help="FILE (.json or .json.gz), or - for stdout"),
     warehouse: Optional[Path] = WarehouseOpt,
 ):
-    """Write an ingested run, whatever its source format, as a trace a viewer opens.
+    """Write an ingested run, whatever its source format, as a trace a viewer opens: GPU
+    streams, host threads, the CUDA runtime lane with launch->kernel arrows, and memory
+    as counter tracks.
 
-    Example: tracedb export --run resnet50 --format chrome -o resnet50.json.gz  (then open it in ui.perfetto.dev)
+    Example: tracedb export --run resnet50 -o resnet50.json.gz  (then open it in ui.perfetto.dev)
     """
-    from tracedb.export import export_chrome
-
-    try:
-        if fmt != "chrome":
-            raise TracedbError(f"unknown export format {fmt!r} (supported: chrome)")
-        target = sys.stdout if str(output) == "-" else output
-        n = export_chrome(_warehouse(warehouse), run, target, device or None)
-    except TracedbError as e:
-        _fail(e)
+    if fmt != "chrome":
+        raise TracedbError(f"unknown export format {fmt!r} (supported: chrome)")
+    target = sys.stdout if str(output) == "-" else output
+    n = _wh(warehouse).export_chrome(run, target, device or None)
     if str(output) != "-":
         typer.echo(f"wrote {n} events to {output}", err=True)
 
 
-@app.command()
+@command()
 def runs(warehouse: Optional[Path] = WarehouseOpt,
-         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json")):
+         fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson")):
     """List the runs in the warehouse: files, formats, rows per table, labels.
 
     Example: tracedb runs --format csv
     """
     from tracedb import output
-    from tracedb.query import parse, run_query
 
-    sql = """
-        WITH f AS (
-            SELECT run_id, sum(rows_nodes) AS nodes, sum(rows_kernels) AS kernels,
-                   sum(rows_tensors) AS tensors, sum(rows_allocations) AS allocations,
-                   count(*) FILTER (WHERE status = 'error') AS failed_files
-            FROM files GROUP BY run_id)
-        SELECT r.run_id, r.ingested_at, len(r.source_files) AS files, r.formats,
-               f.nodes, f.kernels, f.tensors, f.allocations, f.failed_files,
-               r.model, r."commit", r.hardware, r.started_at
-        FROM runs r LEFT JOIN f USING (run_id)
-        ORDER BY coalesce(r.started_at, r.ingested_at), r.run_id"""
-    try:
-        output.write(run_query(parse(sql, "runs"), {}, _warehouse(warehouse)), fmt)
-    except TracedbError as e:
-        _fail(e)
+    output.write(_wh(warehouse).runs(), fmt)
 
 
-@app.command("rm")
-def remove(run: List[str] = typer.Argument(..., help="Run id(s) to delete"),
+@command("rm")
+def remove(run: List[str] = typer.Argument(..., metavar="RUN...", help="Run id(s) to delete"),
            warehouse: Optional[Path] = WarehouseOpt):
     """Delete runs: unpublished in one Delta commit, their files removed from the log (the
     ingest log keeps their history; `vacuum` deletes the files after the retention).
 
     Example: tracedb rm nightly-2026-10-01 nightly-2026-10-02
     """
-    from tracedb.api import Warehouse
-
-    try:
-        gone = Warehouse(_warehouse(warehouse)).rm(*run)
-    except TracedbError as e:
-        _fail(e)
+    gone = _wh(warehouse).rm(*run)
     typer.echo(f"removed {len(gone)} run(s): {', '.join(gone)}")
 
 
-@app.command()
+@command()
 def vacuum(warehouse: Optional[Path] = WarehouseOpt,
-           retention_hours: int = typer.Option(168, "--retention-hours", min=0,
+           retention_hours: int = typer.Option(168, "--retention-hours", min=0, metavar="HOURS",
                                                help="Keep unreferenced files younger than this, for open snapshots and running ingests")):
     """Delete files that no live table version references and that are older than the retention
     (superseded runs, deleted runs, files of crashed ingests).
 
     Example: tracedb vacuum --warehouse /data/tracedb --retention-hours 24
     """
-    from tracedb.api import Warehouse
-
-    try:
-        removed = Warehouse(_warehouse(warehouse)).vacuum(retention_hours=retention_hours)
-    except TracedbError as e:
-        _fail(e)
+    removed = _wh(warehouse).vacuum(retention_hours=retention_hours)
     typer.echo(f"removed {len(removed)} unreferenced file(s)")
 
 
-@app.command()
+@command()
 def optimize(warehouse: Optional[Path] = WarehouseOpt):
     """Compact small files: each run and device partition into as few files as possible (Delta optimize).
 
     Example: tracedb optimize --warehouse /data/tracedb && tracedb vacuum --retention-hours 0
     """
-    from tracedb.api import Warehouse
-
-    try:
-        done = Warehouse(_warehouse(warehouse)).optimize()
-    except TracedbError as e:
-        _fail(e)
+    done = _wh(warehouse).optimize()
     typer.echo("compacted: " + ", ".join(f"{t} {n} file(s)" for t, n in done.items() if n) if any(done.values())
                else "nothing to compact")
 
 
-@app.command()
+@command()
 def check(warehouse: Optional[Path] = WarehouseOpt):
     """Verify the warehouse: every file the lake lists is present, with the size and SHA-256
     recorded when it was written and valid Parquet page checksums. Exit 1 names each damaged run.
 
     Example: tracedb check --warehouse /data/tracedb
     """
-    from tracedb.api import Warehouse
-
-    try:
-        problems = Warehouse(_warehouse(warehouse)).check()
-    except TracedbError as e:
-        _fail(e)
+    problems = _wh(warehouse).check()
     if not problems:
         typer.echo("ok: every live data file is present and intact")
         return
@@ -277,22 +305,17 @@ def check(warehouse: Optional[Path] = WarehouseOpt):
     raise typer.Exit(1)
 
 
-@app.command()
+@command()
 def migrate(warehouse: Optional[Path] = WarehouseOpt):
     """Bring a warehouse made by an older tracedb up to the current schema (schema 1 is converted to Delta Lake in place).
 
     Example: tracedb migrate --warehouse /data/tracedb
     """
-    from tracedb.api import Warehouse
-
-    try:
-        done = Warehouse(_warehouse(warehouse)).migrate()
-    except TracedbError as e:
-        _fail(e)
+    done = _wh(warehouse).migrate()
     typer.echo("applied: " + ", ".join(done) if done else "warehouse is up to date")
 
 
-@app.command()
+@command()
 def report(
     baseline: List[str] = typer.Option([], "--baseline", "-b", help="Baseline run id (repeatable)"),
     candidate: List[str] = typer.Option([], "--candidate", "-c", help="Candidate run id (repeatable)"),
@@ -317,29 +340,24 @@ def report(
 
     Example: tracedb report --label model=resnet50 --history 7 --format html -o report.html
     """
-    from tracedb.api import Warehouse
     from tracedb.report import FORMATS, Settings
 
-    try:
-        if fmt not in FORMATS:
-            raise TracedbError(f"unknown report format {fmt!r} (one of: {', '.join(FORMATS)})")
-        settings = Settings(confidence=confidence, min_effect_pct=min_effect_pct, min_effect_ns=min_effect_ns,
-                            min_memory_pct=min_memory_pct, min_bytes=min_bytes, min_kernel_share=min_kernel_share,
-                            top=top, top_share=top_share, gate_host=gate_host)
-        rep = Warehouse(_warehouse(warehouse)).report(baseline, candidate, baseline_labels=baseline_label,
-                                                      candidate_labels=candidate_label, labels=label,
-                                                      history=history, settings=settings)
-        text = rep.render(fmt)
-        if output:
-            try:
-                output.write_text(text, encoding="utf-8")
-            except OSError as e:
-                raise TracedbError(f"cannot write {output}: {e.strerror or e}") from e
-            typer.echo(rep.headline())
-        else:
-            typer.echo(text, nl=False)
-    except TracedbError as e:
-        _fail(e)
+    if fmt not in FORMATS:
+        raise TracedbError(f"unknown report format {fmt!r} (one of: {', '.join(FORMATS)})")
+    settings = Settings(confidence=confidence, min_effect_pct=min_effect_pct, min_effect_ns=min_effect_ns,
+                        min_memory_pct=min_memory_pct, min_bytes=min_bytes, min_kernel_share=min_kernel_share,
+                        top=top, top_share=top_share, gate_host=gate_host)
+    rep = _wh(warehouse).report(baseline, candidate, baseline_labels=baseline_label,
+                                candidate_labels=candidate_label, labels=label, history=history, settings=settings)
+    text = rep.render(fmt)
+    if output:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as e:
+            raise TracedbError(f"cannot write {output}: {e.strerror or e}") from e
+        typer.echo(rep.headline())
+    else:
+        typer.echo(text, nl=False)
     raise typer.Exit(1 if rep.has_regression else 0)
 
 

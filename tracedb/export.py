@@ -3,10 +3,21 @@
 The output opens in Perfetto UI and chrome://tracing, and `tracedb.formats.chrome_trace`
 reads it back. GPU activity: a process per device named `GPU:0` (rank and device in the
 process_name args), threads named `stream <n>`, `args.kind` and `args.bytes` on every
-event; memory in use as counter events. Host ops: their threads in `CPU:0`, or for ops
-placed on another device in TF timeline's `/device:GPU:0 Compute`. As in TF's timeline,
-`args.name` is a kernel's launching op and `args.op` a node's op type. Events are written
-as they are fetched, never collected into one string.
+event; memory in use as counter tracks (`C` events, one track per allocator). Host ops:
+their threads in `CPU:0`, or for ops placed on another device in TF timeline's
+`/device:GPU:0 Compute`. As in TF's timeline, `args.name` is a kernel's launching op and
+`args.op` a node's op type. Events are written as they are fetched, never collected into
+one string.
+
+Launches, as Perfetto draws them: a kernel whose launch call is known (`launch_start_ns`,
+Kineto) gets a slice on a `CUDA runtime` thread of the host process at that time (cat
+`cuda_runtime`, zero length: the warehouse keeps the call's start, not its length) and a
+flow arrow from it to the kernel (`bind_id` + `flow_out` / `flow_in`). An XSpace kernel
+gets the arrow from the host launch event with its `correlation_id` (`cuLaunchKernel`,
+`cuGraphLaunch`). Kineto's own correlation ids and External ids are different id spaces,
+so correlation ids are matched within XSpace sources only.
+
+A run with no timed event (node lists and dumps) has nothing to draw: TracedbError.
 """
 
 from __future__ import annotations
@@ -114,6 +125,14 @@ def export_chrome_con(con: duckdb.DuckDBPyConnection, run_id: str, out: Path | I
         known = [r[0] for r in con.execute("SELECT run_id FROM runs ORDER BY run_id LIMIT 20").fetchall()]
         what = f"run {run_id!r}" + (f" on devices {dev_params}" if dev_params else "")
         raise TracedbError(f"no events for {what} (runs: {', '.join(known) or 'none'})")
+    timed = ("SELECT 1 FROM nodes WHERE run_id = ?{w} AND start_ns IS NOT NULL UNION ALL "
+             "SELECT 1 FROM kernels WHERE run_id = ?{w} AND start_ns IS NOT NULL UNION ALL "
+             "SELECT 1 FROM allocations WHERE run_id = ?{w} AND ts_ns IS NOT NULL").format(w=where)
+    if not _has_rows(con, timed, params * 3):
+        fmts = con.execute("SELECT formats FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        raise TracedbError(
+            f"run {run_id!r} has no timed events ({', '.join(fmts[0]) if fmts else 'its sources'} "
+            "record no times): there is nothing to draw on a timeline")
     if isinstance(out, (str, Path)):
         path = Path(out)
         tmp = path.with_name(path.name + ".tmp")
@@ -132,6 +151,7 @@ def export_chrome_con(con: duckdb.DuckDBPyConnection, run_id: str, out: Path | I
 
 def _write(con, params: list, where: str, write: Callable[[str], Any]) -> int:
     threads = _Threads()
+    flow_ids: dict[tuple, int] = {}  # (rank, source_file, correlation_id) of XSpace kernels
     count = 0
     first = True
 
@@ -175,7 +195,7 @@ def _write(con, params: list, where: str, write: Callable[[str], Any]) -> int:
     for r in _rows(con, f"""
             SELECT rank, device, stream, step, kind, name, node_name, start_ns, duration_ns,
                    bytes, copy_kind, correlation_id, grid, block, registers_per_thread,
-                   shared_memory_bytes, occupancy
+                   shared_memory_bytes, occupancy, launch_start_ns, source_format, source_file
             FROM kernels WHERE run_id = ?{where} AND start_ns IS NOT NULL
             ORDER BY device, stream, start_ns""", params):
         pid = process(r["rank"], r["device"])
@@ -188,13 +208,26 @@ def _write(con, params: list, where: str, write: Callable[[str], Any]) -> int:
             args["name"] = r["node_name"]  # TF timeline convention: args.name = the op
         if r["correlation_id"] is not None:
             args["correlation"] = r["correlation_id"]
-        emit({"ph": "X", "cat": "gpu", "name": r["name"] or r["kind"] or "?", "pid": pid, "tid": tid,
-              "args": args}, r["start_ns"], r["duration_ns"] or 0)
+        event = {"ph": "X", "cat": "gpu", "name": r["name"] or r["kind"] or "?", "pid": pid, "tid": tid,
+                 "args": args}
+        if r["launch_start_ns"] is not None:
+            fid = len(flow_ids) + 1
+            flow_ids[("launch", fid)] = fid
+            host = process(r["rank"], "CPU:0")
+            emit({"ph": "X", "cat": "cuda_runtime", "name": "launch", "pid": host,
+                  "tid": thread(host, ("runtime",), None, "CUDA runtime"),
+                  "args": {k: v for k, v in (("kernel", r["name"]), ("correlation", r["correlation_id"])) if v is not None},
+                  "bind_id": fid, "flow_out": True}, r["launch_start_ns"], 0)
+            event.update(bind_id=fid, flow_in=True)
+        elif r["source_format"] == "xspace" and r["correlation_id"] is not None:
+            key = (r["rank"], r["source_file"], r["correlation_id"])
+            event.update(bind_id=flow_ids.setdefault(key, len(flow_ids) + 1), flow_in=True)
+        emit(event, r["start_ns"], r["duration_ns"] or 0)
 
     # Host ops: timed nodes only (dumps and name lists have no time to show).
     for r in _rows(con, f"""
             SELECT rank, device, step, node_name, op_type, start_ns, duration_ns, thread_id,
-                   correlation_id, {_thread_name_sql()} AS thread_name
+                   correlation_id, source_format, source_file, {_thread_name_sql()} AS thread_name
             FROM nodes WHERE run_id = ?{where} AND start_ns IS NOT NULL
             ORDER BY device, thread_id, start_ns""", params):
         pid = process(r["rank"], r["device"], _ops_process(r["device"]))
@@ -206,8 +239,12 @@ def _write(con, params: list, where: str, write: Callable[[str], Any]) -> int:
             args["step"] = r["step"]
         if r["correlation_id"] is not None:
             args["correlation"] = r["correlation_id"]
-        emit({"ph": "X", "cat": "op", "name": r["node_name"] or r["op_type"] or "?", "pid": pid,
-              "tid": tid, "args": args}, r["start_ns"], r["duration_ns"] or 0)
+        event = {"ph": "X", "cat": "op", "name": r["node_name"] or r["op_type"] or "?", "pid": pid,
+                 "tid": tid, "args": args}
+        fid = flow_ids.get((r["rank"], r["source_file"], r["correlation_id"])) if r["source_format"] == "xspace" else None
+        if fid is not None:
+            event.update(bind_id=fid, flow_out=True)
+        emit(event, r["start_ns"], r["duration_ns"] or 0)
 
     # Memory in use per allocator: the source's running total when it has one, else
     # the sum of the allocation/free deltas so far.

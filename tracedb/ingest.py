@@ -10,11 +10,8 @@ leaves nothing behind, while the run's other files still land.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import multiprocessing
-import os
-import re
 import json
 import secrets
 import time
@@ -25,23 +22,16 @@ from pathlib import Path
 from typing import Callable
 
 from tracedb import catalog, formats, lake, schema
+from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
+                              fallback_ranks)
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
 from tracedb.store import FileWriter
 from tracedb.validate import Validator
 
-RUN_LABELS = "run.json"
 # A commit lands at most this many runs, and at least every this many seconds.
 COMMIT_EVERY_RUNS = 50
 COMMIT_EVERY_SECONDS = 10.0
-
-
-@dataclass
-class RunSpec:
-    run_id: str
-    root: Path  # folder the run's file paths are relative to
-    files: list[Path]
-    labels_file: Path | None = None
 
 
 @dataclass
@@ -57,6 +47,7 @@ class FileResult:
     written: list[lake.DataFile] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
     warnings: dict = field(default_factory=dict)
+    warning: str | None = None  # read, but something the user should know (e.g. a guessed rank)
 
     @property
     def ok(self) -> bool:
@@ -100,82 +91,6 @@ class IngestSummary:
     @property
     def ok(self) -> bool:
         return not self.errors
-
-
-def _run_name(path: Path) -> str:
-    name = path.name[:-3] if path.name.endswith(".gz") else path.name
-    return Path(name).stem
-
-
-def _excluded(path: Path, base: Path, exclude: tuple[str, ...]) -> bool:
-    """Dot-files, run.json, and what --exclude names (matched on the file name or the
-    path relative to the folder given)."""
-    rel = path.relative_to(base).as_posix() if path.is_relative_to(base) else path.name
-    return (path.name.startswith(".") or path.name == RUN_LABELS
-            or any(fnmatch.fnmatch(path.name, g) or fnmatch.fnmatch(rel, g) for g in exclude))
-
-
-def _trace_files(folder: Path, exclude: tuple[str, ...] = ()) -> list[Path]:
-    """Every file under a run folder (symlinked folders followed) that is not excluded."""
-    found = []
-    for root, dirs, files in os.walk(folder, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [p for f in files if not _excluded(p := Path(root) / f, folder, exclude)]
-    return sorted(found, key=lambda p: _natural_key(p.relative_to(folder).as_posix()))
-
-
-def _natural_key(name: str) -> list:
-    """step_2 before step_10: a file's ordinal among its format's files is its step."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
-
-
-# Hive partitioning reads a partition folder named this as NULL: such a run would lose its id.
-HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-
-
-def check_run_id(run_id: str, where: str = "--run-id") -> None:
-    """Refuse run ids the warehouse cannot keep: empty or blank, and Hive's NULL."""
-    if not run_id.strip():
-        raise TracedbError(f"{where}: a run id cannot be empty or blank")
-    if run_id == HIVE_NULL:
-        raise TracedbError(f"{where}: {HIVE_NULL!r} cannot be a run id (Hive partitioning reads it as NULL); "
-                           "rename the folder or pass --run-id")
-
-
-def discover_runs(paths: list[Path], run_id: str | None = None, exclude: tuple[str, ...] = ()) -> list[RunSpec]:
-    """Runs named by the contract's rules: subfolder = run, loose file = run named after its stem."""
-    if run_id is not None:
-        check_run_id(run_id)
-    if run_id is not None and len(paths) != 1:
-        raise TracedbError("--run-id needs exactly one PATH (a trace file or one run folder)")
-    runs: list[RunSpec] = []
-    for path in paths:
-        if not path.exists():
-            raise TracedbError(f"{path}: no such file or folder")
-        if path.is_file():
-            runs.append(RunSpec(run_id or _run_name(path), path.parent, [path]))
-        elif run_id is not None:
-            runs.append(RunSpec(run_id, path, _trace_files(path, exclude), _labels(path)))
-        else:
-            for child in sorted(path.iterdir()):
-                if child.is_dir() and not child.name.startswith("."):
-                    runs.append(RunSpec(child.name, child, _trace_files(child, exclude), _labels(child)))
-                elif child.is_file() and not _excluded(child, path, exclude):
-                    runs.append(RunSpec(_run_name(child), path, [child]))
-    seen: dict[str, RunSpec] = {}
-    for r in runs:
-        check_run_id(r.run_id, f"run {r.run_id!r} ({r.root})")
-        if r.run_id in seen:
-            raise TracedbError(f"two runs would be named {r.run_id!r}: {seen[r.run_id].root} and {r.root}")
-        seen[r.run_id] = r
-    if not runs:
-        raise TracedbError(f"no runs found in {', '.join(map(str, paths))}")
-    return runs
-
-
-def _labels(folder: Path) -> Path | None:
-    p = folder / RUN_LABELS
-    return p if p.is_file() else None
 
 
 def _read_labels(path: Path | None) -> tuple[dict, str | None]:
@@ -226,6 +141,8 @@ class _Job:
     ingest_id: str
     file_tag: str
     sniff_error: str | None = None
+    rank: int | None = None  # when the trace itself names none (discover.fallback_ranks)
+    rank_note: str | None = None
 
 
 def _read_one(job: _Job) -> FileResult:
@@ -241,8 +158,10 @@ def _read_one(job: _Job) -> FileResult:
         res.error = job.sniff_error
         return res
     ctx = ReadContext(run_id=job.run_id, source_file=job.rel, file_ordinal=job.ordinal)
-    writer = FileWriter(job.root, job.run_id, job.ingest_id, job.file_tag,
-                        fill={"source_format": job.format, "source_file": job.rel})
+    fill = {"source_format": job.format, "source_file": job.rel}
+    if job.rank is not None:
+        fill["rank"] = job.rank  # fills only rows whose reader found no rank
+    writer = FileWriter(job.root, job.run_id, job.ingest_id, job.file_tag, fill=fill)
     checks = Validator()
     try:
         for table, batch in formats.read(job.path, ctx, job.format):
@@ -270,6 +189,9 @@ def _read_one(job: _Job) -> FileResult:
         res.written = written
         res.metadata = ctx.metadata
         res.warnings = dict(getattr(ctx, "warnings", None) or {})
+        if job.rank is not None and "rank" not in ctx.metadata:
+            res.metadata["rank"] = job.rank
+            res.warning = job.rank_note
         if sum(res.rows.values()) == 0:
             res.error = "no rows: the trace holds no events tracedb can store"
             for w in written:
@@ -295,7 +217,7 @@ def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int) -> list[_J
     jobs: list[_Job] = []
     counts: dict[str, int] = {}
     for i, path in enumerate(run.files):
-        rel = path.relative_to(run.root).as_posix() if path.is_relative_to(run.root) else path.name
+        rel = run.rel(path)
         fmt, err = None, None
         try:
             fmt = formats.detect(path).NAME
@@ -306,8 +228,13 @@ def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int) -> list[_J
         ordinal = counts.get(fmt, 0) if fmt else 0
         if fmt:
             counts[fmt] = ordinal + 1
-        jobs.append(_Job(path, str(path), rel, run.run_id, fmt, ordinal, root, ingest_id,
+        jobs.append(_Job(path, display(path), rel, run.run_id, fmt, ordinal, root, ingest_id,
                          f"{ingest_id}-{start_index + i:05d}", err))
+    # Several PyTorch traces of one run are several processes: each keeps its own rank.
+    kineto = [j for j in jobs if j.format == "kineto"]
+    if len(kineto) > 1:
+        for j, (rank, note) in zip(kineto, fallback_ranks([j.path for j in kineto])):
+            j.rank, j.rank_note = rank, note
     return jobs
 
 
@@ -362,11 +289,16 @@ def ingest(
     on_run: Callable[[RunSummary], None] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
     partial: bool = False,
+    on_plan: Callable[[list[RunSpec]], None] | None = None,
 ) -> IngestSummary:
     """Ingest runs into the warehouse; see the module docstring. Raises TracedbError only
-    for problems with the request itself (no such path, warehouse cannot be opened)."""
+    for problems with the request itself (no such path, warehouse cannot be opened).
+    `on_plan` sees the runs found before anything is read; `on_file` each file as it is
+    read, `on_run` each run as it lands (progress reporting)."""
     warehouse = Path(warehouse or catalog.default_warehouse())
     runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
+    if on_plan:
+        on_plan(runs)
     if jobs < 1:
         raise TracedbError("--jobs must be at least 1")
     store = catalog.open_lake(warehouse, create=True)
@@ -407,10 +339,15 @@ def ingest(
                 if on_file:
                     on_file(r)
                 results.append(r)
+            for where, message in run.errors:  # what discovery could not list
+                r = FileResult(path=display(where), rel=run.rel(where), error=message)
+                if on_file:
+                    on_file(r)
+                results.append(r)
             labels, label_error = _read_labels(run.labels_file)
             run_error = (f"{run.run_id}/{RUN_LABELS}", label_error) if label_error else None
-            if not run.files:
-                run_error = (str(run.root), "no trace files in this run folder")
+            if not run.files and not run.errors:
+                run_error = (display(run.root), "no trace files in this run folder")
             ok = [r for r in results if r.ok]
             when = datetime.now(timezone.utc)
             # A run is replaced only by a complete version (every file read and written,

@@ -1,4 +1,5 @@
-"""Writing query results: an aligned text table, CSV, JSON or Parquet."""
+"""Writing query results: an aligned text table, CSV, JSON, NDJSON (one JSON object a
+line, for `jq` and log pipelines) or Parquet."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pyarrow.parquet as pq
 
 from tracedb.errors import TracedbError
 
-FORMATS = ("table", "csv", "json", "parquet")
+FORMATS = ("table", "csv", "json", "ndjson", "parquet")
 
 
 def _cell(v) -> str:
@@ -54,7 +55,8 @@ def _json_default(v):
     return str(v)
 
 
-def write(table: pa.Table, fmt: str, output: Path | None = None, stream: IO[str] | None = None) -> None:
+def write(table: pa.Table, fmt: str, output: Path | None = None, stream: IO[str] | None = None,
+          max_width: int = 60) -> None:
     if fmt not in FORMATS:
         raise TracedbError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
     if fmt == "parquet":
@@ -63,9 +65,11 @@ def write(table: pa.Table, fmt: str, output: Path | None = None, stream: IO[str]
         pq.write_table(table, output)
         return
     if fmt == "table":
-        text = text_table(table)
+        text = text_table(table, max_width)
     elif fmt == "json":
         text = json.dumps(table.to_pylist(), default=_json_default, indent=1) + "\n"
+    elif fmt == "ndjson":
+        text = "".join(json.dumps(row, default=_json_default) + "\n" for row in table.to_pylist())
     else:
         buf = io.BytesIO()
         # CSV has no lists: write them as JSON text.

@@ -292,15 +292,39 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
         if not allow_external:
             sandbox(con, warehouse)
         table = execute(con, query, values)
+        if table.num_rows == 0:
+            _check_run_ids(con, values)
     finally:
         con.close()
     if output == "pandas":
-        return table.to_pandas()
+        return to_pandas(table)
     if output == "polars":
         import polars
 
         return polars.from_arrow(table)
     return table
+
+
+# Parameters that name a run: an empty result for an id the warehouse lacks is a typo.
+RUN_PARAMS = ("run_id", "run_a", "run_b", "baseline", "candidate")
+
+
+def _check_run_ids(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:
+    for name in RUN_PARAMS:
+        run = values.get(name)
+        if isinstance(run, str) and not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run]).fetchone():
+            raise TracedbError(f"no run {run!r} in the warehouse (parameter {name}; `tracedb runs` lists them)")
+
+
+def to_pandas(table: pa.Table):
+    """A pandas DataFrame whose integer and boolean columns stay integer and boolean where
+    they hold NULLs (pandas' nullable Int64 / boolean), instead of turning float."""
+    import pandas as pd
+
+    nullable = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+                pa.int64(): pd.Int64Dtype(), pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+                pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(), pa.bool_(): pd.BooleanDtype()}
+    return table.to_pandas(types_mapper=nullable.get)
 
 
 def transpile(query: CannedQuery, dialect: str) -> str:

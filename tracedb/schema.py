@@ -304,6 +304,15 @@ CONTRACT_COLUMNS: dict[str, list[str]] = {
 }
 
 
+def unit(field: pa.Field) -> str:
+    """The unit of a column, from the naming rule (`*_ns` ns, `*bytes` bytes), else ''."""
+    if field.name.endswith("_ns"):
+        return "ns"
+    if field.name.endswith("bytes"):
+        return "bytes"
+    return {"seconds": "s", "occupancy": "%"}.get(field.name, "")
+
+
 def duckdb_type(typ: pa.DataType) -> str:
     """DuckDB SQL type for an Arrow type (used for empty views and casts)."""
     if pa.types.is_list(typ):

@@ -5,12 +5,24 @@ output of TensorFlow's `timeline.Timeline(step_stats).generate_chrome_trace_form
   `E` with no open `B` (a trace window that starts mid-event) is skipped, a `B` never
   closed becomes a row with NULL duration.
 - `M` metadata events name processes/threads. An event whose process or thread name
-  looks like a GPU stream (`/device:GPU:0/stream:12 Compute`, `stream 7`, `GPU 0`) is a
-  `kernels` row (stream from the name); any other is a `nodes` row.
+  looks like a GPU stream is a `kernels` row (stream from the name); any other is a
+  `nodes` row. GPU lanes: TF timeline's `/device:GPU:0/stream:12 Compute`, XProf's (JAX,
+  TF2) process `/device:GPU:0` with thread `Stream #14(Compute)` (in its `*.trace.json.gz`
+  and `perfetto_trace.json.gz`), and generic `stream 7` / `GPU 0`. TF's host-timed
+  `/device:GPU:0 Compute` lane (no stream) holds ops: `nodes`.
 - TF's `/stream:all` and `/memcpy` processes repeat the activity of the numbered streams,
   so they are skipped when the same device has numbered streams (each activity once).
+- Copies are told from kernels by what the event says, not by its lane: a name or string
+  arg naming a copy (`MEMCPYHtoD`, `Memcpy DtoH`), or tracedb's own `args.kind`. TF's
+  timeline tool keeps only `op` of a stream row named `node:Op:MEMCPYDtoD` (the event is
+  named `Op`), so there the one trace of the copy is its repeat on the `/memcpy` lane:
+  an event that the same device's `/memcpy` lane repeats (same ts, dur, name, node) is a
+  copy. On the TF StepStats seed's timeline that makes 729 kernels + 26 copies, as in
+  the StepStats itself (name alone gives 739 + 16).
 - Names: TF puts the op type in the event name and the node in `args.name` / `args.op`;
   node_name = args.name else the event name, op_type = args.op else the event name.
+- `cuda_runtime` events (the CUDA runtime lane of tracedb's export: launch calls, whose
+  link to their kernel is on the kernel) are not framework ops: skipped.
 - Time: `ts`/`dur` are µs (absolute, there is no base time) -> integer ns exactly.
 
 Two passes over the stream (`jsonstream.EventStream`): pass 1 collects the `M` names
@@ -34,6 +46,7 @@ NAME = "chrome_trace"
 DESCRIPTION = "Chrome-trace JSON (TF timeline, generic traceEvents), optionally gzipped"
 
 _EVENT = re.compile(r'"ph"\s*:\s*"[A-Za-z]"')
+_XPROF_STREAM = re.compile(r"^Stream #(\d+)")
 _STREAM = re.compile(r"\bstream\s*:?\s*#?(\d+)", re.IGNORECASE)
 _GPU = re.compile(r"\bGPU\b\s*:?\s*(\d+)?", re.IGNORECASE)
 _COPY = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)", re.IGNORECASE)
@@ -67,10 +80,14 @@ class _Lane:
         tf = match_tf_device(raw)
         if tf:
             dev, stream_tag = tf
-            # `/device:GPU:0 Compute` holds ops timed on the host: nodes, not kernels.
-            self.gpu = dev.startswith("GPU:") and stream_tag is not None
+            # `/device:GPU:0 Compute` holds ops timed on the host: nodes, not kernels;
+            # XProf's `/device:GPU:0` + thread `Stream #14(Compute)` is a GPU stream.
+            xprof = _XPROF_STREAM.search(tname) if stream_tag is None else None
+            self.gpu = dev.startswith("GPU:") and (stream_tag is not None or xprof is not None)
             if stream_tag and stream_tag.isdigit():
                 self.stream = int(stream_tag)
+            elif xprof:
+                self.stream = int(xprof[1])
             elif self.gpu and stream_tag and dev in numbered:
                 self.skip = True  # stream:all / memcpy repeat the numbered streams
         else:
@@ -84,10 +101,26 @@ class _Lane:
         self.device = dev
 
 
-def _names(stream: EventStream) -> tuple[dict, dict, set[str]]:
+def _copy_key(device: str, ev: dict) -> tuple:
+    args = ev.get("args") or {}
+    return device, ev.get("ts"), ev.get("dur"), ev.get("name"), args.get("name")
+
+
+def _event_key(ev: dict) -> tuple:
+    """An X event without its device, small enough to keep for events of unnamed pids."""
+    return _copy_key("", ev)[1:]
+
+
+def _names(stream: EventStream) -> tuple[dict, dict, set[str], set[tuple]]:
+    """Pass 1: process and thread names, devices with numbered streams, and the events of
+    TF's `/memcpy` lanes (each a copy that also sits on a numbered stream)."""
     procs: dict[Any, str] = {}
     threads: dict[tuple, str] = {}
+    maybe_copies: list[tuple[Any, tuple]] = []
     for ev in stream:
+        if ev.get("ph") == "X" and "memcpy" in procs.get(ev.get("pid"), "memcpy"):
+            # pid named /memcpy, or not named yet (TF writes the names first: none of these)
+            maybe_copies.append((ev.get("pid"), _event_key(ev)))
         if ev.get("ph") == "M":
             name = (ev.get("args") or {}).get("name")
             if not isinstance(name, str):
@@ -101,7 +134,12 @@ def _names(stream: EventStream) -> tuple[dict, dict, set[str]]:
         tf = match_tf_device(n)
         if tf and tf[1] and tf[1].isdigit():
             numbered.add(tf[0])
-    return procs, threads, numbered
+    copies = set()
+    for pid, key in maybe_copies:
+        tf = match_tf_device(procs.get(pid, ""))
+        if tf and tf[1] == "memcpy":
+            copies.add((tf[0], *key))
+    return procs, threads, numbered, copies
 
 
 def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -109,7 +147,7 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
 
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    procs, threads, numbered = _names(EventStream(path))
+    procs, threads, numbered, copies = _names(EventStream(path))
     lanes: dict[tuple, _Lane] = {}
     open_b: dict[tuple, list] = {}
     nodes = BatchBuilder("nodes", columns=_NODE_COLS)
@@ -117,7 +155,7 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     stream = EventStream(path)
     for i, ev in enumerate(stream):
         ph = ev.get("ph")
-        if ph not in ("X", "B", "E"):
+        if ph not in ("X", "B", "E") or ev.get("cat") == "cuda_runtime":
             continue
         key = (ev.get("pid"), ev.get("tid"))
         if ph == "B":
@@ -136,18 +174,18 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         else:
             start = us_to_ns(need(ev, "ts", i))
             dur = us_to_ns(need(ev, "dur", i))
-        yield from _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernels)
+        yield from _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, copies, nodes, kernels)
     for key, stack in open_b.items():  # never closed: start known, duration not
         for i, ev in stack:
             yield from _emit(ev, i, us_to_ns(need(ev, "ts", i)), None, key, lanes, procs,
-                             threads, numbered, nodes, kernels)
+                             threads, numbered, copies, nodes, kernels)
     if stream.meta:
         ctx.metadata["chrome_trace"] = json.loads(json.dumps(stream.meta))
     yield from nodes.flush()
     yield from kernels.flush()
 
 
-def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernels):
+def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, copies, nodes, kernels):
     lane = lanes.get(key)
     if lane is None:
         lane = lanes[key] = _Lane(procs.get(key[0], ""), threads.get(key, ""), key[1], numbered)
@@ -171,6 +209,8 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, nodes, kernel
         if kind not in ("kernel", "memcpy", "memset"):
             kind = "memcpy" if copy or "memcpy" in label.lower() else (
                 "memset" if "memset" in label.lower() else "kernel")
+            if kind == "kernel" and copies and _copy_key(lane.device, ev) in copies:
+                kind = "memcpy"  # TF timeline: repeated on the device's /memcpy lane
         if args.get("copy_kind") in _COPY_KINDS.values():
             copy = (None, args["copy_kind"])
         nbytes = num(args.get("bytes")) if kind != "kernel" else None  # copies and sets only

@@ -92,6 +92,10 @@ def select_sides(
         first = min(order(r) for r in cand)
         cand_ids = {r.run_id for r in cand}
         base = [r for r in pool if order(r) < first and r.run_id not in cand_ids][-history:]
+    if not base and history is not None and not (baseline or baseline_labels):
+        first_ids = ", ".join(repr(r.run_id) for r in cand)
+        raise TracedbError(f"--history needs at least 2 runs (a candidate and a run before it): "
+                           f"no run was ingested before {first_ids}")
     if not base:
         raise TracedbError("no run matches the baseline selectors"
                            + (" (--history needs a run before the candidate)" if history is not None else ""))
