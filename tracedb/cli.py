@@ -84,7 +84,8 @@ def query(
     param: List[str] = typer.Option([], "--param", "-p", help="name=value, repeatable"),
     fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json | parquet"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout"),
-    dialect: Optional[str] = typer.Option(None, "--dialect", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it"),
+    dialect: Optional[str] = typer.Option(None, "--dialect", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it; --param values (and defaults) are inlined as literals, else parameters stay the engine's placeholders"),
+    inline: bool = typer.Option(False, "--inline", help="With --dialect: inline the defaults even when no --param is given"),
     warehouse: Optional[Path] = WarehouseOpt,
 ):
     """Run a canned or ad-hoc SQL query over the warehouse views.
@@ -103,7 +104,7 @@ def query(
             k, v = item.split("=", 1)
             params[k.strip()] = v
         if dialect:
-            typer.echo(q.transpile(canned, dialect), nl=False)
+            typer.echo(q.transpile(canned, dialect, params if params or inline else None), nl=False)
             return
         table = q.run_query(canned, params, _warehouse(warehouse))
         out.write(table, fmt, output)
