@@ -240,6 +240,27 @@ from tracedb.report import report_command  # noqa: E402  (a library module with 
 app.command("report")(report_command)
 
 
+@app.command()
+def ddl(
+    engine: str = typer.Option(..., "--engine", "-e", help="spark | databricks | trino | duckdb"),
+    location: Optional[str] = typer.Option(None, "--location", help="The lake's root as the engine sees it, e.g. s3://bucket/prefix [default: the warehouse's absolute path]"),
+    schema_name: str = typer.Option("tracedb", "--schema", help="Schema of the views; the Delta tables go in <schema>_lake"),
+    catalog_name: str = typer.Option("delta", "--catalog", help="Trino catalog of the Delta Lake connector"),
+    warehouse: Optional[Path] = WarehouseOpt,
+):
+    """Print the statements that define the lake's Delta tables and live-ingest views for an engine.
+
+    Example: tracedb ddl --engine spark --location s3://traces/wh > lake.sql
+    """
+    from tracedb import ddl as d
+
+    try:
+        where = location or _warehouse(warehouse).resolve().as_posix()
+        typer.echo(d.ddl(engine, where, schema_name, catalog_name), nl=False)
+    except TracedbError as e:
+        _fail(e)
+
+
 def main() -> None:
     app()
 
