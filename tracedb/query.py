@@ -308,7 +308,7 @@ def _literal(value: Any, sql_type: str) -> exp.Expression:
     """A value as a SQL literal expression; sqlglot quotes and escapes it per dialect."""
     if value is None:
         return exp.cast(exp.null(), exp.DataType.build(sql_type))
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         raise TracedbError(f"cannot inline the non-finite number {value!r}")
     if isinstance(value, datetime):
         return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), exp.DataType.build("TIMESTAMP"))
