@@ -133,3 +133,25 @@ def test_live_files_lists_only_live_files(seed_warehouse, tmp_path):
         con.close()
     listed = duckdb.sql(f"SELECT count(*) FROM read_parquet({[str(wh / f) for f in files]})").fetchall()[0][0]
     assert listed == n and n > 1000
+
+
+def test_partition_values_come_from_the_paths(spark, tmp_path):
+    """Delta writers leave partition columns out of the files; a file that holds them
+    anyway is overruled by its path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sch = schema.KERNELS
+    base = tmp_path / "kernels"
+    with_cols = base / "run_id=r%2F1" / "device=GPU%3A0" / "a.parquet"
+    without = base / "run_id=007" / "device=CPU%3A0" / "b.parquet"
+    for f in (with_cols, without):
+        f.parent.mkdir(parents=True)
+    row = {n: None for n in sch.names} | {"kind": "kernel", "duration_ns": 5}
+    pq.write_table(pa.Table.from_pylist([row | {"run_id": "stale", "device": "GPU:9"}], schema=sch), with_cols)
+    rest = pa.schema([f for f in sch if f.name not in ("run_id", "device")])
+    pq.write_table(pa.Table.from_pylist([{n: row[n] for n in rest.names}] * 2, schema=rest), without)
+    df = engines.spark_parquet(spark, base, [with_cols, without], sch)
+    assert df.columns == sch.names
+    got = sorted((r.run_id, r.device, r.duration_ns) for r in df.collect())
+    assert got == [("007", "CPU:0", 5), ("007", "CPU:0", 5), ("r/1", "GPU:0", 5)]

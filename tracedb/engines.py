@@ -71,11 +71,17 @@ def _spark_table(spark: Any, warehouse: Path, table: str, sch) -> Any:
         import pyarrow as pa
 
         return spark.createDataFrame(pa.Table.from_pylist([], schema=sch))
+    return spark_parquet(spark, warehouse / table, [warehouse / f for f in files], sch)
+
+
+def spark_parquet(spark: Any, base: Path, files: list[Path], sch) -> Any:
+    """A DataFrame over Hive-partitioned Parquet files under `base`: partition columns
+    (run_id, device) come from the paths, whether the files hold them or not."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     # The schema given, Spark reads no footer to infer it (a job per table otherwise).
-    return (spark.read.schema(from_arrow_schema(sch)).option("basePath", str(warehouse / table))
-            .parquet(*[str(warehouse / f) for f in files]))
+    return (spark.read.schema(from_arrow_schema(sch)).option("basePath", str(base))
+            .parquet(*[str(f) for f in files]).select(*sch.names))  # partitions last otherwise
 
 
 def _spark_runs(spark: Any, warehouse: Path) -> Any:
