@@ -41,3 +41,10 @@ def seed_warehouse(tmp_path_factory) -> Path:
         summary = ingest([scenario(name)], wh, run_id=name)
         assert summary.ok, summary.errors
     return wh
+
+
+def data_files(wh: Path) -> list[str]:
+    """Parquet files of the data tables (not the metadata tables), relative to the warehouse."""
+    from tracedb import schema
+
+    return sorted(p.relative_to(wh).as_posix() for t in schema.TABLES for p in (wh / t).rglob("*.parquet"))

@@ -131,12 +131,17 @@ def test_runs_rm_and_vacuum(tmp_path):
     orphan = wh / "nodes" / "run_id=ghost" / "device=CPU%3A0" / "part-x.parquet"
     orphan.parent.mkdir(parents=True)
     shutil.copy(next(wh.glob("nodes/run_id=dump/device=CPU%3A0/*.parquet")), orphan)
-    r = runner.invoke(app, ["vacuum", "-w", str(wh)])
+    r = runner.invoke(app, ["vacuum", "-w", str(wh)])  # default retention: 7 days, the orphan is new
+    assert r.exit_code == 0 and "removed 0" in r.output and orphan.exists()
+    r = runner.invoke(app, ["vacuum", "-w", str(wh), "--retention-hours", "0"])
     assert r.exit_code == 0 and "removed 1" in r.output
-    assert not (wh / "nodes" / "run_id=ghost").exists()
+    assert not orphan.exists()
     r = runner.invoke(app, ["rm", "dump", "-w", str(wh)])
     assert r.exit_code == 0 and "removed 1 run(s): dump" in r.output
-    assert not (wh / "nodes" / "run_id=dump").exists()
+    assert list(wh.glob("nodes/run_id=dump/*/*.parquet"))  # kept for open snapshots until vacuum
+    r = runner.invoke(app, ["vacuum", "-w", str(wh), "--retention-hours", "0"])
+    assert r.exit_code == 0 and "removed 4" in r.output  # dump's 2 nodes files + the rewritten runs and files tables' old files
+    assert not list(wh.glob("nodes/run_id=dump/*/*.parquet"))
     r = runner.invoke(app, ["query", "-", "-w", str(wh), "-f", "csv"], input="select count(*) n from nodes")
     assert r.output.split() == ['"n"', "577"]
     r = runner.invoke(app, ["rm", "dump", "-w", str(wh)])

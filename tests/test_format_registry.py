@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import SCENARIOS, scenario
+from conftest import data_files, SCENARIOS, scenario
 from tracedb import catalog, formats
 from tracedb.errors import TraceFormatError
 from tracedb.ingest import ingest
@@ -52,7 +52,7 @@ def test_real_trace_detected_under_meaningless_name(tmp_path, name):
 def test_bad_files_leave_the_warehouse_as_it_was(tmp_path, content, message):
     wh = tmp_path / "wh"
     ingest([scenario("node_shape_dump")], wh, run_id="good")
-    before = sorted(p.relative_to(wh) for p in wh.rglob("*") if p.suffix == ".parquet")
+    before = data_files(wh)
     bad = tmp_path / "trace.bin"
     bad.write_bytes(content)
     with pytest.raises(TraceFormatError, match=message):
@@ -60,7 +60,7 @@ def test_bad_files_leave_the_warehouse_as_it_was(tmp_path, content, message):
     summary = ingest([bad], wh, run_id="good")  # same run id: must not wipe the good run
     [(path, err)] = summary.errors
     assert path.endswith("trace.bin") and message in err
-    assert sorted(p.relative_to(wh) for p in wh.rglob("*") if p.suffix == ".parquet") == before
+    assert data_files(wh) == before
     con = catalog.connect(wh)
     assert con.execute("SELECT count(*) FROM nodes WHERE run_id = 'good'").fetchone()[0] == 178
 
@@ -107,7 +107,7 @@ def test_file_failing_after_batches_were_written_leaves_nothing(tmp_path):
     summary = ingest([bad], wh, run_id="job")
     [(path, err)] = summary.errors
     assert path.endswith("rank0.json") and "has no 'ts'" in err
-    assert [p.relative_to(wh).parts[0] for p in wh.rglob("*.parquet")] == ["nodes", "nodes"]
+    assert [p.split("/")[0] for p in data_files(wh)] == ["nodes", "nodes"]
     assert not (wh / "_staging").exists()
     con = catalog.connect(wh)
     assert con.execute("SELECT count(*), min(source_format) FROM nodes").fetchone() == (178, "node_dump")

@@ -9,7 +9,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from conftest import DATA, scenario
+from conftest import DATA, data_files, scenario
 from tracedb import catalog
 from tracedb.errors import TracedbError
 from tracedb.ingest import discover_runs, ingest
@@ -62,16 +62,20 @@ def test_reingest_replaces_run_without_duplicates(tmp_path, warehouse):
     first = counts(warehouse)
     ingest([runs], warehouse)
     assert counts(warehouse) == first
-    # the old generation's parquet files are gone: one file per (table, device) partition
-    files = sorted(p.relative_to(warehouse).as_posix() for p in warehouse.rglob("*.parquet"))
-    assert len(files) == 3  # dump: GPU:0 + CPU:0; names: one device
-    assert all(f.startswith("nodes/run_id=") for f in files)
-    assert not (warehouse / "_staging").exists()
+    # the lake lists one live file per (table, device) partition; the old generation's
+    # files stay on disk (open snapshots read them) until vacuum's retention has passed
+    from tracedb.lake import Lake
+
+    live = Lake(warehouse).live_files("nodes")
+    assert len(live[0]) == 3 and not live[1]  # dump: GPU:0 + CPU:0; names: one device
+    assert len(data_files(warehouse)) == 6
+    Lake(warehouse).vacuum(retention_hours=0)
+    assert data_files(warehouse) == live[0]
 
 
 def test_partitions_are_hive_style_and_url_encoded(tmp_path, warehouse):
     ingest([scenario("node_shape_dump")], warehouse, run_id="a b/c")
-    dirs = sorted({p.parent.relative_to(warehouse).as_posix() for p in warehouse.rglob("*.parquet")})
+    dirs = sorted({p.rsplit("/", 1)[0] for p in data_files(warehouse)})
     assert dirs == ["nodes/run_id=a%20b%2Fc/device=CPU%3A0", "nodes/run_id=a%20b%2Fc/device=GPU%3A0"]
     con = catalog.connect(warehouse)
     assert con.execute("SELECT DISTINCT run_id FROM nodes").fetchall() == [("a b/c",)]
@@ -134,22 +138,28 @@ def test_no_warehouse_is_a_clear_error(tmp_path):
 
 
 def test_commit_failure_leaves_previous_run_intact(tmp_path, warehouse, monkeypatch):
-    """If the catalog transaction fails, readers keep seeing the old run and its files."""
+    """If the commit fails after the data files were added to the log but before `runs`
+    published them, readers keep seeing the old run, and the new files are deleted."""
+    from tracedb.lake import Lake
+
     trace = tmp_path / "t.txt"
     shutil.copy(scenario("node_shape_dump"), trace)
     ingest([trace], warehouse)
-    before = sorted(warehouse.rglob("*.parquet"))
+    before = data_files(warehouse)
 
-    def boom(con):
+    def boom(self, runs):
         raise RuntimeError("simulated crash while committing")
 
-    monkeypatch.setattr(catalog, "refresh_views", boom)
+    monkeypatch.setattr(Lake, "_write_file_rows", boom)
     shutil.copy(scenario("node_name_list"), trace)  # same run id, different content
     with pytest.raises(RuntimeError, match="simulated crash"):
         ingest([trace], warehouse)
     monkeypatch.undo()
     assert counts(warehouse)["nodes"] == 178
-    assert sorted(warehouse.rglob("*.parquet")) == before
+    assert Lake(warehouse).live_files("nodes")[0] == before
+    # the log lists the unpublished files: vacuum (not ingest) removes them
+    Lake(warehouse).vacuum(retention_hours=0)
+    assert data_files(warehouse) == before
 
 
 def test_source_metadata_kept_per_file_and_per_run(warehouse):

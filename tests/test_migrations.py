@@ -8,11 +8,12 @@ import duckdb
 import pytest
 from typer.testing import CliRunner
 
-from conftest import DATA, scenario
+from conftest import DATA, data_files, scenario
 from tracedb import catalog, migrate
 from tracedb.cli import app
 from tracedb.errors import TracedbError
 from tracedb.ingest import ingest
+from tracedb.migrate import migrate_warehouse as catalog_migrate
 
 FROZEN = DATA / "frozen_warehouse_m0001"
 
@@ -40,7 +41,7 @@ def test_old_warehouse_refuses_until_migrated(old_warehouse):
 def test_migrate_brings_frozen_warehouse_up_to_date(old_warehouse):
     result = CliRunner().invoke(app, ["migrate", "--warehouse", str(old_warehouse)])
     assert result.exit_code == 0, result.output
-    assert "0002_ingest_log, 0003_file_metadata" in result.output
+    assert "0002_ingest_log, 0003_file_metadata, 0004_delta_lake" in result.output
     con = catalog.connect(old_warehouse)
     assert con.execute("SELECT count(*) FROM nodes").fetchone()[0] == 178
     # the old warehouse's one ingested file was carried into the new log
@@ -50,26 +51,101 @@ def test_migrate_brings_frozen_warehouse_up_to_date(old_warehouse):
     assert applied == [(m.number,) for m in migrate.discover()]
     con.close()
     # idempotent; and the warehouse takes new runs again
-    assert catalog.migrate_warehouse(old_warehouse) == []
+    assert catalog_migrate(old_warehouse) == []
     assert ingest([scenario("node_name_list")], old_warehouse).ok
     con = catalog.connect(old_warehouse)
     assert con.execute("SELECT count(*) FROM ingest_log").fetchone()[0] == 2
 
 
-def test_conform_table_files_adds_a_missing_column(tmp_path):
+FROZEN_SCHEMA1 = DATA / "frozen_warehouse_schema1"
+# What the schema-1 warehouse held, read from its catalog with plain DuckDB (no tracedb).
+def _schema1_facts(wh):
+    con = duckdb.connect(str(wh / "catalog.duckdb"), read_only=True)
+    con.execute(f"SET file_search_path = '{wh}'")
+    facts = {}
+    for table in ("nodes", "kernels", "tensors", "allocations"):
+        facts[table] = con.execute(
+            f"SELECT run_id, device, count(*) FROM {table} GROUP BY ALL ORDER BY ALL").fetchall()
+    facts["kernel_ns"] = con.execute("SELECT run_id, sum(duration_ns) FROM kernels GROUP BY 1 ORDER BY 1").fetchall()
+    facts["runs"] = con.execute("SELECT run_id, model, \"commit\", started_at, labels FROM tracedb_runs ORDER BY 1").fetchall()
+    facts["files"] = con.execute("SELECT run_id, path, status, sha256 FROM tracedb_files ORDER BY ALL").fetchall()
+    facts["log"] = con.execute("SELECT run_id, path, status, ingest_id FROM tracedb_ingest_log ORDER BY ALL").fetchall()
+    con.close()
+    return facts
+
+
+def test_schema1_warehouse_is_converted_to_delta_lake_in_place(tmp_path):
+    """The frozen schema-1 warehouse (two runs with labels, a re-ingested run, a failed
+    attempt) becomes a lake: nothing lost, every engine reads it."""
+    import polars as pl
+    from deltalake import DeltaTable
+
+    wh = tmp_path / "wh"
+    shutil.copytree(FROZEN_SCHEMA1, wh)
+    want = _schema1_facts(wh)
+    with pytest.raises(TracedbError, match="0004_delta_lake"):
+        catalog.connect(wh)
+    assert catalog_migrate(wh) == ["0004_delta_lake"]
+    con = catalog.connect(wh)
+    for table in ("nodes", "kernels", "tensors", "allocations"):
+        assert con.execute(f"SELECT run_id, device, count(*) FROM {table} GROUP BY ALL ORDER BY ALL").fetchall() == want[table]
+    assert con.execute("SELECT run_id, sum(duration_ns) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == want["kernel_ns"]
+    assert con.execute("SELECT run_id, model, \"commit\", started_at, labels FROM runs ORDER BY 1").fetchall() == want["runs"]
+    assert con.execute("SELECT batch FROM runs WHERE run_id = 'lstm'").fetchone() == ("32",)
+    assert con.execute("SELECT run_id, path, status, sha256 FROM files ORDER BY ALL").fetchall() == want["files"]
+    assert con.execute("SELECT run_id, path, status, ingest_id FROM ingest_log ORDER BY ALL").fetchall() == want["log"]
+    # the lake is Delta: delta-rs and polars read it without tracedb
+    assert DeltaTable(str(wh / "kernels")).to_pyarrow_table().num_rows == 755 + 234
+    assert pl.read_delta(str(wh / "runs")).height == 2
+    # the schema-1 files were deleted once the lake was committed; only the lake's remain
+    assert all(p.endswith(".v2.parquet") for p in data_files(wh))
+    # and the canned queries run on it
+    assert ingest([scenario("node_name_list")], wh, run_id="names").ok
+    assert catalog_migrate(wh) == []
+
+
+def test_schema1_conversion_killed_anywhere_leaves_a_warehouse_a_rerun_completes(tmp_path):
+    """SIGKILL during `tracedb migrate` at several points: the schema-1 warehouse is still
+    readable as before (or already converted), and a rerun completes the conversion."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    want = None
+    for delay in (0.3, 0.8, 1.3, 1.8, 2.5):
+        wh = tmp_path / f"wh{delay}"
+        shutil.copytree(FROZEN_SCHEMA1, wh)
+        want = want or _schema1_facts(wh)
+        p = subprocess.Popen([sys.executable, "-m", "tracedb.cli", "migrate", "-w", str(wh)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        if catalog.is_legacy(wh):  # not yet committed: the old warehouse is intact
+            assert _schema1_facts(wh) == want
+        catalog_migrate(wh)
+        con = catalog.connect(wh)
+        assert con.execute("SELECT run_id, device, count(*) FROM kernels GROUP BY ALL ORDER BY ALL").fetchall() == want["kernels"]
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+        con.close()
+
+
+def test_conform_lake_table_adds_a_missing_column(tmp_path):
     """What a future migration that adds a column does to the files written before it."""
     import pyarrow.parquet as pq
 
+    from tracedb.lake import Lake
+
     wh = tmp_path / "wh"
     assert ingest([scenario("tf_stepstats_gpu_streams")], wh, run_id="lstm").ok
-    [path] = wh.glob("kernels/*/*/*.parquet")
-    old = pq.read_table(path).drop_columns(["occupancy"])  # as an older tracedb wrote it
-    pq.write_table(old, path)
-    con = catalog.open_for_write(wh)
-    with pytest.raises(duckdb.Error):  # one footer binds the view; the old file lacks a column
-        catalog.refresh_views(con)
-        con.execute("SELECT occupancy FROM kernels").fetchall()
-    assert migrate.conform_table_files(con, wh, "kernels") == 1
-    assert migrate.conform_table_files(con, wh, "kernels") == 0  # idempotent
-    catalog.refresh_views(con)
+    lake = Lake(wh)
+    [path] = lake.live_files("kernels")[0]
+    old = pq.read_table(wh / path).drop_columns(["occupancy"])  # as an older tracedb wrote it
+    pq.write_table(old, wh / path)
+    assert migrate.conform_lake_table(lake, "kernels") == 1
+    assert migrate.conform_lake_table(lake, "kernels") == 0  # idempotent
+    with lake.lock():
+        catalog.publish(lake)
+    con = catalog.connect(wh)
     assert con.execute("SELECT count(*), count(occupancy), sum(duration_ns) FROM kernels").fetchone() == (755, 0, 7_590_000)

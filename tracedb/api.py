@@ -45,6 +45,49 @@ class Warehouse:
         """Run ad-hoc SQL over the views; `$name` placeholders bound from keyword arguments."""
         return query.run_query(query.parse(sql, "sql"), params, self.path, output=output)
 
+    def rm(self, *run_ids: str) -> list[str]:
+        """Delete runs (one Delta commit unpublishes them); returns the run ids removed."""
+        from tracedb import catalog
+
+        lake = catalog.open_lake(self.path)
+        with lake.lock():
+            gone = lake.delete_runs(list(run_ids))
+            catalog.publish(lake)
+        return gone
+
+    def vacuum(self, retention_hours: int = 168) -> list[str]:
+        """Delete files no live table version references, older than the retention."""
+        from tracedb import catalog
+
+        lake = catalog.open_lake(self.path)
+        with lake.lock():
+            removed = lake.vacuum(retention_hours)
+            catalog.publish(lake)
+        return removed
+
+    def optimize(self) -> dict[str, int]:
+        """Compact small files per run and device; returns files compacted per table."""
+        from tracedb import catalog
+
+        lake = catalog.open_lake(self.path)
+        with lake.lock():
+            done = lake.optimize()
+            catalog.publish(lake)
+        return done
+
+    def check(self) -> list[tuple[str, str, str]]:
+        """Verify every live data file (present, size, SHA-256 recorded at write time, Parquet
+        page checksums); returns (run_id, path, problem) for each damaged one."""
+        from tracedb import catalog
+
+        return catalog.open_lake(self.path).check()
+
+    def migrate(self) -> list[str]:
+        """Apply pending migrations; returns their names."""
+        from tracedb import migrate
+
+        return migrate.migrate_warehouse(self.path)
+
     def export_chrome(self, run_id: str, out: str | Path | IO, devices: list[str] | None = None) -> int:
         from tracedb.export import export_chrome
 

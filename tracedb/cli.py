@@ -196,40 +196,88 @@ def runs(warehouse: Optional[Path] = WarehouseOpt,
 @app.command("rm")
 def remove(run: List[str] = typer.Argument(..., help="Run id(s) to delete"),
            warehouse: Optional[Path] = WarehouseOpt):
-    """Delete runs: their parquet files and catalog rows, in one transaction (the ingest log keeps their history).
+    """Delete runs: unpublished in one Delta commit, their files removed from the log (the
+    ingest log keeps their history; `vacuum` deletes the files after the retention).
 
     Example: tracedb rm nightly-2026-10-01 nightly-2026-10-02
     """
+    from tracedb.api import Warehouse
+
     try:
-        with catalog.writing(_warehouse(warehouse)) as con:
-            gone = catalog.delete_runs(con, _warehouse(warehouse), run)
+        gone = Warehouse(_warehouse(warehouse)).rm(*run)
     except TracedbError as e:
         _fail(e)
     typer.echo(f"removed {len(gone)} run(s): {', '.join(gone)}")
 
 
 @app.command()
-def vacuum(warehouse: Optional[Path] = WarehouseOpt):
-    """Delete parquet files no view lists and leftover staging folders (after a crashed ingest).
+def vacuum(warehouse: Optional[Path] = WarehouseOpt,
+           retention_hours: int = typer.Option(168, "--retention-hours", min=0,
+                                               help="Keep unreferenced files younger than this, for open snapshots and running ingests")):
+    """Delete files that no live table version references and that are older than the retention
+    (superseded runs, deleted runs, files of crashed ingests).
 
-    Example: tracedb vacuum --warehouse /data/tracedb
+    Example: tracedb vacuum --warehouse /data/tracedb --retention-hours 24
     """
+    from tracedb.api import Warehouse
+
     try:
-        with catalog.writing(_warehouse(warehouse)) as con:
-            removed = catalog.vacuum(con, _warehouse(warehouse))
+        removed = Warehouse(_warehouse(warehouse)).vacuum(retention_hours=retention_hours)
     except TracedbError as e:
         _fail(e)
-    typer.echo(f"removed {len(removed)} orphaned file(s)/folder(s)")
+    typer.echo(f"removed {len(removed)} unreferenced file(s)")
+
+
+@app.command()
+def optimize(warehouse: Optional[Path] = WarehouseOpt):
+    """Compact small files: each run and device partition into as few files as possible (Delta optimize).
+
+    Example: tracedb optimize --warehouse /data/tracedb && tracedb vacuum --retention-hours 0
+    """
+    from tracedb.api import Warehouse
+
+    try:
+        done = Warehouse(_warehouse(warehouse)).optimize()
+    except TracedbError as e:
+        _fail(e)
+    typer.echo("compacted: " + ", ".join(f"{t} {n} file(s)" for t, n in done.items() if n) if any(done.values())
+               else "nothing to compact")
+
+
+@app.command()
+def check(warehouse: Optional[Path] = WarehouseOpt):
+    """Verify the warehouse: every file the lake lists is present, with the size and SHA-256
+    recorded when it was written and valid Parquet page checksums. Exit 1 names each damaged run.
+
+    Example: tracedb check --warehouse /data/tracedb
+    """
+    from tracedb.api import Warehouse
+
+    try:
+        problems = Warehouse(_warehouse(warehouse)).check()
+    except TracedbError as e:
+        _fail(e)
+    if not problems:
+        typer.echo("ok: every live data file is present and intact")
+        return
+    for run_id, path, problem in problems:
+        typer.echo(f"damaged: run {run_id}: {path}: {problem}", err=True)
+    runs = sorted({r for r, _, _ in problems})
+    typer.echo(f"{len(runs)} damaged run(s): {', '.join(runs)}. Repair: re-ingest each from its source "
+               f"(`tracedb ingest RUN_FOLDER --run-id RUN`), or drop it (`tracedb rm RUN`)", err=True)
+    raise typer.Exit(1)
 
 
 @app.command()
 def migrate(warehouse: Optional[Path] = WarehouseOpt):
-    """Bring a warehouse made by an older tracedb up to the current schema.
+    """Bring a warehouse made by an older tracedb up to the current schema (schema 1 is converted to Delta Lake in place).
 
     Example: tracedb migrate --warehouse /data/tracedb
     """
+    from tracedb.api import Warehouse
+
     try:
-        done = catalog.migrate_warehouse(_warehouse(warehouse))
+        done = Warehouse(_warehouse(warehouse)).migrate()
     except TracedbError as e:
         _fail(e)
     typer.echo("applied: " + ", ".join(done) if done else "warehouse is up to date")

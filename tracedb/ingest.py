@@ -1,8 +1,11 @@
-"""`tracedb ingest`: find runs, sniff and read every trace, stage parquet, commit per run.
+"""`tracedb ingest`: find runs, sniff and read every trace, write parquet, commit groups.
 
-Each source file is read on its own (in a worker process with --jobs > 1) into staging;
-a file that fails is recorded with a one-line error and leaves nothing behind, while the
-run's other files still land. A run is committed in one catalog transaction.
+Data flows one way: readers parse (each source file on its own, in a worker process
+with --jobs > 1) and `store.FileWriter` writes their batches into the lake's partition
+folders, with no lock held; then, per group of runs, the lake commits them (Delta Lake,
+under the commit lock, see `tracedb.lake` for the publish protocol) and the catalog
+publishes a new DuckDB snapshot. A file that fails is recorded with a one-line error and
+leaves nothing behind, while the run's other files still land.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import catalog, formats, schema
+from tracedb import catalog, formats, lake, schema
 from tracedb.errors import TracedbError, TraceFormatError
 from tracedb.formats.base import ReadContext
-from tracedb.store import STAGING, FileWriter
+from tracedb.store import FileWriter
 
 RUN_LABELS = "run.json"
 # A commit lands at most this many runs, and at least every this many seconds.
@@ -50,8 +53,9 @@ class FileResult:
     rows: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
-    staged: list[catalog.StagedFile] = field(default_factory=list)
+    written: list[lake.DataFile] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
+    warnings: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -200,7 +204,8 @@ class _Job:
     run_id: str
     format: str | None
     ordinal: int
-    staging_root: Path
+    root: Path  # the warehouse
+    ingest_id: str
     file_tag: str
     sniff_error: str | None = None
 
@@ -218,7 +223,7 @@ def _read_one(job: _Job) -> FileResult:
         res.error = job.sniff_error
         return res
     ctx = ReadContext(run_id=job.run_id, source_file=job.rel, file_ordinal=job.ordinal)
-    writer = FileWriter(job.staging_root, job.run_id, job.file_tag,
+    writer = FileWriter(job.root, job.run_id, job.ingest_id, job.file_tag,
                         fill={"source_format": job.format, "source_file": job.rel})
     try:
         module = formats.get_format(job.format)
@@ -238,20 +243,20 @@ def _read_one(job: _Job) -> FileResult:
         res.rows = {t: 0 for t in schema.TABLES}
         for w in written:
             res.rows[w.table] += w.rows
-            res.staged.append(catalog.StagedFile(
-                w.table, w.device, job.staging_root / w.path, w.path.as_posix(), w.rows))
+        res.written = written
         res.metadata = ctx.metadata
+        res.warnings = dict(getattr(ctx, "warnings", None) or {})
         if sum(res.rows.values()) == 0:
             res.error = "no rows: the trace holds no events tracedb can store"
-            for s in res.staged:
-                s.staged.unlink(missing_ok=True)
-            res.staged = []
+            for w in written:
+                (job.root / w.rel).unlink(missing_ok=True)
+            res.written = []
     res.error = " ".join(res.error.split()) if res.error else None  # one line
     res.seconds = time.perf_counter() - start
     return res
 
 
-def _plan(run: RunSpec, staging_root: Path, ingest_id: str, start_index: int) -> list[_Job]:
+def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int) -> list[_Job]:
     """Sniff every file (cheap) so each file knows its ordinal among its format's files."""
     jobs: list[_Job] = []
     counts: dict[str, int] = {}
@@ -267,7 +272,7 @@ def _plan(run: RunSpec, staging_root: Path, ingest_id: str, start_index: int) ->
         ordinal = counts.get(fmt, 0) if fmt else 0
         if fmt:
             counts[fmt] = ordinal + 1
-        jobs.append(_Job(path, str(path), rel, run.run_id, fmt, ordinal, staging_root,
+        jobs.append(_Job(path, str(path), rel, run.run_id, fmt, ordinal, root, ingest_id,
                          f"{ingest_id}-{start_index + i:05d}", err))
     return jobs
 
@@ -302,6 +307,7 @@ def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dic
         "status": "ok" if r.ok else "error", "error": r.error, "seconds": round(r.seconds, 6),
         "ingest_id": ingest_id, "ingested_at": when,
         "metadata": json.dumps(r.metadata, sort_keys=True, default=str) if r.metadata else None,
+        "warnings": json.dumps(r.warnings, sort_keys=True) if r.warnings else None,
     }
 
 
@@ -320,9 +326,8 @@ def ingest(
     runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
     if jobs < 1:
         raise TracedbError("--jobs must be at least 1")
-    con = catalog.open_for_write(warehouse)
+    store = catalog.open_lake(warehouse, create=True)
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-    staging_root = warehouse / STAGING / ingest_id
     summaries: list[RunSummary] = []
     # spawn, not fork: this process already runs DuckDB and Arrow threads, and a forked
     # child could inherit a lock one of them held.
@@ -330,20 +335,20 @@ def ingest(
         ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
         if jobs > 1 else None
     )
+    pending: list[tuple[lake.RunCommit, RunSummary]] = []
     try:
         planned, index = [], 0
         for run in runs:
-            run_jobs = _plan(run, staging_root, ingest_id, index)
+            run_jobs = _plan(run, warehouse, ingest_id, index)
             index += len(run_jobs)
             futures = [pool.submit(_read_one, j) for j in run_jobs] if pool else None
             planned.append((run, run_jobs, futures))
-        pending: list[tuple[catalog.RunCommit, RunSummary]] = []
         last_commit = time.monotonic()
 
         def commit() -> None:
             nonlocal last_commit
             if pending:
-                catalog.commit_runs(con, warehouse, ingest_id, [c for c, _ in pending])
+                _commit(store, [c for c, _ in pending])
                 for _, summary in pending:
                     summaries.append(summary)
                     if on_run:
@@ -366,30 +371,45 @@ def ingest(
             ok = [r for r in results if r.ok]
             when = datetime.now(timezone.utc)
             pending.append((
-                catalog.RunCommit(
+                lake.RunCommit(
                     _run_row(run, results, labels),
-                    [s for r in ok for s in r.staged],
+                    [w for r in ok for w in r.written],
                     [_file_row(r, run.run_id, ingest_id, when) for r in results],
                     replace=bool(ok),
+                    ingest_id=ingest_id,
                 ),
                 RunSummary(run.run_id, results, time.perf_counter() - start, run_error),
             ))
-            # Runs land in groups: a reader sees whole runs, and the views (which list
-            # every file) are rebuilt once a group rather than once a run.
+            # Runs land in groups: a reader sees whole runs, and a commit (a few Delta
+            # commits and a new snapshot) is paid once a group rather than once a run.
             if len(pending) >= COMMIT_EVERY_RUNS or time.monotonic() - last_commit >= COMMIT_EVERY_SECONDS:
                 commit()
         commit()
+    except BaseException:
+        # What was written for runs that did not commit is no one's: delete it now
+        # (vacuum would, after its retention).
+        store.discard([w for c, _ in pending for w in c.files])
+        if pool:
+            for _run, _jobs, futures in planned if "planned" in locals() else []:
+                for f in futures or []:
+                    if f.done() and not f.cancelled() and f.exception() is None:
+                        store.discard(f.result().written)
+        raise
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)
-        catalog.remove_staging(staging_root)
-        _remove_if_empty(warehouse / STAGING)
-        con.close()
     return IngestSummary(warehouse, summaries)
 
 
-def _remove_if_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass
+def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
+    """The store commits the group, then the catalog publishes the snapshot: one lock."""
+    with store.lock():
+        try:
+            store.commit(runs)
+        except Exception as e:
+            from deltalake.exceptions import DeltaError
+
+            if isinstance(e, (DeltaError, OSError)):
+                raise TracedbError(f"warehouse {store.root}: commit failed: {e}") from e
+            raise
+        catalog.publish(store)

@@ -1,18 +1,24 @@
-"""Numbered, single-purpose migrations of a warehouse's catalog, discovered by sorting.
+"""Numbered, single-purpose migrations, discovered by sorting, recorded, idempotent.
 
-`migrations/NNNN_name.sql` runs as SQL against catalog.duckdb; `NNNN_name.py` defines
-`up(con, warehouse)` for changes that must touch parquet files. Each applied migration is
-recorded in `tracedb_migrations`, so `migrate` is idempotent.
+Two eras:
+
+- Schema 1 kept everything in catalog.duckdb. `migrations/NNNN_name.sql` (0001-0003) run
+  as SQL against that catalog, recorded in its `tracedb_migrations` table, and
+  `0004_delta_lake.py` (`TARGET = "catalog"`, `up(con, warehouse)`) converts such a
+  warehouse into the lake, in place.
+- From schema 2 on, the lake (`tracedb.lake`) is the truth and `_tracedb/lake.json` records
+  the applied migrations. A later migration is a `.py` file with `TARGET = "lake"` and
+  `up(lake)`. A new lake records every migration as applied ("created at schema N").
 
 The views read each table's files with one schema (bound from a single footer), so a
-migration that adds a column to a table in `tracedb/schema.py` must be a `.py` one calling
-`conform_table_files(con, warehouse, "kernels")`: it rewrites the old files with the new
-column as NULL.
+migration that adds a column to a table in `tracedb/schema.py` must rewrite the old files
+with the new column as NULL (`conform_lake_table`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +26,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
+from tracedb.errors import TracedbError
 from tracedb.resources import migrations_dir
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.(sql|py)$")
@@ -49,6 +56,104 @@ def latest() -> int:
     return len(discover())
 
 
+def _module(migration: Migration):
+    spec = importlib.util.spec_from_file_location(f"tracedb_migration_{migration.number}", migration.path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def target(migration: Migration) -> str:
+    """'catalog' (schema-1 catalog.duckdb) or 'lake'."""
+    if migration.path.suffix == ".sql":
+        return "catalog"
+    return getattr(_module(migration), "TARGET", "lake")
+
+
+def _now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def all_records(note: str) -> list[dict]:
+    return [{"number": m.number, "name": m.name, "applied_at": _now(), "note": note} for m in discover()]
+
+
+def _label(m: Migration) -> str:
+    return f"{m.number:04d}_{m.name}"
+
+
+def pending_names(warehouse: Path) -> list[str]:
+    """Pending migrations of a schema-1 warehouse (its catalog read read-only)."""
+    try:
+        con = duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=True)
+    except duckdb.Error:
+        return [_label(m) for m in discover()]
+    try:
+        done = applied(con)
+    finally:
+        con.close()
+    return [_label(m) for m in discover() if m.number not in done]
+
+
+def require_current(lake) -> None:
+    done = {m["number"] for m in lake.read_meta().get("migrations", [])}
+    missing = [_label(m) for m in discover() if m.number not in done]
+    if missing:
+        raise TracedbError(
+            f"warehouse {lake.root} was made by an older tracedb (pending migrations: {', '.join(missing)}); "
+            f"run `tracedb migrate --warehouse {lake.root}`")
+
+
+def migrate_warehouse(warehouse: Path) -> list[str]:
+    """Apply pending migrations (schema-1 catalog ones, then lake ones); returns their names."""
+    from tracedb import catalog, schema
+    from tracedb.lake import Lake
+
+    warehouse = Path(warehouse)
+    lake = Lake(warehouse)
+    done: list[str] = []
+    if catalog.is_legacy(warehouse):
+        done += _migrate_legacy(warehouse)
+    elif not lake.exists:
+        raise TracedbError(f"no warehouse at {warehouse} (no {warehouse / 'catalog.duckdb'} or lake)")
+    with lake.lock():
+        meta = lake.read_meta()
+        have = {m["number"] for m in meta.get("migrations", [])}
+        for m in discover():
+            if m.number in have:
+                continue
+            if target(m) != "lake":
+                raise TracedbError(f"migration {_label(m)} is for a schema-1 catalog, but {warehouse} is a lake")
+            _module(m).up(lake)
+            meta.setdefault("migrations", []).append({"number": m.number, "name": m.name, "applied_at": _now()})
+            lake.write_meta(meta)
+            done.append(_label(m))
+        meta["schema_version"] = schema.SCHEMA_VERSION
+        lake.write_meta(meta)
+        catalog.publish(lake)
+    return done
+
+
+def _migrate_legacy(warehouse: Path) -> list[str]:
+    """Schema 1: apply the catalog migrations in order; 0004 converts to the lake."""
+    try:
+        con = duckdb.connect(str(warehouse / "catalog.duckdb"))
+    except duckdb.Error as e:
+        raise TracedbError(f"cannot open {warehouse / 'catalog.duckdb'} for writing: {e}") from e
+    done = []
+    try:
+        for m in pending(con):
+            if target(m) != "catalog":
+                break
+            apply(con, warehouse, m)
+            done.append(_label(m))
+    finally:
+        con.close()
+    return done
+
+
 def applied(con: duckdb.DuckDBPyConnection) -> set[int]:
     """Numbers of the applied migrations (none for a new catalog); works read-only."""
     try:
@@ -73,10 +178,7 @@ def apply(con: duckdb.DuckDBPyConnection, warehouse: Path, migration: Migration)
         if migration.path.suffix == ".sql":
             con.execute(migration.path.read_text())
         else:
-            spec = importlib.util.spec_from_file_location(f"tracedb_migration_{migration.number}", migration.path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            module.up(con, warehouse)
+            _module(migration).up(con, warehouse)
         con.execute("INSERT INTO tracedb_migrations (number, name) VALUES (?, ?)", [migration.number, migration.name])
         con.execute("COMMIT")
     except Exception:
@@ -84,21 +186,43 @@ def apply(con: duckdb.DuckDBPyConnection, warehouse: Path, migration: Migration)
         raise
 
 
-def conform_table_files(con: duckdb.DuckDBPyConnection, warehouse: Path, table: str) -> int:
-    """Rewrite every parquet file of `table` in the table's current schema (new columns
-    NULL, types cast); returns how many files changed."""
-    from tracedb import schema
-    from tracedb.store import conform
+def conform_lake_table(lake, table: str) -> int:
+    """Rewrite every live data file of `table` whose schema differs from the table's
+    current one (new columns NULL, types cast), in one Delta commit that removes the old
+    files and adds the new ones; returns how many files changed. For a migration that adds
+    a column (after `DeltaTable.alter.add_columns`)."""
+    import time
 
-    target = schema.TABLES[table]
-    changed = 0
-    for (rel,) in con.execute("SELECT path FROM tracedb_data_files WHERE table_name = ?", [table]).fetchall():
-        path = warehouse / rel
+    import pyarrow as pa
+    from deltalake.transaction import AddAction, RemoveAction
+
+    from tracedb import lake as lake_mod
+
+    target_schema = lake_mod.file_schema(table)
+    actions = []
+    now = int(time.time() * 1000)
+    for r in lake.add_actions(table).to_pylist():
+        path = lake.root / r["path"]
         old = pq.read_table(path)
-        if old.schema.equals(target, check_metadata=False):
+        if old.schema.equals(target_schema, check_metadata=False):
             continue
-        tmp = path.with_suffix(".parquet.tmp")
-        pq.write_table(conform(old, table, {}), tmp, compression="zstd")
-        tmp.replace(path)
-        changed += 1
-    return changed
+        cols = [old.column(f.name).cast(f.type) if f.name in old.schema.names else pa.nulls(old.num_rows, f.type)
+                for f in target_schema]
+        new_rel = r["path"][:-len(".parquet")] + f".m{now}.parquet"
+        pq.write_table(pa.Table.from_arrays(cols, schema=target_schema), lake.root / new_rel,
+                       compression="zstd", write_page_checksum=True)
+        parts = {"run_id": r["run_id"], "device": r["device"]}
+        stats = {"numRecords": old.num_rows, "minValues": {"ingest_id": r["min_ingest"]},
+                 "maxValues": {"ingest_id": r["max_ingest"]}, "nullCount": {"ingest_id": 0}}
+        actions.append(RemoveAction(r["path"].split("/", 1)[1], True, now, r["size"], parts))
+        actions.append(AddAction(new_rel.split("/", 1)[1], (lake.root / new_rel).stat().st_size, parts, now, True,
+                                 json.dumps(stats)))
+    if actions:
+        lake._record_checksums([
+            lake_mod.DataFile(table, a.partition_values["run_id"], a.partition_values["device"],
+                              f"{table}/{a.path}", 0, *lake_mod.size_and_hash(lake.root / table / a.path),
+                              ingest_id=f"migration-{now}")
+            for a in actions if isinstance(a, AddAction)])
+        lake.table(table).create_write_transaction(actions, mode="append", schema=lake_mod.delta_schema(table),
+                                                   partition_by=lake_mod.PARTITIONS)
+    return len(actions) // 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: Delta Lake tables, rows carry ingest_id (migration 0004)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -129,7 +129,6 @@ TABLES: dict[str, pa.Schema] = {
     "allocations": ALLOCATIONS,
 }
 
-# `runs` lives in catalog.duckdb (one row a run), not in parquet.
 RUNS = pa.schema(
     [
         _f("run_id", pa.string(), "run id (folder name, file stem, or --run-id)"),
@@ -145,7 +144,56 @@ RUNS = pa.schema(
     ]
 )
 
-VIEWS: dict[str, pa.Schema] = {"runs": RUNS, **TABLES}
+# `files` (each run's source files as last ingested) and `ingest_log` (every attempt).
+FILES = pa.schema(
+    [
+        _f("run_id", pa.string(), "run the source file belongs to"),
+        _f("path", pa.string(), "source file, relative to the run folder"),
+        _f("size_bytes", pa.int64(), "size of the source file, bytes"),
+        _f("sha256", pa.string(), "SHA-256 of the source file"),
+        _f("format", pa.string(), "reader that claimed it (NULL when none did)"),
+    ]
+    + [_f(f"rows_{t}", pa.int64(), f"rows it gave to `{t}` (NULL on error)") for t in TABLES]
+    + [
+        _f("status", pa.string(), "ok | error"),
+        _f("error", pa.string(), "one-line error, when status = error"),
+        _f("seconds", pa.float64(), "time spent reading it"),
+        _f("ingest_id", pa.string(), "ingest that read it"),
+        _f("ingested_at", pa.timestamp("us", tz="UTC"), "when it was read"),
+        _f("metadata", pa.string(), "source metadata (device properties, distributed info), as JSON"),
+        _f("warnings", pa.string(), "counts of odd values the reader kept or dropped, as JSON"),
+    ]
+)
+
+# What each data file held when it was written, for `tracedb check` (Delta's log keeps
+# the size but no content hash).
+CHECKSUMS = pa.schema(
+    [
+        _f("table_name", pa.string(), "data table of the file"),
+        _f("run_id", pa.string(), "run of the file"),
+        _f("path", pa.string(), "file, relative to the warehouse"),
+        _f("size_bytes", pa.int64(), "size when written, bytes"),
+        _f("sha256", pa.string(), "SHA-256 of the file when written"),
+        _f("ingest_id", pa.string(), "ingest (or optimize) that wrote it"),
+    ]
+)
+
+# Metadata tables: Delta tables too, unpartitioned.
+META_TABLES: dict[str, pa.Schema] = {"runs": RUNS, "files": FILES, "ingest_log": FILES, "checksums": CHECKSUMS}
+# Every Delta table of the lake.
+ALL_TABLES: dict[str, pa.Schema] = {**TABLES, **META_TABLES}
+TABLE_DOCS: dict[str, str] = {
+    "nodes": "execution of a framework op, or a graph node listed without timing",
+    "kernels": "GPU stream activity: kernel, memcpy, memset, with the op that launched it",
+    "tensors": "output tensor of a node: dtype, shape, bytes, allocator",
+    "allocations": "allocation / free event, or planned memory chunk",
+    "runs": "one row per run: its live ingest, files, formats and run.json labels",
+    "files": "every source file of every run as last ingested",
+    "ingest_log": "every ingest attempt of every source file (append-only)",
+    "checksums": "size and SHA-256 of every data file when written (append-only), for `tracedb check`",
+}
+
+VIEWS: dict[str, pa.Schema] = {"runs": RUNS, **TABLES, "files": FILES, "ingest_log": FILES}
 
 # Columns the contract promises; tests check each is present.
 CONTRACT_COLUMNS: dict[str, list[str]] = {

@@ -1,14 +1,15 @@
-"""Parquet storage: `<table>/run_id=<id>/device=<dev>/<file>.parquet`, Hive style.
+"""Parquet data files of the lake: `<table>/run_id=<id>/device=<dev>/part-<ingest>-<n>.parquet`.
 
 Readers stream batches; `FileWriter` routes them by device into one parquet file per
-(table, device) in a staging folder. Nothing under the warehouse's table folders is
-touched until the catalog commits (see `catalog.commit_runs`), so a failed or crashed
-ingest never leaves half a run visible.
+(table, device), written straight into its final partition folder of the lake (see
+`tracedb.lake`): a file is not live until the lake's Delta commit adds it, so a failed
+or crashed ingest never leaves anything visible, and nothing is written twice. As Delta
+Lake wants, the partition columns (run_id, device) are in the path and the log, not in
+the file; every row carries its `ingest_id`. Pages carry CRC checksums.
 """
 
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,16 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracedb import schema
+from tracedb import lake, schema
 from tracedb.errors import TraceFormatError
 
-STAGING = "_staging"
-
-
-def partition_dir(table: str, run_id: str, device: str) -> Path:
-    """Relative partition folder; values URL-encoded (contract)."""
-    enc = lambda v: urllib.parse.quote(v, safe="")  # noqa: E731
-    return Path(table) / f"run_id={enc(run_id)}" / f"device={enc(device)}"
+partition_dir = lake.partition_dir
 
 
 def conform(batch: pa.RecordBatch | pa.Table, table: str, fill: dict[str, object]) -> pa.Table:
@@ -51,24 +46,17 @@ def conform(batch: pa.RecordBatch | pa.Table, table: str, fill: dict[str, object
 
 
 @dataclass
-class WrittenFile:
-    table: str
-    device: str
-    path: Path  # relative to the staging root
-    rows: int
-
-
-@dataclass
 class FileWriter:
-    """Writes one source file's batches into staging, one parquet file per (table, device)."""
+    """Writes one source file's batches into the lake, one parquet file per (table, device)."""
 
-    staging_root: Path
+    root: Path  # the warehouse
     run_id: str
-    file_tag: str  # unique within the run: keeps several source files from colliding
+    ingest_id: str
+    file_tag: str  # unique within the ingest: keeps several source files from colliding
     fill: dict[str, object] = field(default_factory=dict)  # constant columns, e.g. source_file
     _writers: dict[tuple[str, str], pq.ParquetWriter] = field(default_factory=dict)
     _rows: dict[tuple[str, str], int] = field(default_factory=dict)
-    _paths: dict[tuple[str, str], Path] = field(default_factory=dict)
+    _paths: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.fill = {**self.fill, "run_id": self.run_id}
@@ -84,20 +72,22 @@ class FileWriter:
             part = data if len(devices) == 1 else data.filter(pc.equal(data.column("device"), device))
             key = (table, device)
             if key not in self._writers:
-                rel = partition_dir(table, self.run_id, device) / f"part-{self.file_tag}.parquet"
-                (self.staging_root / rel).parent.mkdir(parents=True, exist_ok=True)
+                rel = f"{partition_dir(table, self.run_id, device)}/part-{self.file_tag}.parquet"
+                (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
                 self._paths[key] = rel
                 self._rows[key] = 0
-                self._writers[key] = pq.ParquetWriter(
-                    self.staging_root / rel, schema.TABLES[table], compression="zstd"
-                )
-            self._writers[key].write_table(part)
+                self._writers[key] = pq.ParquetWriter(self.root / rel, lake.file_schema(table),
+                                                      compression="zstd", write_page_checksum=True)
+            out = part.drop_columns(lake.PARTITIONS).append_column(
+                lake.INGEST_ID, pa.repeat(pa.scalar(self.ingest_id), part.num_rows))
+            self._writers[key].write_table(out)
             self._rows[key] += part.num_rows
 
-    def close(self) -> list[WrittenFile]:
+    def close(self) -> list[lake.DataFile]:
         for w in self._writers.values():
             w.close()
-        out = [WrittenFile(t, d, self._paths[(t, d)], self._rows[(t, d)]) for (t, d) in self._writers]
+        out = [lake.DataFile(t, self.run_id, d, rel, self._rows[(t, d)], *lake.size_and_hash(self.root / rel),
+                             ingest_id=self.ingest_id) for (t, d), rel in self._paths.items()]
         self._writers.clear()
         return out
 
@@ -108,5 +98,5 @@ class FileWriter:
             except Exception:  # noqa: BLE001 - best effort cleanup of a failed file
                 pass
         for rel in self._paths.values():
-            (self.staging_root / rel).unlink(missing_ok=True)
+            (self.root / rel).unlink(missing_ok=True)
         self._writers.clear()
