@@ -23,30 +23,19 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from tracedb import lake as lake_mod
 from tracedb import schema
 from tracedb.errors import TracedbError
 
 ENGINES = ("spark", "databricks", "trino", "duckdb")
-PARTITIONS = ("run_id", "device")
-INGEST_ID = pa.field("ingest_id", pa.string(), metadata={
-    "doc": "ingest that wrote the row; a row is live when runs lists its (run_id, ingest_id)"})
-# Metadata tables of the lake without a schema in tracedb.schema: registered as they are.
-OTHER_TABLES = ("files", "ingest_log")
-_DOCS = {
-    "runs": "one row per run: labels and its live ingest_id",
-    "nodes": "one row per execution of a framework op (or untimed graph node)",
-    "kernels": "one row per GPU activity: kernel, memcpy, memset",
-    "tensors": "one row per output tensor of a node",
-    "allocations": "one row per allocation or free event (or planned memory chunk)",
-    "files": "source files of every run as last ingested",
-    "ingest_log": "every ingest attempt of every source file",
-}
+PARTITIONS = tuple(lake_mod.PARTITIONS)
+# The lake's tables that clients see (checksums is tracedb's own bookkeeping).
+TABLES = ("runs", *schema.TABLES, "files", "ingest_log")
 
 
 def lake_schema(table: str) -> pa.Schema:
-    """A lake table's columns: the schema module's, plus ingest_id."""
-    sch = schema.VIEWS[table]
-    return sch if "ingest_id" in sch.names else sch.append(INGEST_ID)
+    """A lake table's columns as the Delta log has them: the view's, plus ingest_id."""
+    return lake_mod.delta_schema(table)
 
 
 def ddl(engine: str, location: str, schema_name: str = "tracedb", catalog: str = "delta") -> str:
@@ -95,9 +84,9 @@ class _Builder:
         out = [f"-- tracedb lake at {self.location}: Delta tables in {self.schema_name(self.lake)}, "
                f"live-ingest views in {self.schema_name(self.views)} ({self.engine})"]
         out += self.preamble()
-        for table in ["runs", *schema.TABLES, *OTHER_TABLES]:
+        for table in TABLES:
             out.append(self.lake_table(table))
-        for table in ["runs", *schema.TABLES, *OTHER_TABLES]:
+        for table in TABLES:
             out += self.view(table)
         out.append(f"-- then: USE {self.schema_name(self.views)}; and run the canned queries "
                    f"(tracedb query NAME --dialect {self.engine})")
@@ -115,19 +104,15 @@ class _Builder:
                     f"table_location => {where})")
         if self.engine == "duckdb":
             return f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM delta_scan({where})"
-        if table in OTHER_TABLES:
-            return f"CREATE TABLE IF NOT EXISTS {name} USING DELTA LOCATION {where} COMMENT {self.string(_DOCS[table])}"
         sch = lake_schema(table)
         cols = ",\n".join(
             f"  {self.ident(f.name)} {self.type(f.type)} COMMENT {self.string(_doc(f))}" for f in sch)
         parts = f"PARTITIONED BY ({', '.join(PARTITIONS)})\n" if table in schema.TABLES else ""
         return (f"CREATE TABLE IF NOT EXISTS {name} (\n{cols}\n) USING DELTA\n{parts}"
-                f"LOCATION {where}\nCOMMENT {self.string(_DOCS[table])}")
+                f"LOCATION {where}\nCOMMENT {self.string(schema.TABLE_DOCS[table])}")
 
     def view(self, table: str) -> list[str]:
         name, src = self.name(self.views, table), self.name(self.lake, table)
-        if table in OTHER_TABLES:
-            return [f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {src}"]
         sch = schema.VIEWS[table]
         cols = ", ".join(self.ident(c) for c in sch.names)
         sql = f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM {src}"
@@ -135,7 +120,7 @@ class _Builder:
             sql += (f" WHERE (run_id, ingest_id) IN (SELECT run_id, ingest_id FROM {self.name(self.lake, 'runs')})")
         out = [sql]
         if self.engine in ("trino", "duckdb"):  # Spark's views show the Delta tables' comments
-            out.append(f"COMMENT ON VIEW {name} IS {self.string(_DOCS[table])}")
+            out.append(f"COMMENT ON VIEW {name} IS {self.string(schema.TABLE_DOCS[table])}")
             out += [f"COMMENT ON COLUMN {name}.{self.ident(f.name)} IS {self.string(_doc(f))}" for f in sch]
         return out
 

@@ -1,18 +1,18 @@
 """Other engines over the lake: which Parquet files are live, and Spark views over them.
 
-`live_files` is the one place that says which files of a table are live; everything that
-points another engine at the lake (the Spark views here, the tests that compare Spark with
-DuckDB) asks it. Today it reads the catalog's file list (`tracedb_data_files` in
-catalog.duckdb); with Delta Lake it reads the table's `_delta_log`, and its callers do not
-change.
+`live_files` is the one place that says which files of a data table are live; everything
+that points another engine at the lake without a Delta reader (the Spark views here, the
+tests that compare Spark with DuckDB) asks it. It reads the table's `_delta_log` (the
+files it adds) and keeps those of each run's published ingest (`runs.ingest_id`), as
+`tracedb.lake.Lake.live_files` does for the DuckDB snapshot.
 
-Partition columns are read from the Hive paths (`run_id=<id>/device=<dev>/`, URL-encoded),
-not from the files: Delta writers leave them out of the Parquet data. Spark discovers them
-with the `basePath` option; type inference is off so that a run id `007` stays a string.
+Partition columns come from the Hive paths (`run_id=<id>/device=<dev>/`, URL-encoded), not
+from the files: Delta writers leave them out of the Parquet data. Spark discovers them with
+the `basePath` option; type inference is off so that a run id `007` stays a string.
 
 In production, Spark reads the Delta tables themselves through the Delta connector
-(`tracedb ddl --engine spark`, docs in README "Other engines"); `spark_views` is the same
-thing without the connector (which tests cannot download), for a local session.
+(`tracedb ddl --engine spark`, docs/engines.md); `spark_views` is the same thing without
+the connector (which tests cannot download), for a local session.
 """
 
 from __future__ import annotations
@@ -21,22 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from tracedb import catalog, schema
+from tracedb import lake as lake_mod
 from tracedb.errors import TracedbError
 
 
 def live_files(warehouse: Path, table: str) -> list[str]:
-    """The live Parquet files of `table`, as paths relative to the warehouse, in run,
-    device, path order. A table with no file yet gives []."""
-    if table not in schema.TABLES and table != "runs":
-        raise TracedbError(f"unknown table {table!r} (one of: {', '.join([*schema.TABLES, 'runs'])})")
-    con = catalog.connect(Path(warehouse))
-    try:
-        rows = con.execute(
-            "SELECT path FROM tracedb_data_files WHERE table_name = ? ORDER BY run_id, device, path", [table]
-        ).fetchall()
-    finally:
-        con.close()
-    return [r[0] for r in rows]
+    """The live Parquet files of a data table, as paths relative to the warehouse, sorted.
+    A table with no file yet gives []."""
+    if table not in schema.TABLES:
+        raise TracedbError(f"unknown data table {table!r} (one of: {', '.join(schema.TABLES)})")
+    files, _mixed = catalog.open_lake(Path(warehouse)).live_files(table)
+    return files
 
 
 def spark_conf() -> dict[str, str]:
@@ -50,28 +45,24 @@ def spark_conf() -> dict[str, str]:
 
 
 def spark_views(spark: Any, warehouse: Path) -> None:
-    """Register temp views `nodes`, `kernels`, `tensors`, `allocations` and `runs` in a
-    Spark session, over the warehouse's live files, with the schema module's columns.
-
-    Where the lake's rows carry an `ingest_id` and `runs` publishes each run's live one,
-    the views keep only those rows (a reader never sees half a run)."""
+    """Register temp views `runs`, `nodes`, `kernels`, `tensors`, `allocations`, `files`
+    and `ingest_log` in a Spark session, over the lake's live files, with the schema
+    module's columns. Data views keep the rows of each run's live ingest only
+    (`(run_id, ingest_id)` in `runs`), as every tracedb view does."""
     warehouse = Path(warehouse).resolve()
-    runs = _spark_runs(spark, warehouse)
-    runs.createOrReplaceTempView("runs")
+    lake = catalog.open_lake(warehouse)
+    meta = {name: spark.createDataFrame(lake.read_table(name)) for name in ("runs", "files", "ingest_log")}
+    live = meta["runs"].select("run_id", "ingest_id")
+    for name, df in meta.items():
+        df.select(*schema.VIEWS[name].names).createOrReplaceTempView(name)
     for table, sch in schema.TABLES.items():
-        df = _spark_table(spark, warehouse, table, sch)
-        if "ingest_id" in df.columns and "ingest_id" in runs.columns:
-            df = df.join(runs.select("run_id", "ingest_id"), ["run_id", "ingest_id"], "left_semi")
-        df.select(*sch.names).createOrReplaceTempView(table)
-
-
-def _spark_table(spark: Any, warehouse: Path, table: str, sch) -> Any:
-    files = live_files(warehouse, table)
-    if not files:
-        import pyarrow as pa
-
-        return spark.createDataFrame(pa.Table.from_pylist([], schema=sch))
-    return spark_parquet(spark, warehouse / table, [warehouse / f for f in files], sch)
+        files = live_files(warehouse, table)
+        full = lake_mod.delta_schema(table)  # with ingest_id
+        if files:
+            df = spark_parquet(spark, warehouse / table, [warehouse / f for f in files], full)
+        else:
+            df = spark.createDataFrame(full.empty_table())
+        df.join(live, ["run_id", "ingest_id"], "left_semi").select(*sch.names).createOrReplaceTempView(table)
 
 
 def spark_parquet(spark: Any, base: Path, files: list[Path], sch) -> Any:
@@ -82,16 +73,3 @@ def spark_parquet(spark: Any, base: Path, files: list[Path], sch) -> Any:
     # The schema given, Spark reads no footer to infer it (a job per table otherwise).
     return (spark.read.schema(from_arrow_schema(sch)).option("basePath", str(base))
             .parquet(*[str(f) for f in files]).select(*sch.names))  # partitions last otherwise
-
-
-def _spark_runs(spark: Any, warehouse: Path) -> Any:
-    files = live_files(warehouse, "runs")
-    if files:  # the lake holds runs as a table of its own
-        return spark.read.option("basePath", str(warehouse / "runs")).parquet(*[str(warehouse / f) for f in files])
-    # Schema 1: runs live in catalog.duckdb only; hand Spark its rows (one a run, small).
-    con = catalog.connect(warehouse)
-    try:
-        rows = catalog.query_arrow(con, "SELECT * FROM runs ORDER BY run_id")
-    finally:
-        con.close()
-    return spark.createDataFrame(rows)
