@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tracedb import engines, schema  # noqa: E402
+from tracedb import catalog  # noqa: E402
 from tracedb.ingest import ingest  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "data" / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
@@ -56,8 +56,11 @@ def best(fn, repeat: int = 3) -> float:
 def fixture_kernels(tmp: Path) -> pa.Table:
     wh = tmp / "fixture"
     assert ingest([FIXTURE], wh, run_id="r").ok
-    files = [wh / f for f in engines.live_files(wh, "kernels")]
-    return pa.concat_tables(pq.read_table(f, schema=schema.KERNELS) for f in files)
+    con = catalog.connect(wh)
+    try:
+        return catalog.query_arrow(con, "SELECT * FROM kernels")
+    finally:
+        con.close()
 
 
 def replica(base: pa.Table, i: int) -> pa.Table:
@@ -86,7 +89,9 @@ def run(args, tmp: Path) -> None:
     small = tmp / "small"
     small.mkdir()
     for i in range(args.runs):
-        pq.write_table(replica(base, i), small / f"run{i:06d}.parquet", compression="zstd")
+        # as the lake writes them: run_id and device live in the path, not the file
+        pq.write_table(replica(base, i).drop_columns(["run_id", "device"]), small / f"run{i:06d}.parquet",
+                       compression="zstd")
     files = sorted(str(p) for p in small.glob("*.parquet"))
     rows = base.num_rows * args.runs
     size = sum(Path(f).stat().st_size for f in files)
@@ -104,8 +109,8 @@ def run(args, tmp: Path) -> None:
 
     big = tmp / "big.parquet"
     reps = max(1, args.rows // rows)
-    writer = pq.ParquetWriter(big, schema.KERNELS, compression="zstd")
-    table = pq.read_table(one, schema=schema.KERNELS)
+    table = pq.read_table(one)
+    writer = pq.ParquetWriter(big, table.schema, compression="zstd")
     for _ in range(reps):
         writer.write_table(table)
     writer.close()
