@@ -76,7 +76,7 @@ def up(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:
 
     runs = [r[0] for r in con.execute("SELECT run_id FROM tracedb_runs ORDER BY run_id").fetchall()]
     meta_table("runs", "SELECT * FROM tracedb_runs ORDER BY run_id",
-               {"ingest_id": [live.get(r, "migrated-0004") for r in runs]})
+               {"ingest_id": [live.get(r, "migrated-0004") for r in runs], "status": ["complete"] * len(runs)})
     meta_table("files", "SELECT * FROM tracedb_files", {})
     meta_table("ingest_log", "SELECT * FROM tracedb_ingest_log", {})
     old = [{"number": n, "name": name, "applied_at": str(at), "note": "schema 1 catalog"}

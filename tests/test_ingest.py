@@ -86,18 +86,43 @@ def test_partitions_are_hive_style_and_url_encoded(tmp_path, warehouse):
     (bytes(range(256)) * 40, "unknown format"),
 ])
 def test_bad_files_are_recorded_and_others_land(tmp_path, warehouse, content, message):
+    """A run with a bad file does not land by default (no half run); --partial lands the
+    readable files, marked partial. Other runs of the batch land either way."""
     run = tmp_path / "runs" / "mixed"
     run.mkdir(parents=True)
     shutil.copy(scenario("node_shape_dump"), run / "a.txt")
     (run / "b.bin").write_bytes(content)
+    shutil.copy(scenario("node_name_list"), tmp_path / "runs" / "other.txt")
     summary = ingest([tmp_path / "runs"], warehouse)
     assert not summary.ok
     [(path, err)] = summary.errors
     assert path.endswith("b.bin") and message in err and "\n" not in err
-    assert counts(warehouse)["nodes"] == 178
+    assert [(r.run_id, r.replaced) for r in summary.runs] == [("mixed", False), ("other", True)]
     con = catalog.connect(warehouse)
-    status = con.execute("SELECT path, status, error IS NOT NULL FROM files ORDER BY path").fetchall()
+    assert con.execute("SELECT run_id, status FROM runs").fetchall() == [("other", "complete")]
+    status = con.execute("SELECT path, status, error IS NOT NULL FROM files WHERE run_id = 'mixed' ORDER BY path").fetchall()
     assert status == [("a.txt", "ok", False), ("b.bin", "error", True)]
+    con.close()
+    assert [p for p in data_files(warehouse) if "mixed" in p] == []  # its written files were deleted
+    summary = ingest([tmp_path / "runs"], warehouse, partial=True)
+    assert counts(warehouse)["nodes"] == 178 + 2467
+    con = catalog.connect(warehouse)
+    assert con.execute("SELECT run_id, status FROM runs ORDER BY 1").fetchall() == [("mixed", "partial"), ("other", "complete")]
+
+
+def test_run_with_a_failing_file_keeps_its_previous_complete_version(tmp_path, warehouse):
+    """Issue 13 #1: a re-ingest where one file fails (here: unreadable) must not replace a
+    complete run with a partial one."""
+    run = tmp_path / "runs" / "job"
+    run.mkdir(parents=True)
+    shutil.copy(scenario("node_shape_dump"), run / "a.txt")
+    shutil.copy(scenario("tf_stepstats_gpu_streams"), run / "b.txt")
+    assert ingest([tmp_path / "runs"], warehouse).ok
+    full = counts(warehouse)
+    (run / "b.txt").write_bytes(b"\x00\x01garbage" * 100)
+    summary = ingest([tmp_path / "runs"], warehouse)
+    assert not summary.ok and not summary.runs[0].replaced
+    assert counts(warehouse) == full
 
 
 def test_failed_run_keeps_previous_data(tmp_path, warehouse):
@@ -184,12 +209,20 @@ def test_odd_run_labels(tmp_path, warehouse):
     assert row[0] == "bert" and row[1].isoformat() == "2026-11-01T10:00:00+00:00"
     assert row[2:] == ("32", '["a","b"]', "quoted")  # `Model` is dropped: it would collide with `model`
     con.close()
-    # a started_at that is no timestamp is an error on run.json; the traces still land
+    # a started_at that is no timestamp is an error on run.json: the run keeps its previous
+    # version and labels (issue 13 #5), and the error is on record in `files`
     labels["started_at"] = "last tuesday"
     (run / "run.json").write_text(json.dumps(labels))
     summary = ingest([tmp_path / "runs"], warehouse)
     [(path, err)] = summary.errors
     assert path == "r1/run.json" and "not an ISO 8601 timestamp" in err
+    con = catalog.connect(warehouse)
+    assert con.execute("SELECT count(*), max(started_at) FROM nodes, runs").fetchone()[0] == 2467
+    assert con.execute("SELECT model, started_at IS NOT NULL FROM runs").fetchone() == ("bert", True)
+    assert con.execute("SELECT status, error FROM files WHERE path = 'run.json'").fetchone()[1].endswith("timestamp")
+    con.close()
+    # --partial lands it without the bad label
+    summary = ingest([tmp_path / "runs"], warehouse, partial=True)
     con = catalog.connect(warehouse)
     assert con.execute("SELECT count(*), max(started_at) FROM nodes, runs").fetchone() == (2467, None)
 
@@ -244,3 +277,25 @@ def test_catalog_opens_in_the_duckdb_cli(warehouse):
          "-c", "SELECT kind, count(*) AS n, sum(duration_ns) AS ns FROM kernels GROUP BY kind ORDER BY kind"],
         cwd=warehouse, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["kind,n,ns", "kernel,729,7485000", "memcpy,26,105000"]
+
+
+def test_disk_full_keeps_the_previous_run_and_blames_the_warehouse(tmp_path, warehouse):
+    """Issue 13 #1: a file-size limit (as a full disk would) during a re-ingest: the run
+    keeps its complete version and the error names the warehouse, not the source."""
+    import subprocess
+    import sys
+
+    run = tmp_path / "runs" / "job"
+    run.mkdir(parents=True)
+    shutil.copy(scenario("node_shape_dump"), run / "a.txt")
+    assert ingest([tmp_path / "runs"], warehouse).ok
+    shutil.copy(scenario("tf_stepstats_gpu_streams"), run / "b.txt")
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000)); "
+            "from tracedb.cli import main; sys.argv = ['tracedb', 'ingest', sys.argv[1], '-w', sys.argv[2]]; main()")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs"), str(warehouse)],
+                       capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "warehouse" in r.stderr and "File too large" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert counts(warehouse)["nodes"] == 178 and counts(warehouse)["kernels"] == 0

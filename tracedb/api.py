@@ -27,23 +27,32 @@ class Warehouse:
     def __repr__(self) -> str:
         return f"Warehouse({str(self.path)!r})"
 
-    def ingest(self, *paths: str | Path, run_id: str | None = None, jobs: int = 1) -> IngestSummary:
-        return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs)
+    def ingest(self, *paths: str | Path, run_id: str | None = None, jobs: int = 1, partial: bool = False) -> IngestSummary:
+        """Ingest runs; a run with a failing file keeps its previous version unless partial=True."""
+        return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs, partial=partial)
 
     def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-        """A DuckDB connection with the views ready (close it when done)."""
+        """A DuckDB connection with the views ready (close it when done). Not sandboxed:
+        it is your own process's connection (`tracedb.query.sandbox(con, path)` locks it)."""
         return catalog.connect(self.path, read_only=read_only)
 
     def queries(self) -> list[query.CannedQuery]:
         return query.list_queries()
 
-    def query(self, name: str, output: str = "arrow", **params: Any):
-        """Run a canned query (name or .sql path); parameters as keyword arguments."""
-        return query.run_query(name, params, self.path, output=output)
+    def query(self, name: str, output: str = "arrow", allow_external: bool = False, **params: Any):
+        """Run a canned query (name or .sql path); parameters as keyword arguments.
 
-    def sql(self, sql: str, output: str = "arrow", **params: Any):
-        """Run ad-hoc SQL over the views; `$name` placeholders bound from keyword arguments."""
-        return query.run_query(query.parse(sql, "sql"), params, self.path, output=output)
+        Sandboxed like `sql` unless allow_external=True."""
+        return query.run_query(name, params, self.path, output=output, allow_external=allow_external)
+
+    def sql(self, sql: str, output: str = "arrow", allow_external: bool = False, **params: Any):
+        """Run ad-hoc SQL over the views; `$name` placeholders bound from keyword arguments.
+
+        The SQL runs sandboxed: it reads only this warehouse's data and cannot write files,
+        attach databases or read other files (`/etc/passwd`, URLs); allow_external=True
+        lifts that for SQL you trust (e.g. joining a CSV of your own)."""
+        return query.run_query(query.parse(sql, "sql"), params, self.path, output=output,
+                               allow_external=allow_external)
 
     def rm(self, *run_ids: str) -> list[str]:
         """Delete runs (one Delta commit unpublishes them); returns the run ids removed."""

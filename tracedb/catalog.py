@@ -217,8 +217,9 @@ def _table_view_sql(root: Path, table: str, files: list[str], mixed: bool) -> st
 
 
 def label_path(key: str) -> str:
-    """JSON path of a run.json label; DuckDB does not decode \\u escapes in paths."""
-    return "$." + json.dumps(key, ensure_ascii=False)
+    """JSON path of a run.json label. DuckDB decodes `\\"` and `\\\\` in a quoted path
+    key but no other escape (`\\n`, `\\u0001`), so control characters go in raw."""
+    return '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _runs_view_sql(con: duckdb.DuckDBPyConnection) -> str:

@@ -44,6 +44,8 @@ def ingest(
     exclude: List[str] = typer.Option([], "--exclude", "-x", help="Skip files matching this glob (name or relative path), e.g. '*.md'; repeatable"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print a line per file as it lands"),
+    partial: bool = typer.Option(False, "--partial", help="Land a run even when some of its files fail (marked status=partial); "
+                                 "by default such a run keeps its previous complete version"),
 ):
     """Ingest traces: each subfolder of a runs folder is one run; formats are sniffed from content.
 
@@ -54,6 +56,10 @@ def ingest(
     def on_file(f):
         if f.error:
             typer.echo(f"error: {f.path}: {f.error}", err=True)
+        elif warnings := getattr(f, "warnings", None) or f.metadata.get("warnings"):
+            from tracedb.validate import describe
+
+            typer.echo(f"warning: {f.path}: {describe(warnings)}", err=True)
         elif verbose:
             rows = ", ".join(f"{n} {t}" for t, n in f.rows.items() if n)
             typer.echo(f"  {f.path} [{f.format}]: {rows} ({f.seconds:.2f}s)", err=True)
@@ -67,12 +73,15 @@ def ingest(
 
     try:
         summary = do_ingest(paths, _warehouse(warehouse), run_id=run_id, jobs=jobs, exclude=exclude,
-                            on_run=on_run, on_file=on_file)
+                            on_run=on_run, on_file=on_file, partial=partial)
     except TracedbError as e:
         _fail(e)
     for run in summary.runs:  # file errors were printed as they happened
         if run.run_error:
             typer.echo(f"error: {run.run_error[0]}: {run.run_error[1]}", err=True)
+        if not run.replaced and any(f.ok for f in run.files):
+            typer.echo(f"{run.run_id}: not replaced: some of its files failed, so it keeps its previous complete "
+                       "version (if any); --partial lands what is readable", err=True)
     if not summary.ok:
         typer.echo(f"{len(summary.errors)} file(s) failed; see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
         raise typer.Exit(1)
@@ -86,9 +95,10 @@ def query(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to FILE instead of stdout"),
     dialect: Optional[str] = typer.Option(None, "--dialect", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it; --param values (and defaults) are inlined as literals, else parameters stay the engine's placeholders"),
     inline: bool = typer.Option(False, "--inline", help="With --dialect: inline the defaults even when no --param is given"),
+    allow_external: bool = typer.Option(False, "--allow-external", help="Lift the sandbox: let the SQL read other files and URLs, write files (COPY), attach databases"),
     warehouse: Optional[Path] = WarehouseOpt,
 ):
-    """Run a canned or ad-hoc SQL query over the warehouse views.
+    """Run a canned or ad-hoc SQL query over the warehouse views (sandboxed: reads only the warehouse's data).
 
     Example: tracedb query top_kernels --param run_id=tf_lstm_stepstats --format csv
     """
@@ -106,7 +116,7 @@ def query(
         if dialect:
             typer.echo(q.transpile(canned, dialect, params if params or inline else None), nl=False)
             return
-        table = q.run_query(canned, params, _warehouse(warehouse))
+        table = q.run_query(canned, params, _warehouse(warehouse), allow_external=allow_external)
         out.write(table, fmt, output)
     except TracedbError as e:
         _fail(e)

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Callable
 
 from tracedb import catalog, formats, lake, schema
-from tracedb.errors import TracedbError, TraceFormatError
+from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
 from tracedb.store import FileWriter
+from tracedb.validate import Validator
 
 RUN_LABELS = "run.json"
 # A commit lands at most this many runs, and at least every this many seconds.
@@ -69,6 +70,7 @@ class RunSummary:
     seconds: float
     # A problem of the run rather than of one trace: (where, message), e.g. a bad run.json.
     run_error: tuple[str, str] | None = None
+    replaced: bool = True  # False: the run kept its previous version (or did not land)
 
     @property
     def rows(self) -> dict[str, int]:
@@ -127,8 +129,23 @@ def _natural_key(name: str) -> list:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", name)]
 
 
+# Hive partitioning reads a partition folder named this as NULL: such a run would lose its id.
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+
+
+def check_run_id(run_id: str, where: str = "--run-id") -> None:
+    """Refuse run ids the warehouse cannot keep: empty or blank, and Hive's NULL."""
+    if not run_id.strip():
+        raise TracedbError(f"{where}: a run id cannot be empty or blank")
+    if run_id == HIVE_NULL:
+        raise TracedbError(f"{where}: {HIVE_NULL!r} cannot be a run id (Hive partitioning reads it as NULL); "
+                           "rename the folder or pass --run-id")
+
+
 def discover_runs(paths: list[Path], run_id: str | None = None, exclude: tuple[str, ...] = ()) -> list[RunSpec]:
     """Runs named by the contract's rules: subfolder = run, loose file = run named after its stem."""
+    if run_id is not None:
+        check_run_id(run_id)
     if run_id is not None and len(paths) != 1:
         raise TracedbError("--run-id needs exactly one PATH (a trace file or one run folder)")
     runs: list[RunSpec] = []
@@ -147,6 +164,7 @@ def discover_runs(paths: list[Path], run_id: str | None = None, exclude: tuple[s
                     runs.append(RunSpec(_run_name(child), path, [child]))
     seen: dict[str, RunSpec] = {}
     for r in runs:
+        check_run_id(r.run_id, f"run {r.run_id!r} ({r.root})")
         if r.run_id in seen:
             raise TracedbError(f"two runs would be named {r.run_id!r}: {seen[r.run_id].root} and {r.root}")
         seen[r.run_id] = r
@@ -225,15 +243,21 @@ def _read_one(job: _Job) -> FileResult:
     ctx = ReadContext(run_id=job.run_id, source_file=job.rel, file_ordinal=job.ordinal)
     writer = FileWriter(job.root, job.run_id, job.ingest_id, job.file_tag,
                         fill={"source_format": job.format, "source_file": job.rel})
+    checks = Validator()
     try:
         module = formats.get_format(job.format)
         for table, batch in module.read(job.path, ctx):
-            writer.write(table, batch)
-        written = writer.close()
-    except TraceFormatError as e:
+            _store(writer.write, table, checks.check(table, batch))
+        written = _store(writer.close)
+        ctx.warnings.update(checks.finish())
+    except TracedbError as e:  # TraceFormatError (the source) or WarehouseError
         writer.abort()
         res.error = str(e)
-    except (MemoryError, KeyboardInterrupt):
+    except MemoryError:
+        writer.abort()  # the reader's frames are gone: the memory is back, the batch goes on
+        res.error = ("out of memory while reading (raise the machine's memory or lower "
+                     "TRACEDB_MAX_WHOLE_FILE_BYTES to refuse such files quickly)")
+    except KeyboardInterrupt:
         writer.abort()
         raise
     except Exception as e:  # noqa: BLE001 - a reader bug on odd input must not stop the batch
@@ -254,6 +278,16 @@ def _read_one(job: _Job) -> FileResult:
     res.error = " ".join(res.error.split()) if res.error else None  # one line
     res.seconds = time.perf_counter() - start
     return res
+
+
+def _store(fn, *args):
+    """A write into the lake; its OSError (disk full, file size limit, permissions) is the
+    warehouse's, not the source trace's."""
+    try:
+        return fn(*args)
+    except OSError as e:
+        raise WarehouseError(f"cannot write {getattr(e, 'filename', None) or 'a data file'}: "
+                             f"{e.strerror or e} (the source file is not at fault)") from e
 
 
 def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int) -> list[_Job]:
@@ -299,6 +333,14 @@ def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
     return row
 
 
+def _labels_row(run: RunSpec, error: str, ingest_id: str, when: datetime) -> dict:
+    """A `files` row for a run.json that could not be used, so the error is on record."""
+    size, digest = _hash(run.labels_file) if run.labels_file and run.labels_file.is_file() else (0, "")
+    return {"run_id": run.run_id, "path": RUN_LABELS, "size_bytes": size, "sha256": digest, "format": "run.json",
+            **{f"rows_{t}": None for t in schema.TABLES}, "status": "error", "error": error, "seconds": 0.0,
+            "ingest_id": ingest_id, "ingested_at": when, "metadata": None, "warnings": None}
+
+
 def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dict:
     return {
         "run_id": run_id, "path": r.rel, "size_bytes": r.size_bytes, "sha256": r.sha256,
@@ -319,6 +361,7 @@ def ingest(
     exclude: tuple[str, ...] | list[str] = (),
     on_run: Callable[[RunSummary], None] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
+    partial: bool = False,
 ) -> IngestSummary:
     """Ingest runs into the warehouse; see the module docstring. Raises TracedbError only
     for problems with the request itself (no such path, warehouse cannot be opened)."""
@@ -370,15 +413,24 @@ def ingest(
                 run_error = (str(run.root), "no trace files in this run folder")
             ok = [r for r in results if r.ok]
             when = datetime.now(timezone.utc)
+            # A run is replaced only by a complete version (every file read and written,
+            # its run.json valid); --partial accepts what is readable, marked as such.
+            complete = len(ok) == len(results) and run_error is None
+            replace = bool(ok) and (complete or partial)
+            file_rows = [_file_row(r, run.run_id, ingest_id, when) for r in results]
+            if label_error:
+                file_rows.append(_labels_row(run, label_error, ingest_id, when))
+            if not replace:
+                store.discard([w for r in ok for w in r.written])
             pending.append((
                 lake.RunCommit(
-                    _run_row(run, results, labels),
-                    [w for r in ok for w in r.written],
-                    [_file_row(r, run.run_id, ingest_id, when) for r in results],
-                    replace=bool(ok),
+                    {**_run_row(run, results, labels), "status": "complete" if complete else "partial"},
+                    [w for r in ok for w in r.written] if replace else [],
+                    file_rows,
+                    replace=replace,
                     ingest_id=ingest_id,
                 ),
-                RunSummary(run.run_id, results, time.perf_counter() - start, run_error),
+                RunSummary(run.run_id, results, time.perf_counter() - start, run_error, replace),
             ))
             # Runs land in groups: a reader sees whole runs, and a commit (a few Delta
             # commits and a new snapshot) is paid once a group rather than once a run.
@@ -403,13 +455,13 @@ def ingest(
 
 def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
     """The store commits the group, then the catalog publishes the snapshot: one lock."""
+    import duckdb
+    from deltalake.exceptions import DeltaError
+
     with store.lock():
         try:
             store.commit(runs)
-        except Exception as e:
-            from deltalake.exceptions import DeltaError
-
-            if isinstance(e, (DeltaError, OSError)):
-                raise TracedbError(f"warehouse {store.root}: commit failed: {e}") from e
-            raise
-        catalog.publish(store)
+            catalog.publish(store)
+        except (DeltaError, OSError, duckdb.Error) as e:
+            raise WarehouseError(f"warehouse error: commit to {store.root} failed (the runs keep their previous "
+                                 f"version): {' '.join(str(e).split())}") from e

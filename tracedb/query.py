@@ -215,6 +215,11 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
     """Run a query with values from `bind` (validated, typed) on an open connection."""
     try:
         return _plain_numbers(catalog.query_arrow(con, query.sql, values))
+    except duckdb.PermissionException as e:
+        raise TracedbError(
+            f"{query.name}: the sandbox refused it: {str(e).splitlines()[0].removeprefix('Permission Error: ')} "
+            "(queries read only the warehouse's data; --allow-external lifts this)"
+        ) from e
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
 
@@ -233,16 +238,60 @@ def _plain_numbers(table: pa.Table) -> pa.Table:
     return table
 
 
+# Statement kinds user SQL may run in the sandbox: queries (SELECT, WITH, FROM-first,
+# DESCRIBE, SHOW, SUMMARIZE all parse as SELECT) and EXPLAIN. COPY, ATTACH, INSTALL, LOAD,
+# EXPORT, SET, PRAGMA, CREATE, ... need --allow-external.
+_SANDBOX_STATEMENTS = ("SELECT", "EXPLAIN")
+
+
+def check_statements(query: CannedQuery) -> None:
+    """Refuse anything but queries (DuckDB's own parser says what each statement is)."""
+    try:
+        statements = duckdb.extract_statements(query.sql)
+    except duckdb.Error as e:
+        raise TracedbError(f"{query.name}: SQL does not parse: {str(e).splitlines()[0]}") from e
+    for st in statements:
+        kind = st.type.name
+        if kind not in _SANDBOX_STATEMENTS:
+            raise TracedbError(
+                f"{query.name}: {kind} statements are not allowed: queries run sandboxed, read-only, "
+                "on the warehouse's data (write results with --format/--output; "
+                "--allow-external, or allow_external=True, lifts the sandbox)"
+            )
+
+
+def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path) -> duckdb.DuckDBPyConnection:
+    """Lock an open catalog connection to the warehouse's own files.
+
+    DuckDB then reads only under the warehouse folder (`allowed_directories`: the
+    snapshot's views list absolute paths of the lake's files), refuses every other file,
+    URL, extension and database (`enable_external_access = false`), and no later SET can
+    undo it (`lock_configuration`). Extensions the views need must be loaded before this.
+    """
+    root = Path(warehouse).resolve().as_posix().rstrip("/") + "/"
+    con.execute("SET allowed_directories = ?", [[root]])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+    return con
+
+
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
-              warehouse: Path | None = None, output: str = "arrow"):
+              warehouse: Path | None = None, output: str = "arrow", allow_external: bool = False):
     """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
 
+    The query runs sandboxed (`sandbox`, `check_statements`): it reads only the
+    warehouse's data, writes no file and attaches no database, unless allow_external.
     Returns an Arrow table; output="pandas" or "polars" converts when installed.
     """
     query = spec if isinstance(spec, CannedQuery) else load(spec)
+    if not allow_external:
+        check_statements(query)
     values = bind(query, params or {})  # parameter errors first, before the warehouse is opened
+    warehouse = Path(warehouse or catalog.default_warehouse())
     con = catalog.connect(warehouse)
     try:
+        if not allow_external:
+            sandbox(con, warehouse)
         table = execute(con, query, values)
     finally:
         con.close()

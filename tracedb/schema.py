@@ -133,6 +133,7 @@ RUNS = pa.schema(
     [
         _f("run_id", pa.string(), "run id (folder name, file stem, or --run-id)"),
         _f("ingested_at", pa.timestamp("us", tz="UTC"), "when the run was last ingested"),
+        _f("status", pa.string(), "complete (every source file read) | partial (ingested with --partial: some files failed)"),
         _f("source_files", _STRS, "trace files of the run"),
         _f("formats", _STRS, "formats found in the run"),
         _f("model", pa.string(), "label from run.json"),

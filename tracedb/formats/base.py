@@ -12,12 +12,30 @@ reader knows (the store fills the rest with NULLs and adds run_id, source_file a
 source_format). Every row must carry `device` (canonical TYPE:INDEX) so it can be
 partitioned. Problems raise `TraceFormatError` with a message that says what is wrong;
 the caller adds the file name.
+
+Bounded input. Every reader opens its file through `open_trace` / `read_all`, which cap
+what one file may decompress to, so a gzip bomb (an 18 MB `.gz` of 18 GB) stops with an
+error naming the limit instead of filling memory:
+
+- `TRACEDB_MAX_DECOMPRESSED_BYTES` (default 16 GiB): decompressed bytes of any gzipped
+  trace. Streaming readers (Chrome trace, Kineto, node dumps and lists) hold a bounded
+  buffer whatever the size, so this bounds only their time.
+- `TRACEDB_MAX_WHOLE_FILE_BYTES` (default 2 GiB): formats parsed as one document in
+  memory (MegEngine JSON, TF protobuf, XSpace) read at most this much, compressed or not.
+  Python's protobuf refuses messages over 2 GiB anyway, and `json.loads` of a 2 GB
+  document already takes ~10 GB of memory.
+- Line readers read at most `MAX_LINE_BYTES` (16 MiB) per line (`lines`).
+
+Sizes are bytes, optionally with a K/M/G/T suffix (powers of 1024): `TRACEDB_MAX_WHOLE_FILE_BYTES=8G`.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import os
+import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -25,10 +43,16 @@ from typing import IO, Any, Iterator
 import pyarrow as pa
 
 from tracedb import schema
-from tracedb.errors import TraceFormatError
+from tracedb.errors import TracedbError, TraceFormatError
 
 HEAD_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
+MAX_DECOMPRESSED_ENV = "TRACEDB_MAX_DECOMPRESSED_BYTES"
+MAX_WHOLE_FILE_ENV = "TRACEDB_MAX_WHOLE_FILE_BYTES"
+DEFAULT_MAX_DECOMPRESSED = 16 << 30
+DEFAULT_MAX_WHOLE_FILE = 2 << 30
+MAX_LINE_BYTES = 16 << 20
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)i?B?\s*$", re.I)
 
 
 @dataclass
@@ -42,16 +66,94 @@ class ReadContext:
     file_ordinal: int = 0
     # Readers put run-level facts here (device properties, distributed info, rank).
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Validation warnings of this file, by kind (`tracedb.validate`): how many rows had
+    # an impossible value and what was done with them.
+    warnings: dict[str, int] = field(default_factory=dict)
 
 
-def open_trace(path: Path) -> IO[bytes]:
-    """Open a trace for reading, gunzipping transparently (detected from the magic bytes)."""
+def size_limit(env: str, default: int) -> int:
+    """A byte limit from the environment (`8G`, `512M`, `1000000`), else the default."""
+    raw = os.environ.get(env)
+    if raw is None or not raw.strip():
+        return default
+    m = _SIZE.match(raw)
+    if not m or int(m[1]) <= 0:
+        raise TracedbError(f"{env}={raw!r}: expected a positive size in bytes, like 4G or 500M")
+    return int(m[1]) << (10 * " KMGT".index(m[2].upper() or " "))
+
+
+def _human(n: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+class _LimitedGzip(gzip.GzipFile):
+    """A GzipFile that refuses to decompress more than `limit` bytes (a gzip bomb)."""
+
+    def __init__(self, path: Path, limit: int, env: str):
+        super().__init__(path, "rb")
+        self._limit, self._env, self._count = limit, env, 0
+
+    def _take(self, data: bytes) -> bytes:
+        self._count += len(data)
+        if self._count > self._limit:
+            raise TraceFormatError(
+                f"decompresses to more than {_human(self._limit)} (a gzip bomb?); "
+                f"stopped after {self._count} bytes; raise {self._env} to read it"
+            )
+        return data
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:  # read all, a MiB at a time so the limit bites early
+            chunks = []
+            while chunk := self.read(1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        try:
+            return self._take(super().read(min(size, self._limit - self._count + 1)))
+        except zlib.error as e:  # corrupt deflate data: an OSError like the other gzip faults
+            raise gzip.BadGzipFile(f"corrupt deflate data: {e}") from e
+
+    def read1(self, size: int = -1) -> bytes:
+        try:
+            return self._take(super().read1(size if size >= 0 else 1 << 20))
+        except zlib.error as e:
+            raise gzip.BadGzipFile(f"corrupt deflate data: {e}") from e
+
+    def readline(self, size: int | None = -1) -> bytes:
+        cap = self._limit - self._count + 1
+        try:
+            return self._take(super().readline(cap if size is None or size < 0 else min(size, cap)))
+        except zlib.error as e:
+            raise gzip.BadGzipFile(f"corrupt deflate data: {e}") from e
+
+
+def open_trace(path: Path, limit: int | None = None, env: str = MAX_DECOMPRESSED_ENV) -> IO[bytes]:
+    """Open a trace for reading, gunzipping transparently (detected from the magic bytes).
+
+    A gzipped trace decompresses to at most `limit` bytes (default
+    $TRACEDB_MAX_DECOMPRESSED_BYTES, 16 GiB); past it a read raises TraceFormatError.
+    """
     f = open(path, "rb")
     if f.read(2) == GZIP_MAGIC:
         f.close()
-        return gzip.open(path, "rb")
+        if limit is None:
+            limit = size_limit(MAX_DECOMPRESSED_ENV, DEFAULT_MAX_DECOMPRESSED)
+        return _LimitedGzip(path, limit, env)
     f.seek(0)
     return f
+
+
+def lines(f: IO[bytes]) -> Iterator[bytes]:
+    """The lines of an open trace, each at most MAX_LINE_BYTES (else TraceFormatError)."""
+    lineno = 0
+    while raw := f.readline(MAX_LINE_BYTES + 1):
+        lineno += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise TraceFormatError(f"line {lineno} is longer than {_human(MAX_LINE_BYTES)}")
+        yield raw
 
 
 def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
@@ -65,9 +167,18 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
 
 
 def read_all(path: Path) -> bytes:
-    """The whole decompressed trace; a truncated gzip is an error, not a short read."""
+    """The whole decompressed trace, for formats parsed as one document in memory; a
+    truncated gzip is an error, not a short read. At most $TRACEDB_MAX_WHOLE_FILE_BYTES
+    (2 GiB), and at most $TRACEDB_MAX_DECOMPRESSED_BYTES decompressed."""
+    whole = size_limit(MAX_WHOLE_FILE_ENV, DEFAULT_MAX_WHOLE_FILE)
+    gz = size_limit(MAX_DECOMPRESSED_ENV, DEFAULT_MAX_DECOMPRESSED)
+    limit, env = (whole, MAX_WHOLE_FILE_ENV) if whole <= gz else (gz, MAX_DECOMPRESSED_ENV)
     try:
-        with open_trace(path) as f:
+        with open_trace(path, limit, env) as f:
+            size = None if isinstance(f, gzip.GzipFile) else os.fstat(f.fileno()).st_size
+            if size is not None and size > whole:
+                raise TraceFormatError(f"{size} bytes is more than the {_human(whole)} this format "
+                                       f"reads into memory; raise {MAX_WHOLE_FILE_ENV} to read it")
             return f.read()
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise TraceFormatError(f"truncated or corrupt gzip: {e}") from e
@@ -81,6 +192,11 @@ def text_head(head: bytes) -> str:
         if e.start >= len(head) - 4:
             return head[: e.start].decode("utf-8", errors="strict")
         return ""
+
+
+def _short(value: Any, n: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 class BatchBuilder:
@@ -97,6 +213,7 @@ class BatchBuilder:
         self.schema = schema.TABLES[table]
         self.batch_rows = batch_rows
         self.rows: list[Any] = []
+        self.emitted = 0  # rows already flushed, so errors give the row's index in the file
         self.columns = columns
         if columns is not None:
             unknown = set(columns) - set(self.schema.names)
@@ -121,10 +238,31 @@ class BatchBuilder:
                     batch = pa.RecordBatch.from_pylist(self.rows, schema=self.schema)
                 else:
                     batch = self._from_tuples()
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-                raise TraceFormatError(f"wrong value type for table {self.table}: {e}") from e
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError) as e:
+                raise TraceFormatError(self._bad_value(e)) from e
+            self.emitted += len(self.rows)
             self.rows = []
             yield self.table, batch
+
+    def _bad_value(self, error: Exception) -> str:
+        """Which row and column of the batch Arrow refused, and why (error path only)."""
+        names = self.columns or self.schema.names
+        for col, name in enumerate(names):
+            typ = self.schema.field(name).type
+            for r, row in enumerate(self.rows):
+                value = row[col] if self.columns else row.get(name) if isinstance(row, dict) else None
+                try:
+                    pa.array([value], type=typ)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError) as e:
+                    return (f"{self.table} row #{self.emitted + r}{self._row_label(row)}: field {name} = "
+                            f"{_short(value)} is not a valid {typ} ({type(e).__name__}: {str(e)[:120]})")
+        return f"wrong value type for table {self.table}: {error}"
+
+    def _row_label(self, row: Any) -> str:
+        get = (lambda k: row.get(k)) if isinstance(row, dict) else (
+            lambda k: row[self._slot[k]] if k in self._slot else None)
+        parts = [f"{k} {_short(v)}" for k in ("seq", "node_name", "name") if (v := get(k)) is not None]
+        return f" ({', '.join(parts)})" if parts else ""
 
     def _from_tuples(self) -> pa.RecordBatch:
         cols = list(zip(*self.rows))

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from tracedb.devices import canonical, match_tf_device
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, need, num, us_to_ns
+from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, located, need, num, us_to_ns
 
 NAME = "chrome_trace"
 DESCRIPTION = "Chrome-trace JSON (TF timeline, generic traceEvents), optionally gzipped"
@@ -105,7 +105,7 @@ def _names(stream: EventStream) -> tuple[dict, dict, set[str]]:
 
 
 def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    return gc_paused(_read(path, ctx))
+    return gc_paused(located(_read(path, ctx)))  # errors name the event (jsonstream.located)
 
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:

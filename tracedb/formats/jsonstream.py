@@ -59,11 +59,21 @@ class JNum(float):
         return obj
 
 
+class BadNumber(TraceFormatError):
+    """A time that is no number of nanoseconds (NaN, infinity); `event_error` names its field."""
+
+    def __init__(self, value: Any):
+        super().__init__(f"not a finite number: {value!r}")
+        self.value = value
+
+
 def us_to_ns(v: Any) -> int:
     """Chrome-trace microseconds (int, JNum, text, Decimal or float) -> integer ns, exactly."""
     if type(v) is int:
         return v * 1000
     if type(v) is Decimal:
+        if not v.is_finite():
+            raise BadNumber(v)
         # The text path's arithmetic: exact for up to 3 decimals, else rounded half-even
         # (both round to context precision first, which only bites past int64 ns).
         n = v.scaleb(3)
@@ -79,9 +89,82 @@ def us_to_ns(v: Any) -> int:
             return int((Decimal(v) * 1000).to_integral_value(ROUND_HALF_EVEN))
         except InvalidOperation:
             raise TraceFormatError(f"not a number: {v!r}") from None
+        except (ValueError, OverflowError):  # Decimal('NaN'), Decimal('Infinity')
+            raise BadNumber(v) from None
     if isinstance(v, float):
+        if v != v or v in (_INF, -_INF):
+            raise BadNumber(v)
         return round(v * 1000)
     raise TraceFormatError(f"not a number: {v!r}")
+
+
+_INF = float("inf")
+
+
+def event_error(e: Exception, ev: Any, i: int) -> TraceFormatError:
+    """A one-line error for `e`, raised while turning event #i into a row: names the event
+    (cat or ph, name) and, where a value of the event explains it, the field."""
+    if not isinstance(ev, dict):
+        return TraceFormatError(f"trace event #{i}: {e}")
+    kind = ev.get("cat") or ev.get("ph")
+    field = _field_of(ev, getattr(e, "value", None)) if isinstance(e, BadNumber) else _odd_field(ev)
+    where = f" field {field}" if field else ""
+    return TraceFormatError(f"{kind} event #{i} ({str(ev.get('name'))[:60]!r}){where}: "
+                            f"{type(e).__name__ + ': ' if not isinstance(e, TraceFormatError) else ''}{e}")
+
+
+def located(items: Iterator[Any]) -> Iterator[Any]:
+    """Run a reader's generator, turning a ValueError / OverflowError / TypeError / BadNumber
+    (NaN, a number past int64 where Python needs a C long) into a TraceFormatError that names
+    the event: the innermost frame of the traceback holding an event `ev` and its index `i`.
+    Zero cost until something fails; readers need no try blocks of their own."""
+    it = iter(items)
+    while True:
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        except (ValueError, OverflowError, TypeError, BadNumber) as e:
+            ev, i = _event_in(e.__traceback__)
+            if i is None:
+                raise TraceFormatError(f"{type(e).__name__}: {e}") from e
+            raise event_error(e, ev, i) from e
+        yield item
+
+
+def _event_in(tb: Any) -> tuple[Any, int | None]:
+    found: tuple[Any, int | None] = (None, None)
+    while tb is not None:
+        f_locals = tb.tb_frame.f_locals
+        if type(f_locals.get("ev")) is dict and type(f_locals.get("i")) is int:
+            found = (f_locals["ev"], f_locals["i"])
+        tb = tb.tb_next
+    return found
+
+
+def _items(ev: dict) -> Iterator[tuple[str, Any]]:
+    yield from ev.items()
+    if isinstance(ev.get("args"), dict):
+        for k, v in ev["args"].items():
+            yield f"args.{k}", v
+
+
+def _field_of(ev: dict, value: Any) -> str | None:
+    return next((k for k, v in _items(ev) if v is value), None) or _odd_field(ev)
+
+
+def _odd_field(ev: dict) -> str | None:
+    """The first field holding a value no column can take: NaN, infinity, a number past int64."""
+    for k, v in _items(ev):
+        if isinstance(v, float) and (v != v or v in (_INF, -_INF)):
+            return k
+        if type(v) is Decimal and not v.is_finite():
+            return k
+        if type(v) is int and not -(1 << 63) <= v < 1 << 63:
+            return k
+        if isinstance(v, str) and v.strip().lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
+            return k
+    return None
 
 
 def need(ev: dict, key: str, i: int, kind: Any = None) -> Any:
@@ -241,6 +324,9 @@ class EventStream:
                 # Keep plain values only: the exception's traceback -> this frame -> the
                 # exception is a cycle that would pin each old buffer until a GC pass.
                 msg, at = e.msg, e.pos
+            except RecursionError:
+                raise TraceFormatError(
+                    f"invalid JSON: value starting {self._where()} is nested too deeply") from None
             if self._eof:
                 cut = msg is None or at >= len(self._buf) - 1 or msg.startswith("Unterminated")
                 raise TraceFormatError(
@@ -320,8 +406,8 @@ class EventStream:
                     if end == len(text):
                         self._pos = cut + 1
                         return events
-                except (StopIteration, ValueError):
-                    pass
+                except (StopIteration, ValueError, RecursionError):
+                    pass  # decoded one at a time below, which names the position
         # Decode up to the last cut tried one event at a time, then try again.
         self._bad_until = self._consumed + cut
         return None

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, need, num, plain, us_to_ns
+from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, located, need, num, plain, us_to_ns
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
@@ -263,7 +263,7 @@ def _dtypes(dtypes: Any) -> list[str] | None:
 
 
 def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    return gc_paused(_read(path, ctx))
+    return gc_paused(located(_read(path, ctx)))  # errors name the event (jsonstream.located)
 
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -351,6 +351,8 @@ def _kernel(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tup
     op = index.op(ext)
     step = index.step_at(op[1]) if op else (index.step_at(launch[0]) if launch else None)
     dev = _int(args.get("device"))
+    if dev is None and args.get("device") is not None:
+        dev = plain(args["device"])  # no device number: `GPU:zero`, which tracedb.validate flags
     if dev is None:
         dev = ev.get("pid") if type(ev.get("pid")) is int else 0  # Kineto's GPU pid is the device
     kind = _GPU_KIND[cat]

@@ -87,6 +87,8 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         doc = json.loads(read_all(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise TraceFormatError(f"MegEngine profile is not valid JSON: {e}") from e
+    except RecursionError:
+        raise TraceFormatError("MegEngine profile: JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise TraceFormatError("MegEngine profile: top level is not a JSON object")
     prof = _section(doc, "profiler", "")
@@ -200,5 +202,5 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
                                       "owner_operator": owner.get(ovar, (None,))[0]}),
             })
         yield from allocations.flush()
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
         raise TraceFormatError(f"MegEngine profile: malformed {where} ({type(e).__name__}: {e})") from e

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from tracedb.devices import canonical
 from tracedb.errors import TraceFormatError
-from tracedb.formats.base import HEAD_BYTES, BatchBuilder, ReadContext, open_trace, text_head
+from tracedb.formats.base import HEAD_BYTES, BatchBuilder, ReadContext, lines, open_trace, text_head
 
 NAME = "node_dump"
 DESCRIPTION = "node/shape dump: `name, input shapes..., output shape, DEVTYPE, INDEX` per line"
@@ -92,7 +92,7 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     lineno = 0
     try:
         with open_trace(path) as f:
-            for lineno, raw in enumerate(f, 1):
+            for lineno, raw in enumerate(lines(f), 1):
                 line = raw.decode("utf-8").strip()
                 if not line:
                     continue

@@ -19,7 +19,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from tracedb.errors import TraceFormatError
-from tracedb.formats.base import HEAD_BYTES, BatchBuilder, ReadContext, open_trace, text_head
+from tracedb.formats.base import HEAD_BYTES, BatchBuilder, ReadContext, lines, open_trace, text_head
 
 NAME = "node_list"
 DESCRIPTION = "plain list of graph node names, one a line"
@@ -41,7 +41,7 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     seq = lineno = 0
     try:
         with open_trace(path) as f:
-            for lineno, raw in enumerate(f, 1):
+            for lineno, raw in enumerate(lines(f), 1):
                 name = raw.decode("utf-8").strip()
                 if not name:
                     continue

@@ -109,6 +109,8 @@ def _parse(data: bytes) -> step_stats_pb2.StepStats:
             text_format.Parse(data.decode("utf-8"), msg, allow_unknown_field=True)
         except (text_format.ParseError, UnicodeDecodeError) as e:
             raise TraceFormatError(f"bad or truncated TF text protobuf: {e}") from e
+        except RecursionError:
+            raise TraceFormatError("bad TF text protobuf: messages nested too deeply") from None
     else:
         depth = _binary_depth(data[:HEAD_BYTES])
         if depth is None:
