@@ -14,7 +14,8 @@ SELECT
     round(avg(occupancy), 2) AS avg_occupancy_pct,
     count(*) AS instances,
     CAST(sum(duration_ns) AS BIGINT) AS total_ns,
-    round(avg(duration_ns), 1) AS avg_ns
+    -- DECIMAL before rounding: DuckDB and Spark round a double's ties differently
+    CAST(round(CAST(avg(duration_ns) AS DECIMAL(38, 6)), 1) AS DOUBLE) AS avg_ns
 FROM kernels
 WHERE kind = 'kernel'
   AND ($run_id IS NULL OR run_id = $run_id)

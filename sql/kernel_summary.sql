@@ -19,7 +19,8 @@ g AS (
         name,
         count(*) AS instances,
         CAST(sum(duration_ns) AS BIGINT) AS total_ns,
-        round(avg(duration_ns), 1) AS avg_ns,
+        -- DECIMAL before rounding: DuckDB and Spark round a double's ties differently
+        CAST(round(CAST(avg(duration_ns) AS DECIMAL(38, 6)), 1) AS DOUBLE) AS avg_ns,
         min(duration_ns) AS min_ns,
         max(duration_ns) AS max_ns
     FROM k

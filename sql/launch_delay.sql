@@ -30,14 +30,16 @@ SELECT
     device,
     kind,
     count(*) AS launches,
-    round(avg(delay_ns), 1) AS avg_ns,
+    -- DECIMAL before rounding: DuckDB and Spark round a double's ties differently
+    CAST(round(CAST(avg(delay_ns) AS DECIMAL(38, 6)), 1) AS DOUBLE) AS avg_ns,
     min(delay_ns) AS min_ns,
+    -- the fraction as DOUBLE: bigint * DECIMAL is a double in DuckDB, exact in Spark
     max(CASE WHEN r = floor(p50_pos) THEN delay_ns END)
         + (max(CASE WHEN r = ceil(p50_pos) THEN delay_ns END) - max(CASE WHEN r = floor(p50_pos) THEN delay_ns END))
-          * (max(p50_pos) - floor(max(p50_pos))) AS p50_ns,
+          * CAST(max(p50_pos) - floor(max(p50_pos)) AS DOUBLE) AS p50_ns,
     max(CASE WHEN r = floor(p95_pos) THEN delay_ns END)
         + (max(CASE WHEN r = ceil(p95_pos) THEN delay_ns END) - max(CASE WHEN r = floor(p95_pos) THEN delay_ns END))
-          * (max(p95_pos) - floor(max(p95_pos))) AS p95_ns,
+          * CAST(max(p95_pos) - floor(max(p95_pos)) AS DOUBLE) AS p95_ns,
     max(delay_ns) AS max_ns
 FROM p
 GROUP BY run_id, device, kind

@@ -10,7 +10,8 @@ SELECT
     count(*) AS operations,
     CAST(sum(bytes) AS BIGINT) AS total_bytes,
     CAST(sum(duration_ns) AS BIGINT) AS total_ns,
-    round(avg(bytes), 1) AS avg_bytes,
+    -- DECIMAL before rounding: DuckDB and Spark round a double's ties differently
+    CAST(round(CAST(avg(bytes) AS DECIMAL(38, 6)), 1) AS DOUBLE) AS avg_bytes,
     min(bytes) AS min_bytes,
     max(bytes) AS max_bytes,
     -- bytes per ns = GB/s (10^9 bytes a second); only rows that know their byte count count

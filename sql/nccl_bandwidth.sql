@@ -37,7 +37,7 @@ SELECT run_id, rank, collective, dtype, message_bytes, group_size,
        count(*) AS kernels,
        CAST(sum(duration_ns) AS BIGINT) AS total_ns,
        round(sum(message_bytes) / sum(duration_ns), 3) AS algbw_gbps,
-       round(sum(message_bytes) / sum(duration_ns) * any_value(bus_factor), 3) AS busbw_gbps
+       round(sum(message_bytes) / sum(duration_ns) * max(bus_factor), 3) AS busbw_gbps  -- one value per group
 FROM sized
 GROUP BY run_id, rank, collective, dtype, message_bytes, group_size
 ORDER BY run_id, rank, total_ns DESC

@@ -10,7 +10,8 @@ WITH g AS (
         count(*) AS executions,
         count(DISTINCT node_name) AS nodes,
         CAST(sum(duration_ns) AS BIGINT) AS total_ns,
-        round(avg(duration_ns), 1) AS avg_ns
+        -- DECIMAL before rounding: DuckDB and Spark round a double's ties differently
+        CAST(round(CAST(avg(duration_ns) AS DECIMAL(38, 6)), 1) AS DOUBLE) AS avg_ns
     FROM nodes
     WHERE duration_ns IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)

@@ -68,7 +68,7 @@ def test_param_errors_are_clean(lstm_warehouse):
 def test_dialect_prints_transpiled_sql():
     r = runner.invoke(app, ["query", "top_kernels", "--dialect", "trino"])
     assert r.exit_code == 0
-    assert ":run_id" in r.output and "$run_id" not in r.output
+    assert "run_id = ?" in r.output and "$run_id" not in r.output
     assert r.output.startswith("-- title: Top kernels")
 
 

@@ -103,9 +103,11 @@ class Warehouse:
         return query.run_query(query.parse(sql, "sql"), params, self.path, output=output,
                                allow_external=allow_external)
 
-    def transpile(self, name: str | query.CannedQuery, dialect: str) -> str:
-        """A canned query's SQL for another engine (spark, trino, ...), header kept."""
-        return query.transpile(name if isinstance(name, query.CannedQuery) else query.load(name), dialect)
+    def transpile(self, name: str | query.CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
+        """A canned query's SQL for another engine (spark, trino, ...), header kept: with
+        `params` (a dict, may be empty) every parameter is inlined as a literal, defaults too;
+        without, each stays the engine's own placeholder."""
+        return query.transpile(name if isinstance(name, query.CannedQuery) else query.load(name), dialect, params)
 
     def runs(self, output: str = "arrow"):
         """One row per run: files, formats, rows per table, failed files, labels."""

@@ -131,7 +131,8 @@ def query(
     param: List[str] = typer.Option([], "--param", "-p", metavar="NAME=VALUE", show_default=False, help="Query parameter; repeatable"),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson | parquet"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout"),
-    dialect: Optional[str] = typer.Option(None, "--dialect", metavar="DIALECT", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it"),
+    dialect: Optional[str] = typer.Option(None, "--dialect", metavar="DIALECT", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it; --param values (and defaults) are inlined as literals, else parameters stay the engine's placeholders"),
+    inline: bool = typer.Option(False, "--inline", help="With --dialect: inline the defaults even when no --param is given"),
     allow_external: bool = typer.Option(False, "--allow-external", help="Lift the sandbox: let the SQL read other files and URLs, write files (COPY), attach databases"),
     warehouse: Optional[Path] = WarehouseOpt,
 ):
@@ -154,7 +155,7 @@ def query(
         raise TracedbError(f"unknown format {fmt!r} (one of: {', '.join(out.FORMATS)})")
     wh = _wh(warehouse)
     if dialect:
-        typer.echo(wh.transpile(canned, dialect), nl=False)
+        typer.echo(wh.transpile(canned, dialect, params if params or inline else None), nl=False)
         return
     out.write(wh.query(canned, allow_external=allow_external, **params), fmt, output)
 
@@ -359,6 +360,26 @@ def report(
     else:
         typer.echo(text, nl=False)
     raise typer.Exit(1 if rep.has_regression else 0)
+
+
+@command()
+def ddl(
+    engine: str = typer.Option(..., "--engine", "-e", metavar="ENGINE", help="spark | databricks | trino | duckdb"),
+    location: Optional[str] = typer.Option(None, "--location", metavar="URI", show_default=False,
+                                           help="The lake's root as the engine sees it, e.g. s3://bucket/prefix [default: the warehouse's absolute path]"),
+    schema_name: str = typer.Option("tracedb", "--schema", metavar="NAME", help="Schema of the views; the Delta tables go in NAME_lake"),
+    catalog_name: str = typer.Option("delta", "--catalog", metavar="NAME", help="Trino catalog of the Delta Lake connector"),
+    warehouse: Optional[Path] = WarehouseOpt,
+):
+    """Print the statements that define the lake's Delta tables and live-ingest views for an engine.
+
+    Example: tracedb ddl --engine spark --location s3://traces/wh > lake.sql
+    """
+    from tracedb import catalog
+    from tracedb import ddl as d
+
+    where = location or Path(warehouse or catalog.default_warehouse()).resolve().as_posix()
+    typer.echo(d.ddl(engine, where, schema_name, catalog_name), nl=False)
 
 
 def main() -> None:
