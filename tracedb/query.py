@@ -254,6 +254,32 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     return table
 
 
+# Trino has no exact median (only approx_percentile; sqlglot writes DuckDB's median() as
+# PERCENTILE_CONT, which Trino lacks): the mean of the middle one or two sorted values.
+# array_sort puts NULLs last, so positions up to count(x) hold the non-NULL values.
+_TRINO_MEDIAN = (
+    "CASE WHEN count(__arg__) = 0 THEN NULL ELSE"
+    " (CAST(element_at(array_sort(array_agg(__arg__)), (count(__arg__) + 1) / 2) AS DOUBLE)"
+    " + CAST(element_at(array_sort(array_agg(__arg__)), count(__arg__) / 2 + 1) AS DOUBLE)) / 2 END"
+)
+
+
+def _for_dialect(tree: exp.Expression, dialect: str) -> exp.Expression:
+    """Rewrite DuckDB aggregates that sqlglot would pass to `dialect` unchanged or wrong."""
+    if dialect != "trino":
+        return tree
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Median):
+            arg = node.this
+            template = sqlglot.parse_one(_TRINO_MEDIAN, read="trino")
+            return template.transform(
+                lambda n: arg.copy() if isinstance(n, exp.Column) and n.name == "__arg__" else n)
+        return node
+
+    return tree.transform(rewrite)
+
+
 def transpile(query: CannedQuery, dialect: str) -> str:
     """The query's SQL for another engine (header kept), via sqlglot; errors on anything
     sqlglot cannot express in that dialect."""
@@ -263,8 +289,9 @@ def transpile(query: CannedQuery, dialect: str) -> str:
     header = [ln for ln in lines if _HEADER.match(ln.strip())]
     body = "\n".join(ln for ln in lines if not _HEADER.match(ln.strip()))
     try:
-        out = sqlglot.transpile(body, read="duckdb", write=dialect, pretty=True,
-                                unsupported_level=sqlglot.ErrorLevel.RAISE)
+        out = [_for_dialect(tree, dialect).sql(dialect=dialect, pretty=True,
+                                               unsupported_level=sqlglot.ErrorLevel.RAISE)
+               for tree in sqlglot.parse(body, read="duckdb") if tree is not None]
     except sqlglot.errors.SqlglotError as e:
         raise TracedbError(f"{query.name}: cannot transpile to {dialect}: {str(e).splitlines()[0]}") from e
     return "\n".join(header + [";\n".join(out)]) + "\n"
