@@ -61,6 +61,7 @@ def _open(warehouse: Path, read_only: bool, config: dict | None = None) -> duckd
         mode = "" if read_only else " for writing"
         raise TracedbError(f"cannot open {path}{mode}: {e}") from e
     con.execute(f"SET file_search_path = {_sql_str(root)}")
+    con.execute("SET enable_progress_bar = false")  # DuckDB would print it into the API user's stdout
     return con
 
 
