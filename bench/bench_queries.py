@@ -1,6 +1,6 @@
 """Every canned query on a fleet warehouse: whole fleet and one run, plus memory and fixed costs.
 
-    python bench/bench_queries.py WAREHOUSE [--repeat 3] [--run RUN_ID]
+    python bench/bench_queries.py WAREHOUSE [--repeat 3] [--run RUN_ID] [--queries a,b]
 
 Prints one row per canned query: best-of --repeat seconds over the whole fleet
 (run_id NULL) and filtered to one run (a Kineto run, or --run), on one open connection;
@@ -84,6 +84,7 @@ def main() -> None:
     ap.add_argument("warehouse", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--run", default=None)
+    ap.add_argument("--queries", default=None, help="comma-separated names (default: every canned query)")
     args = ap.parse_args()
     wh = args.warehouse
     t = time.perf_counter()
@@ -99,6 +100,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     within = {"fleet": 0, "one": 0}
     queries = q.list_queries()
+    if args.queries:
+        queries = [c for c in queries if c.name in args.queries.split(",")]
     for cq in queries:
         row = {}
         olds = BEFORE / f"{cq.name}.sql"

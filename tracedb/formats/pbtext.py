@@ -44,7 +44,7 @@ _ITEM = re.compile(
 )
 
 # Field kinds in a table entry.
-_SCALAR, _REPEATED_SCALAR, _MESSAGE, _REPEATED_MESSAGE, _MAP, _STREAM = range(6)
+_SCALAR, _REPEATED_SCALAR, _MESSAGE, _REPEATED_MESSAGE, _MAP, _STREAM, _OTHER = range(7)
 # Value kinds.
 _INT, _BOOL, _ENUM, _STRING, _BYTES, _FLOAT = range(6)
 
@@ -86,7 +86,8 @@ def _table(desc: _d.Descriptor, stream: str, tables: dict[str, _Table]) -> _Tabl
     table = tables[desc.full_name] = _Table()
     for f in desc.fields:
         if f.containing_oneof is not None or f.is_extension:
-            continue  # not in the fast subset: an unknown name there falls back
+            table[f.name] = (_OTHER, None, None, None)  # not in the fast subset: falls back
+            continue
         if f.message_type is not None:
             sub = _table(f.message_type, stream, tables)
             if f.message_type.GetOptions().map_entry:
@@ -166,6 +167,8 @@ def iter_stream(text: str, root: Message, stream: str) -> Iterator[Message]:
             if name is not None:
                 f = table.get(name)
                 if f is None:  # unknown field: skip its value or message
+                    if name.lower() in table:  # maybe a proto2 group's type name: text_format decides
+                        raise Unsupported
                     if opn is not None:
                         skip = 1
                     continue
