@@ -64,11 +64,13 @@ def params_for(cq, run: str | None, runs: list[str]) -> dict:
 
 def rss_of(warehouse: Path, sql_path: Path) -> tuple[float, float]:
     code = (
-        "import resource, sys, time; sys.path.insert(0, %r)\n"
+        "import sys, time; sys.path.insert(0, %r)\n"
         "from pathlib import Path\nfrom tracedb import query as q\n"
         "cq = q.load(Path(%r)); t = time.perf_counter()\n"
         "q.run_query(cq, {}, Path(%r))\n"
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)\n"
+        # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+        "print(time.perf_counter() - t, int(hwm) / 1024)\n"
     ) % (str(ROOT), str(sql_path), str(warehouse))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     secs, mb = out.stdout.splitlines()[-1].split()[-2:]  # after any DuckDB progress bar
