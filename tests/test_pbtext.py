@@ -199,3 +199,23 @@ def test_streaming_yields_each_device_as_it_closes():
     assert first.device == "/device:GPU:0/stream:15" and len(first.node_stats) == 8
     rest = list(it)
     assert len(rest) == 6 and rest[-1].device == "/device:GPU:0/stream:13" and len(rest[-1].node_stats) == 739
+
+
+def test_oneof_fields_fall_back():
+    """Our protos have no oneof; a parser given one leaves it to text_format (which checks
+    that two members are not both set) instead of skipping it as an unknown field."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="pbtext_oneof_test.proto", package="t", syntax="proto3")
+    m = fdp.message_type.add(name="M")
+    m.oneof_decl.add(name="choice")
+    m.field.add(name="a", number=1, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL, oneof_index=0)
+    m.field.add(name="items", number=3, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED, type_name=".t.M")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("t.M"))
+    got = list(pbtext.iter_stream("items { } items { items { } }", cls(), "t.M.items"))
+    assert len(got) == 2 and len(got[1].items) == 1  # a nested `items` stays in its element
+    with pytest.raises(pbtext.Unsupported):
+        list(pbtext.iter_stream("items { a: 1 }", cls(), "t.M.items"))

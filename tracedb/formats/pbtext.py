@@ -149,6 +149,7 @@ def iter_stream(text: str, root: Message, stream: str) -> Iterator[Message]:
     seen: set[str] = set()
     stack: list[tuple[Any, Any, set[str], int, str]] = []
     skip = 0  # depth inside an unknown message field
+    streaming = False  # inside a streamed element
     try:
         # Every position matches an item or the catch-all `bad`, so finditer's matches
         # are contiguous: nothing is skipped unseen.
@@ -198,7 +199,10 @@ def iter_stream(text: str, root: Message, stream: str) -> Iterator[Message]:
                     child = getattr(msg, name)
                     child.SetInParent()
                 elif kind == _STREAM:
-                    child = cls()
+                    if streaming:  # the same field nested inside an element: kept in it
+                        child, kind = getattr(msg, name).add(), _REPEATED_MESSAGE
+                    else:
+                        child, streaming = cls(), True
                 elif kind == _MAP:
                     child = getattr(msg, name).GetEntryClass()()
                 else:
@@ -211,6 +215,7 @@ def iter_stream(text: str, root: Message, stream: str) -> Iterator[Message]:
                 child = msg
                 msg, table, seen, kind, name = stack.pop()
                 if kind == _STREAM:
+                    streaming = False
                     yield child
                 elif kind == _MAP:
                     target = getattr(msg, name)
