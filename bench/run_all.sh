@@ -2,7 +2,7 @@
 # Re-run every benchmark behind bench/RESULTS.md; prints ratios against baselines timed
 # in the same process. Usage:
 #   bench/run_all.sh [OUT_DIR] [FLEET_SIZES...]      (default: /tmp/tracedb-bench 100 300 1000)
-# Environment: KERNELS (kernel rows per Kineto fleet run, default 10000), JOBS (ingest
+# Environment: KERNELS (kernel rows per Kineto fleet run, default 10500), JOBS (ingest
 # workers, default: cores), TF_MB (TF text sizes, default "17 200"), REPEAT (default 3).
 # The 1000-run fleet (10 M kernel rows) takes tens of minutes to build on 2 cores.
 set -euo pipefail
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/tracedb-bench}
 shift || true
 SIZES=${*:-100 300 1000}
-KERNELS=${KERNELS:-10000}
+KERNELS=${KERNELS:-10500}
 JOBS=${JOBS:-$(nproc)}
 TF_MB=${TF_MB:-17 200}
 REPEAT=${REPEAT:-3}
