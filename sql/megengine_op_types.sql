@@ -17,6 +17,7 @@ ops AS (
     JOIN nodes AS n
       ON n.run_id = k.run_id AND n.source_file = k.source_file AND n.node_name = k.node_name
     WHERE n.source_format = 'megengine'
+      AND ($run_id IS NULL OR n.run_id = $run_id)  -- so the nodes scan reads one run's files
 ),
 t AS (
     SELECT

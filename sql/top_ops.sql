@@ -19,10 +19,17 @@ WITH g AS (
       AND ($run_id IS NULL OR run_id = $run_id)
       AND ($device IS NULL OR device = $device)
     GROUP BY run_id, device, node_name, op_type
+),
+-- Each run and device's op time by a GROUP BY over g rather than a window: DuckDB turns
+-- such a window into a self-join whose second scan reads every run's files.
+d AS (
+    SELECT run_id, device, sum(total_ns) AS device_ns
+    FROM g
+    GROUP BY run_id, device
 )
 SELECT
-    run_id,
-    device,
+    g.run_id,
+    g.device,
     node_name,
     op_type,
     executions,
@@ -30,7 +37,8 @@ SELECT
     avg_ns,
     min_ns,
     max_ns,
-    round(100.0 * total_ns / nullif(sum(total_ns) OVER (PARTITION BY run_id, device), 0), 2) AS time_pct
+    round(100.0 * total_ns / nullif(device_ns, 0), 2) AS time_pct
 FROM g
+JOIN d ON g.run_id IS NOT DISTINCT FROM d.run_id AND g.device IS NOT DISTINCT FROM d.device
 ORDER BY total_ns DESC, run_id, device, node_name
 LIMIT $limit

@@ -113,7 +113,9 @@ CRAFTED = {
                       r"nodes row #0 \(seq 0, node_name '_SOURCE'\): field start_ns = 9223372036854775807000 is not a valid int64"),
     "tf_huge_alloc": (lambda: re.sub(r"alloc_micros: \d+", "alloc_micros: 9223372036854775807", _TF, count=1),
                       r"allocations row #0 \(node_name .*\): field ts_ns = \d+ is not a valid int64"),
-    "tf_deep": (lambda: _TF.replace("step_stats {", "step_stats {" + "zzz {" * 20000 + "}" * 20000, 1),
+    # `<>` delimiters send the text to text_format.Parse (pbtext's fast path skips deep `{}`
+    # nesting of an unknown field without recursing, and reads such a file)
+    "tf_deep": (lambda: _TF.replace("step_stats {", "step_stats {" + "zzz <" * 20000 + ">" * 20000, 1),
                 r"bad TF text protobuf: messages nested too deeply"),
 }
 

@@ -98,6 +98,7 @@ def connect(warehouse: Path | None = None, read_only: bool = True, config: dict 
     path = warehouse / CATALOG
     try:
         con = duckdb.connect(config=config or {})
+        con.execute("SET enable_progress_bar = false")  # DuckDB would print it into the API user's stdout
         con.execute(f"ATTACH {_sql_str(str(path))} AS {'tracedb' if read_only else 'snap'} (READ_ONLY)")
         if read_only:
             con.execute("USE tracedb")

@@ -342,6 +342,32 @@ _CLICKHOUSE_TYPES = {"VARCHAR": "String", "BIGINT": "Int64", "DOUBLE": "Float64"
                      "BOOLEAN": "Bool", "TIMESTAMP": "DateTime64(6)"}
 
 
+# Trino has no exact median (only approx_percentile; sqlglot writes DuckDB's median() as
+# PERCENTILE_CONT, which Trino lacks): the mean of the middle one or two sorted values.
+# array_sort puts NULLs last, so positions up to count(x) hold the non-NULL values.
+_TRINO_MEDIAN = (
+    "CASE WHEN count(__arg__) = 0 THEN NULL ELSE"
+    " (CAST(element_at(array_sort(array_agg(__arg__)), (count(__arg__) + 1) / 2) AS DOUBLE)"
+    " + CAST(element_at(array_sort(array_agg(__arg__)), count(__arg__) / 2 + 1) AS DOUBLE)) / 2 END"
+)
+
+
+def _for_dialect(tree: exp.Expression, dialect: str) -> exp.Expression:
+    """Rewrite DuckDB aggregates that sqlglot would pass to `dialect` unchanged or wrong."""
+    if dialect != "trino":
+        return tree
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Median):
+            arg = node.this
+            template = sqlglot.parse_one(_TRINO_MEDIAN, read="trino")
+            return template.transform(
+                lambda n: arg.copy() if isinstance(n, exp.Column) and n.name == "__arg__" else n)
+        return node
+
+    return tree.transform(rewrite)
+
+
 def transpile(query: CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
     """The query's SQL for another engine (header kept), via sqlglot; errors on anything
     sqlglot cannot express in that dialect.
@@ -363,7 +389,7 @@ def transpile(query: CannedQuery, dialect: str, params: dict[str, Any] | None = 
             trees, note = _placeholders_for(trees, query, dialect)
         else:
             trees, note = _inline(trees, query, values), _bound_note(query, values)
-        trees = [_portable_null_order(t, dialect) for t in trees]
+        trees = [_for_dialect(_portable_null_order(t, dialect), dialect) for t in trees]
         out = [t.sql(dialect=dialect, pretty=True, unsupported_level=sqlglot.ErrorLevel.RAISE) for t in trees]
         if values is None and dialect in POSITIONAL:
             out, note = _positional(out, dialect, {p.name for p in query.params} | placeholders(body))

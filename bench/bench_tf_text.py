@@ -1,0 +1,93 @@
+"""TF StepStats text: tracedb's reader and whole ingest vs `text_format.Parse` alone.
+
+    python bench/bench_tf_text.py [--mb 17] [--repeat 3]
+
+Builds a StepStats text of about --mb MB by repeating the LSTM seed trace
+(tests/data/tf_stepstats_gpu_streams, 1.4 MB: `dev_stats` is a repeated top-level field,
+so the concatenation is one valid StepStats), then times, interleaved, best of --repeat:
+  baseline  google.protobuf.text_format.Parse of the decoded text (what a script would do)
+  pbtext    tracedb.formats.pbtext alone (the descriptor-driven text parser)
+  read      tf_stepstats.read: file -> Arrow batches
+  ingest    tracedb.ingest.ingest into a fresh warehouse (parquet + catalog)
+and prints each as MB/s and as speed-up over the baseline (higher is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from google.protobuf import text_format  # noqa: E402
+
+from tracedb.formats import pbtext, tf_stepstats  # noqa: E402
+from tracedb.formats.base import ReadContext  # noqa: E402
+from tracedb.ingest import ingest  # noqa: E402
+from tracedb.proto import step_stats_pb2  # noqa: E402
+
+SEED = ROOT / "tests" / "data" / "tf_stepstats_gpu_streams" / "001_5e9237699abafb68.txt"
+
+
+def build(mb: float, out: Path) -> Path:
+    seed = SEED.read_bytes()
+    copies = max(1, round(mb * 1e6 / len(seed)))
+    with open(out, "wb") as f:
+        for _ in range(copies):
+            f.write(seed)
+    return out
+
+
+def run(path: Path, repeat: int) -> dict[str, float]:
+    text = path.read_text()
+    work = Path(tempfile.mkdtemp(prefix="bench_tf_"))
+
+    def baseline():
+        text_format.Parse(text, step_stats_pb2.StepStats(), allow_unknown_field=True)
+
+    def fast():
+        for _ in pbtext.iter_stream(text, step_stats_pb2.StepStats(), tf_stepstats._STREAM):
+            pass
+
+    def read():
+        for _ in tf_stepstats.read(path, ReadContext("bench", path.name)):
+            pass
+
+    def whole_ingest():
+        wh = work / "wh"
+        shutil.rmtree(wh, ignore_errors=True)
+        assert ingest([path], wh, run_id="bench").ok
+
+    fns = {"baseline": baseline, "pbtext": fast, "read": read, "ingest": whole_ingest}
+    best = {k: float("inf") for k in fns}
+    for _ in range(repeat):  # interleaved, so load on the machine hits all alike
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t)
+    shutil.rmtree(work, ignore_errors=True)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=float, default=17)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        path = build(args.mb, Path(d) / "stepstats.txt")
+        size = path.stat().st_size / 1e6
+        best = run(path, args.repeat)
+    print(f"TF StepStats text, {size:.1f} MB, best of {args.repeat}")
+    print(f"{'':10} {'seconds':>8} {'MB/s':>7} {'x baseline':>11}")
+    for k, t in best.items():
+        print(f"{k:10} {t:8.2f} {size / t:7.1f} {best['baseline'] / t:11.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Re-run every benchmark behind bench/RESULTS.md; prints ratios against baselines timed
+# in the same process. Usage:
+#   bench/run_all.sh [OUT_DIR] [FLEET_SIZES...]      (default: /tmp/tracedb-bench 100 300 1000)
+# Environment: KERNELS (kernel rows per Kineto fleet run, default 10500), JOBS (ingest
+# workers, default: cores), TF_MB (TF text sizes, default "17 200"), REPEAT (default 3).
+# The 1000-run fleet (10 M kernel rows) takes tens of minutes to build on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-/tmp/tracedb-bench}
+shift || true
+SIZES=${*:-100 300 1000}
+KERNELS=${KERNELS:-10500}
+JOBS=${JOBS:-$(nproc)}
+TF_MB=${TF_MB:-17 200}
+REPEAT=${REPEAT:-3}
+mkdir -p "$OUT"
+LOG="$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
+{
+  echo "# tracedb bench, $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB RAM"
+  python -c 'import sys, duckdb, pyarrow, google.protobuf as p; print("python", sys.version.split()[0], "duckdb", duckdb.__version__, "pyarrow", pyarrow.__version__, "protobuf", p.__version__)'
+  for mb in $TF_MB; do
+    echo; echo "## TF StepStats text, $mb MB"; python bench/bench_tf_text.py --mb "$mb" --repeat "$REPEAT"
+  done
+  echo; echo "## Per-trace ingest vs plain parsing (and HTA when installed)"; python bench/bench_ingest.py --repeat "$REPEAT"
+  for n in $SIZES; do
+    echo; echo "## Fleet of $n runs"
+    python bench/build_fleet.py "$OUT/fleet$n" --runs "$n" --kernels "$KERNELS" --jobs "$JOBS"
+    python bench/bench_queries.py "$OUT/fleet$n/wh" --repeat "$REPEAT"
+  done
+} 2>&1 | tee "$LOG"
+echo "written: $LOG"

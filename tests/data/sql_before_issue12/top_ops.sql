@@ -1,0 +1,36 @@
+-- title: Top ops
+-- description: Framework ops (nodes) by total time per run and device: executions, total, average, min and max duration, and share of that run and device's op time (XProf framework op stats; nested host ops such as Kineto's count their children too).
+-- param: run_id VARCHAR NULL Only this run (NULL: every run)
+-- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
+-- param: limit BIGINT>=0 50 Rows to return
+WITH g AS (
+    SELECT
+        run_id,
+        device,
+        node_name,
+        op_type,
+        count(*) AS executions,
+        CAST(sum(duration_ns) AS BIGINT) AS total_ns,
+        round(avg(duration_ns), 1) AS avg_ns,
+        min(duration_ns) AS min_ns,
+        max(duration_ns) AS max_ns
+    FROM nodes
+    WHERE duration_ns IS NOT NULL
+      AND ($run_id IS NULL OR run_id = $run_id)
+      AND ($device IS NULL OR device = $device)
+    GROUP BY run_id, device, node_name, op_type
+)
+SELECT
+    run_id,
+    device,
+    node_name,
+    op_type,
+    executions,
+    total_ns,
+    avg_ns,
+    min_ns,
+    max_ns,
+    round(100.0 * total_ns / nullif(sum(total_ns) OVER (PARTITION BY run_id, device), 0), 2) AS time_pct
+FROM g
+ORDER BY total_ns DESC, run_id, device, node_name
+LIMIT $limit
