@@ -386,3 +386,17 @@ def test_check_names_damaged_runs_and_the_repair(tmp_path):
         assert runner.invoke(app, ["ingest", str(runs / name), "--run-id", name, "-w", str(wh)]).exit_code == 0
     assert runner.invoke(app, ["check", "-w", str(wh)]).exit_code == 0
     assert all_counts(wh) == {r: LSTM for r in ("a", "b", "c", "ok")}
+
+
+def test_long_non_ascii_run_id_lands_and_reads_back_everywhere(tmp_path):
+    """Issue 13 #13: a legal 200-byte non-ASCII run id (percent-encoding every byte made a
+    600-byte folder name); a run id too long for any folder name is a clear error."""
+    wh = tmp_path / "wh"
+    name = "実験" * 33 + "ab"
+    assert len(name.encode()) == 200
+    assert ingest([scenario("tf_stepstats_gpu_streams")], wh, run_id=name).ok
+    assert all_counts(wh) == {name: LSTM}
+    assert delta_counts(wh) == {name: LSTM}
+    [(path, err)] = ingest([scenario("node_shape_dump")], wh, run_id="x" * 300).errors
+    assert "too long for a folder name" in err and "\n" not in err
+    assert all_counts(wh) == {name: LSTM}

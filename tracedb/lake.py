@@ -91,10 +91,25 @@ def file_schema(table: str) -> pa.Schema:
     return pa.schema([f for f in sch if f.name not in PARTITIONS])
 
 
+# Folder names are at most 255 bytes. Percent-encoding every byte of a non-ASCII name
+# triples it (a 200-byte Japanese run id became 600 bytes: "File name too long"), so only
+# ASCII that is unsafe in a path or a Hive value is encoded; other characters stay as UTF-8
+# (DuckDB, Spark and delta-rs decode both forms to the same value).
+_UNSAFE = {c for c in range(0x80) if not (chr(c).isalnum() or chr(c) in "-_.~!$&'()+,;@[]^`{}")}
+MAX_VALUE_BYTES = 240  # "run_id=" + value within a 255-byte folder name
+
+
+def _encode(value: str) -> str:
+    return "".join(urllib.parse.quote(ch, safe="") if ord(ch) in _UNSAFE else ch for ch in value)
+
+
 def partition_dir(table: str, run_id: str, device: str) -> str:
-    """Relative partition folder; values URL-encoded (contract), as delta-rs writes them."""
-    enc = lambda v: urllib.parse.quote(v, safe="")  # noqa: E731
-    return f"{table}/run_id={enc(run_id)}/device={enc(device)}"
+    """Relative partition folder; values URL-encoded (contract) where a path needs it."""
+    enc_run = _encode(run_id)
+    if len(enc_run.encode()) > MAX_VALUE_BYTES:
+        raise TracedbError(f"run id {run_id[:40]!r}... is too long for a folder name "
+                           f"({len(enc_run.encode())} bytes encoded, at most {MAX_VALUE_BYTES}); use --run-id")
+    return f"{table}/run_id={enc_run}/device={_encode(device)}"
 
 
 def sql_str(value: str) -> str:
