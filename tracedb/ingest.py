@@ -10,7 +10,6 @@ leaves nothing behind, while the run's other files still land.
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing
 import json
 import secrets
@@ -119,16 +118,6 @@ def _timestamp(value) -> datetime | None:
     return ts if ts.tzinfo else ts.replace(tzinfo=timezone.utc)
 
 
-def _hash(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
-
-
 @dataclass
 class _Job:
     path: Path
@@ -150,7 +139,7 @@ def _read_one(job: _Job) -> FileResult:
     res = FileResult(path=job.display, rel=job.rel, format=job.format)
     start = time.perf_counter()
     try:
-        res.size_bytes, res.sha256 = _hash(job.path)
+        res.size_bytes, res.sha256 = lake.size_and_hash(job.path)
     except OSError as e:
         res.error = f"cannot read: {e.strerror or e}"
         return res
@@ -262,7 +251,7 @@ def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
 
 def _labels_row(run: RunSpec, error: str, ingest_id: str, when: datetime) -> dict:
     """A `files` row for a run.json that could not be used, so the error is on record."""
-    size, digest = _hash(run.labels_file) if run.labels_file and run.labels_file.is_file() else (0, "")
+    size, digest = lake.size_and_hash(run.labels_file) if run.labels_file and run.labels_file.is_file() else (0, "")
     return {"run_id": run.run_id, "path": RUN_LABELS, "size_bytes": size, "sha256": digest, "format": "run.json",
             **{f"rows_{t}": None for t in schema.TABLES}, "status": "error", "error": error, "seconds": 0.0,
             "ingest_id": ingest_id, "ingested_at": when, "metadata": None, "warnings": None}
