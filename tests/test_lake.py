@@ -400,3 +400,19 @@ def test_long_non_ascii_run_id_lands_and_reads_back_everywhere(tmp_path):
     [(path, err)] = ingest([scenario("node_shape_dump")], wh, run_id="x" * 300).errors
     assert "too long for a folder name" in err and "\n" not in err
     assert all_counts(wh) == {name: LSTM}
+
+
+def test_lost_catalog_never_costs_data(tmp_path):
+    """Issue 13 #2: with catalog.duckdb lost, vacuum and ingest used to start an empty
+    catalog and delete every data file. The lake's log is the truth: nothing it lists goes."""
+    from tracedb.api import Warehouse
+
+    wh = tmp_path / "wh"
+    ingest([make_run(tmp_path / "runs" / "a", LSTM).parent], wh)
+    before = data_files(wh)
+    (wh / "catalog.duckdb").unlink()
+    assert Warehouse(wh).vacuum(retention_hours=0) == []
+    assert data_files(wh) == before
+    (wh / "catalog.duckdb").unlink()
+    ingest([make_run(tmp_path / "runs2" / "b", DUMP).parent], wh)
+    assert all_counts(wh) == {"a": LSTM, "b": DUMP}
