@@ -414,3 +414,19 @@ def test_lost_catalog_never_costs_data(tmp_path):
     (wh / "catalog.duckdb").unlink()
     ingest([make_run(tmp_path / "runs2" / "b", DUMP).parent], wh)
     assert all_counts(wh) == {"a": LSTM, "b": DUMP}
+
+
+def test_writable_connection_is_a_private_copy(tmp_path):
+    """Warehouse.connect(read_only=False): the views work and scratch tables can be made,
+    without touching the shared snapshot."""
+    from tracedb.api import Warehouse
+
+    wh = tmp_path / "wh"
+    ingest([make_run(tmp_path / "runs" / "a", LSTM).parent], wh)
+    con = Warehouse(wh).connect(read_only=False)
+    con.execute("CREATE TABLE scratch AS SELECT name, count(*) n FROM kernels GROUP BY 1")
+    assert con.execute("SELECT sum(n) FROM scratch").fetchone()[0] == 755
+    assert con.execute("SELECT count(*) FROM files").fetchone()[0] == 1
+    con.close()
+    snap = duckdb.connect(str(wh / "catalog.duckdb"), read_only=True)
+    assert "scratch" not in {r[0] for r in snap.execute("SELECT table_name FROM duckdb_tables()").fetchall()}

@@ -110,12 +110,13 @@ def connect(warehouse: Path | None = None, read_only: bool = True, config: dict 
 
 
 def _copy_views(con: duckdb.DuckDBPyConnection) -> None:
-    for (name, sql) in con.execute(
-            "SELECT view_name, sql FROM duckdb_views() WHERE database_name = 'snap' AND NOT internal").fetchall():
-        con.execute(sql)
+    """Copy the attached snapshot `snap` into the in-memory database: tables, then views."""
     for (name,) in con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = 'snap'").fetchall():
         con.execute(f"CREATE TABLE {_ident(name)} AS SELECT * FROM snap.{_ident(name)}")
+    for (_name, sql) in con.execute(
+            "SELECT view_name, sql FROM duckdb_views() WHERE database_name = 'snap' AND NOT internal").fetchall():
+        con.execute(sql)
     con.execute("DETACH snap")
 
 
