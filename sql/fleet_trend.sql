@@ -1,5 +1,5 @@
 -- title: Fleet trend
--- description: One row per run in run order (runs.started_at, then ingested_at): total GPU kernel time, kernel and node counts, steps, mean step time (wall span of a step's ops and GPU activity), mean host and device step time (defined as in step_times), with the change from the previous run (XProf / HTA across-run trends).
+-- description: One row per run in run order (runs.started_at, then ingested_at): total GPU kernel time, kernel and node counts, steps (distinct step numbers), mean step time (wall span of a step's ops and GPU activity), mean host and device step time (defined as in step_times; the means are over every rank's steps, each rank's steps apart), with the change from the previous run (XProf / HTA across-run trends).
 -- param: model VARCHAR NULL Only runs with this model label (NULL: every run)
 WITH k AS (
     SELECT run_id, count(*) AS kernels, CAST(sum(duration_ns) AS BIGINT) AS gpu_kernel_ns
@@ -13,44 +13,44 @@ n AS (
     GROUP BY run_id
 ),
 spans AS (
-    SELECT run_id, step, start_ns, start_ns + duration_ns AS end_ns
+    SELECT run_id, rank, step, start_ns, start_ns + duration_ns AS end_ns
     FROM nodes
     WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
     UNION ALL
-    SELECT run_id, step, start_ns, start_ns + duration_ns AS end_ns
+    SELECT run_id, rank, step, start_ns, start_ns + duration_ns AS end_ns
     FROM kernels
     WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
 ),
 steps AS (
-    SELECT run_id, step, max(end_ns) - min(start_ns) AS wall_ns
+    SELECT run_id, rank, step, max(end_ns) - min(start_ns) AS wall_ns
     FROM spans
-    GROUP BY run_id, step
+    GROUP BY run_id, rank, step
 ),
 host AS (
     -- host step time: the step's first host op start to its last host op end
-    SELECT run_id, step, max(start_ns + duration_ns) - min(start_ns) AS host_ns
+    SELECT run_id, rank, step, max(start_ns + duration_ns) - min(start_ns) AS host_ns
     FROM nodes
     WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
-    GROUP BY run_id, step
+    GROUP BY run_id, rank, step
 ),
 dev AS (
-    SELECT run_id, step, min(start_ns) AS start_ns, max(start_ns + duration_ns) AS end_ns
+    SELECT run_id, rank, step, min(start_ns) AS start_ns, max(start_ns + duration_ns) AS end_ns
     FROM kernels
     WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
-    GROUP BY run_id, step
+    GROUP BY run_id, rank, step
 ),
 dev_steps AS (
     -- device step time: first GPU activity to the next step's first one (last step: its span)
-    SELECT run_id, step,
-           coalesce(lead(start_ns) OVER (PARTITION BY run_id ORDER BY step), end_ns) - start_ns AS device_ns
+    SELECT run_id, rank, step,
+           coalesce(lead(start_ns) OVER (PARTITION BY run_id, rank ORDER BY step), end_ns) - start_ns AS device_ns
     FROM dev
 ),
 s AS (
-    SELECT st.run_id, count(*) AS steps, avg(st.wall_ns) AS mean_step_ns,
+    SELECT st.run_id, count(DISTINCT st.step) AS steps, avg(st.wall_ns) AS mean_step_ns,
            avg(h.host_ns) AS mean_host_step_ns, avg(d.device_ns) AS mean_device_step_ns
     FROM steps st
-    LEFT JOIN host h ON h.run_id = st.run_id AND h.step = st.step
-    LEFT JOIN dev_steps d ON d.run_id = st.run_id AND d.step = st.step
+    LEFT JOIN host h ON h.run_id = st.run_id AND h.rank IS NOT DISTINCT FROM st.rank AND h.step = st.step
+    LEFT JOIN dev_steps d ON d.run_id = st.run_id AND d.rank IS NOT DISTINCT FROM st.rank AND d.step = st.step
     GROUP BY st.run_id
 ),
 t AS (

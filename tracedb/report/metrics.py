@@ -12,7 +12,10 @@
   op_type_time    CPU op-type time per step (host side)                     per run
 
 A run's steps are its numbered steps; what ran outside any step (warm-up, step NULL) is
-left out. A run without steps counts as one step. Within a side, a kernel that a run did
+left out. A run without steps counts as one step. Each rank's steps are samples of their own
+(issue 11 #3): a run of two ranks with 3 steps each gives 6 samples per device, one per
+(rank, step), never 3 steps with both ranks' work summed; the queries keep ranks apart,
+and rank NULL (a single trace without rank information) is one rank. Within a side, a kernel that a run did
 not launch in a step counts 0 there; a device, allocator or step data that a side lacks
 entirely makes the metric "not comparable" instead.
 """
@@ -103,9 +106,14 @@ def _run(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> list[dict]:
 
 
 def _steps(rows: list[dict]) -> list[dict]:
-    """The numbered steps' rows, or the one stepless row when the run has no steps."""
-    numbered = [r for r in rows if r["step"] is not None]
-    return numbered or rows
+    """Per rank, the numbered steps' rows, or the stepless row when the rank has no steps."""
+    by_rank = defaultdict(list)
+    for r in rows:
+        by_rank[r["rank"]].append(r)
+    out = []
+    for rank_rows in by_rank.values():
+        out += [r for r in rank_rows if r["step"] is not None] or rank_rows
+    return out
 
 
 class _Collector:
@@ -142,7 +150,7 @@ def _gpu(con, col: _Collector, side: str, run: str) -> None:
         kernel_rows[r["device"]].append(r)
     for device, rows in by_device.items():
         rows = _steps(rows)
-        steps = [r["step"] for r in rows]
+        steps = [(r["rank"], r["step"]) for r in rows]
         col.add(side, run, DEVICE_STEP, device, "", "ns",
                 [r["device_step_ns"] if r["device_step_ns"] is not None else r["span_ns"] for r in rows])
         col.add(side, run, BUSY, device, "", "ns", [r["busy_ns"] for r in rows])
@@ -151,7 +159,7 @@ def _gpu(con, col: _Collector, side: str, run: str) -> None:
         total, copies = [0.0] * len(steps), [0.0] * len(steps)
         per_kernel: dict[str, list[float]] = {}
         for k in kernel_rows[device]:
-            i = at.get(k["step"])
+            i = at.get((k["rank"], k["step"]))
             if i is None:
                 continue
             if k["kind"] == "kernel":
