@@ -46,35 +46,35 @@ prev AS (
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
     FROM clipped
 ),
-numbered AS (
-    SELECT *,
-           sum(CASE WHEN prev_end_ns IS NULL OR start_ns > prev_end_ns THEN 1 ELSE 0 END)
-               OVER (PARTITION BY run_id, rank, device, step ORDER BY start_ns, end_ns
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS island
-    FROM prev
-),
 islands AS (
-    SELECT run_id, rank, device, step, w_start, w_end, island,
-           min(start_ns) AS start_ns, max(end_ns) AS end_ns,
-           count(*) AS activities, sum(end_ns - start_ns) AS activity_ns
-    FROM numbered
-    GROUP BY run_id, rank, device, step, w_start, w_end, island
+    -- The busy union without numbering islands (a second window) and grouping by them: an
+    -- island opens at a row starting after prev_end_ns, the island before it closes at that
+    -- prev_end_ns (islands are disjoint, so the latest earlier end is the previous island's
+    -- end), and the last island closes at the window's last end.
+    SELECT run_id, rank, device, step, w_start, w_end,
+           count(*) AS activities,
+           sum(end_ns - start_ns) AS activity_ns,
+           count(CASE WHEN prev_end_ns IS NULL OR start_ns > prev_end_ns THEN 1 END) AS busy_intervals,
+           max(end_ns) + sum(CASE WHEN start_ns > prev_end_ns THEN prev_end_ns - start_ns
+                                  WHEN prev_end_ns IS NULL THEN 0 - start_ns
+                                  ELSE 0 END) AS busy_ns
+    FROM prev
+    GROUP BY run_id, rank, device, step, w_start, w_end
 )
 SELECT
     run_id,
     rank,
     device,
     step,
-    CAST(sum(activities) AS BIGINT) AS activities,
-    CAST(sum(activity_ns) AS BIGINT) AS activity_ns,
+    CAST(activities AS BIGINT) AS activities,
+    CAST(activity_ns AS BIGINT) AS activity_ns,
     w_start AS start_ns,
     w_end AS end_ns,
     w_end - w_start AS span_ns,
-    CAST(sum(end_ns - start_ns) AS BIGINT) AS busy_ns,
-    CAST(w_end - w_start - sum(end_ns - start_ns) AS BIGINT) AS idle_ns,
-    round(100.0 * sum(end_ns - start_ns) / nullif(w_end - w_start, 0), 2) AS busy_pct,
-    count(*) AS busy_intervals,
+    CAST(busy_ns AS BIGINT) AS busy_ns,
+    CAST(w_end - w_start - busy_ns AS BIGINT) AS idle_ns,
+    round(100.0 * busy_ns / nullif(w_end - w_start, 0), 2) AS busy_pct,
+    busy_intervals,
     CASE WHEN step IS NOT NULL THEN w_end - w_start END AS device_step_ns
 FROM islands
-GROUP BY run_id, rank, device, step, w_start, w_end
 ORDER BY run_id, rank NULLS LAST, device, step NULLS LAST

@@ -25,18 +25,26 @@ g AS (
         max(duration_ns) AS max_ns
     FROM k
     GROUP BY run_id, device, kind, name
+),
+dev AS (
+    -- A GROUP BY joined back, not sum() OVER (PARTITION BY run_id, device): DuckDB plans that
+    -- window as a self-join whose second scan reads every run's files even for one run.
+    SELECT run_id, device, sum(total_ns) AS device_ns
+    FROM g
+    GROUP BY run_id, device
 )
 SELECT
-    run_id,
-    device,
-    kind,
-    name,
-    instances,
-    total_ns,
-    avg_ns,
-    min_ns,
-    max_ns,
-    round(100.0 * total_ns / nullif(sum(total_ns) OVER (PARTITION BY run_id, device), 0), 2) AS time_pct
+    g.run_id,
+    g.device,
+    g.kind,
+    g.name,
+    g.instances,
+    g.total_ns,
+    g.avg_ns,
+    g.min_ns,
+    g.max_ns,
+    round(100.0 * g.total_ns / nullif(d.device_ns, 0), 2) AS time_pct
 FROM g
-ORDER BY run_id, device, total_ns DESC, kind, name
+JOIN dev d ON d.run_id IS NOT DISTINCT FROM g.run_id AND d.device IS NOT DISTINCT FROM g.device
+ORDER BY g.run_id, g.device, g.total_ns DESC, g.kind, g.name
 LIMIT $limit

@@ -17,30 +17,33 @@ WITH k AS (
       AND ($kind IS NULL OR kind = $kind)
 ),
 prev AS (
-    -- Merge each stream's own intervals first, so a stream counts once however its rows overlap.
-    SELECT *,
+    -- Merge each stream's own intervals, so a stream counts once however its rows overlap:
+    -- ordered by start, a row that starts after every earlier row of its stream has ended
+    -- opens a new island of that stream.
+    SELECT run_id, device, start_ns,
            max(end_ns) OVER (PARTITION BY run_id, device, stream ORDER BY start_ns, end_ns
                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
     FROM k
 ),
-numbered AS (
-    SELECT *,
-           sum(CASE WHEN prev_end_ns IS NULL OR start_ns > prev_end_ns THEN 1 ELSE 0 END)
-               OVER (PARTITION BY run_id, device, stream ORDER BY start_ns, end_ns
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS island
-    FROM prev
-),
-islands AS (
-    SELECT run_id, device, stream, min(start_ns) AS start_ns, max(end_ns) AS end_ns
-    FROM numbered
-    GROUP BY run_id, device, stream, island
+per_stream AS (
+    SELECT run_id, device, stream, max(end_ns) AS last_end_ns
+    FROM k
+    GROUP BY run_id, device, stream
 ),
 edges AS (
+    -- Island edges straight from `prev` (no second window, no GROUP BY per island): an island
+    -- opens (+1) at a row that starts after prev_end_ns; the island before it closes (-1) at
+    -- that prev_end_ns (islands are disjoint, so the latest earlier end is the previous
+    -- island's end); a stream's last island closes at the stream's last end.
     SELECT run_id, device, ts_ns, sum(delta) AS delta
     FROM (
-        SELECT run_id, device, start_ns AS ts_ns, 1 AS delta FROM islands
+        SELECT run_id, device, start_ns AS ts_ns, 1 AS delta
+        FROM prev WHERE prev_end_ns IS NULL OR start_ns > prev_end_ns
         UNION ALL
-        SELECT run_id, device, end_ns AS ts_ns, -1 AS delta FROM islands
+        SELECT run_id, device, prev_end_ns AS ts_ns, -1 AS delta
+        FROM prev WHERE start_ns > prev_end_ns
+        UNION ALL
+        SELECT run_id, device, last_end_ns AS ts_ns, -1 AS delta FROM per_stream
     ) e
     GROUP BY run_id, device, ts_ns
 ),
@@ -53,8 +56,8 @@ segments AS (
     FROM edges
 ),
 streams AS (
-    SELECT run_id, device, count(DISTINCT stream) AS streams
-    FROM k
+    SELECT run_id, device, count(*) AS streams
+    FROM per_stream
     GROUP BY run_id, device
 ),
 totals AS (

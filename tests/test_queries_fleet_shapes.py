@@ -1,9 +1,11 @@
 """Canned queries rewritten for fleet scale (issue 12) give the rows of their old text.
 
 `data/sql_before_issue12/` holds the queries as they were: top_kernels with an exact
-median from row_number() windows, top_ops with a window total that DuckDB turns into a
-self-join reading every run's files, megengine_op_types joining `nodes` without the run
-filter. The new ones must return identical tables (values, types, order) on the seed
+median from row_number() windows, top_ops and kernel_summary with a window total that
+DuckDB turns into a self-join reading every run's files, megengine_op_types joining
+`nodes` without the run filter, stream_overlap and gpu_busy_idle numbering busy islands
+with a second window and grouping by them, collectives merging every compute kernel of a
+device into islands before looking at the collectives. The new ones must return identical tables (values, types, order) on the seed
 warehouse and on a small fleet, for every run and for the whole fleet; speed is measured
 in bench/, not here.
 """
@@ -24,10 +26,21 @@ from tracedb.ingest import ingest
 from conftest import scenario
 
 BEFORE = Path(__file__).parent / "data" / "sql_before_issue12"
-NAMES = ["top_kernels", "top_ops", "megengine_op_types"]
+NAMES = ["top_kernels", "top_ops", "megengine_op_types",
+         "stream_overlap", "collectives", "gpu_busy_idle", "kernel_summary"]
+# Besides run_id (every run and NULL), limit and order_by: the other parameters, each
+# alone, then step windows with a device and a kind together.
+VARIATIONS = [{}, {"device": "GPU:0"}, {"kind": None}, {"kind": "kernel"}, {"kind": "memcpy"},
+              {"step_from": 1}, {"step_to": 1}, {"step_from": 1, "step_to": 2}, {"step_from": 2, "step_to": 2},
+              {"step_from": 0, "step_to": 3, "device": "GPU:0", "kind": "kernel"},
+              {"step_from": 5}, {"step_to": 5}, {"step_from": 552, "step_to": 552},
+              {"step_from": 551, "device": "GPU:1"},
+              {"name_like": "%gemm%"}, {"name_like": "%"}]
 # Three formats, two runs each; the same trace twice makes ties across runs.
 FLEET = {f"{name}_{i}": name for name in ("kineto_h200_fp32", "tf_stepstats_gpu_streams",
                                           "megengine_graph_profile") for i in (1, 2)}
+# NCCL traces (one and two ranks): collectives overlapping compute on other streams.
+NCCL = ["hta_nccl_allreduce", "hta_nccl_two_ranks"]
 
 
 @pytest.fixture(scope="module")
@@ -35,18 +48,25 @@ def fleet(tmp_path_factory) -> Path:
     wh = tmp_path_factory.mktemp("fleet") / "wh"
     for run_id, name in FLEET.items():
         assert ingest([scenario(name)], wh, run_id=run_id).ok
+    for name in NCCL:
+        assert ingest([Path(__file__).parent / "data" / name], wh, run_id=name).ok
     return wh
 
 
 def param_sets(cq, runs):
-    choices = cq.param("order_by").choices if any(p.name == "order_by" for p in cq.params) else [None]
+    names = {p.name for p in cq.params}
+    choices = cq.param("order_by").choices if "order_by" in names else [None]
+    variations = [v for v in VARIATIONS if set(v) <= names]
     for run in [None, *runs]:
         for order in choices:
-            for limit in (5, 100000):
-                values = {"run_id": run, "limit": limit}
-                if order:
-                    values["order_by"] = order
-                yield values
+            for limit in ((5, 100000) if "limit" in names else (None,)):
+                for extra in variations:
+                    values = {"run_id": run, **extra}
+                    if limit is not None:
+                        values["limit"] = limit
+                    if order:
+                        values["order_by"] = order
+                    yield values
 
 
 @pytest.mark.parametrize("where", ["seed", "fleet"])
@@ -64,6 +84,10 @@ def test_rows_identical_to_the_old_query(name, where, seed_warehouse, fleet):
         assert got.equals(want), (name, values)
         nonempty += got.num_rows > 0
     assert nonempty >= 3  # the comparison saw real rows, not only empty tables
+    if name == "collectives" and where == "fleet":  # collectives partly overlapped by compute
+        rows = q.execute(con, new, q.bind(new, {})).to_pylist()
+        assert {r["run_id"] for r in rows} == set(NCCL)
+        assert any(0 < r["overlapped_ns"] < r["total_ns"] for r in rows)
 
 
 def _files_read(con, cq, values) -> list[int]:
@@ -73,6 +97,7 @@ def _files_read(con, cq, values) -> list[int]:
 
 
 @pytest.mark.parametrize("name,run", [("top_ops", "tf_stepstats_gpu_streams"),
+                                      ("kernel_summary", "kineto_h200_fp32"),
                                       ("top_kernels", "kineto_h200_fp32"),
                                       ("megengine_op_types", "megengine_graph_profile")])
 def test_one_run_reads_only_that_runs_files(name, run, seed_warehouse, fleet):
@@ -84,8 +109,8 @@ def test_one_run_reads_only_that_runs_files(name, run, seed_warehouse, fleet):
     if not counts:
         pytest.skip("this DuckDB's plan does not report files read")
     assert counts == _files_read(other, cq, q.bind(cq, {"run_id": run + "_1"}))
-    if name == "top_ops":  # the old text read every run's files in one of its scans
-        old = q.load(BEFORE / "top_ops.sql")
+    if name in ("top_ops", "kernel_summary"):  # the old text read every run's files in one of its scans
+        old = q.load(BEFORE / f"{name}.sql")
         assert (_files_read(seed, old, q.bind(old, {"run_id": run}))
                 != _files_read(other, old, q.bind(old, {"run_id": run + "_1"})))
 

@@ -1,0 +1,81 @@
+-- title: Collectives
+-- description: Communication kernels (NCCL/RCCL, all-reduce, all-gather, reduce-scatter, all-to-all, by name) per run, device and name: instances, time, share of all kernel time, and how much of it overlaps non-collective kernels running at the same time on other streams versus exposed (HTA communication/computation overlap).
+-- param: run_id VARCHAR NULL Only this run (NULL: every run)
+-- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
+-- param: name_like VARCHAR NULL Also count kernels whose name matches this LIKE pattern as collectives
+-- param: step_from BIGINT NULL Only kernels launched in steps >= this (NULL: from the first)
+-- param: step_to BIGINT NULL Only kernels launched in steps <= this (NULL: to the last)
+WITH k AS (
+    SELECT run_id, device, stream, name, start_ns, start_ns + duration_ns AS end_ns, duration_ns,
+           CASE
+               WHEN lower(name) LIKE '%nccl%'
+                 OR lower(name) LIKE '%allreduce%' OR lower(name) LIKE '%all_reduce%' OR lower(name) LIKE '%all-reduce%'
+                 OR lower(name) LIKE '%allgather%' OR lower(name) LIKE '%all_gather%' OR lower(name) LIKE '%all-gather%'
+                 OR lower(name) LIKE '%reducescatter%' OR lower(name) LIKE '%reduce_scatter%' OR lower(name) LIKE '%reduce-scatter%'
+                 OR lower(name) LIKE '%alltoall%' OR lower(name) LIKE '%all_to_all%' OR lower(name) LIKE '%all-to-all%'
+                 OR ($name_like IS NOT NULL AND name LIKE $name_like)
+               THEN 1 ELSE 0
+           END AS is_collective
+    FROM kernels
+    WHERE kind = 'kernel' AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
+      AND ($run_id IS NULL OR run_id = $run_id)
+      AND ($device IS NULL OR device = $device)
+      AND ($step_from IS NULL OR step >= $step_from)
+      AND ($step_to IS NULL OR step <= $step_to)
+),
+totals AS (
+    SELECT run_id, device, sum(duration_ns) AS kernel_ns
+    FROM k
+    GROUP BY run_id, device
+),
+coll AS (
+    SELECT run_id, device, stream, name, start_ns, end_ns, duration_ns,
+           row_number() OVER (ORDER BY run_id, device, stream, start_ns, end_ns, name) AS instance
+    FROM k
+    WHERE is_collective = 1
+),
+prev AS (
+    -- Union of the compute (non-collective) kernels, as disjoint busy islands. Kernels on one
+    -- stream run one after another, so what overlaps a collective runs on another stream.
+    SELECT run_id, device, start_ns, end_ns,
+           max(end_ns) OVER (PARTITION BY run_id, device ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+    FROM k
+    WHERE is_collective = 0
+),
+numbered AS (
+    SELECT *,
+           sum(CASE WHEN prev_end_ns IS NULL OR start_ns > prev_end_ns THEN 1 ELSE 0 END)
+               OVER (PARTITION BY run_id, device ORDER BY start_ns, end_ns
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS island
+    FROM prev
+),
+compute AS (
+    SELECT run_id, device, min(start_ns) AS start_ns, max(end_ns) AS end_ns
+    FROM numbered
+    GROUP BY run_id, device, island
+),
+overlap AS (
+    SELECT c.instance, c.run_id, c.device, c.name, c.duration_ns,
+           sum(CASE WHEN x.start_ns IS NULL THEN 0
+                    ELSE least(c.end_ns, x.end_ns) - greatest(c.start_ns, x.start_ns) END) AS overlap_ns
+    FROM coll c
+    LEFT JOIN compute x
+      ON x.run_id = c.run_id AND x.device = c.device
+     AND x.start_ns < c.end_ns AND x.end_ns > c.start_ns
+    GROUP BY c.instance, c.run_id, c.device, c.name, c.duration_ns
+)
+SELECT
+    o.run_id,
+    o.device,
+    o.name,
+    count(*) AS instances,
+    CAST(sum(o.duration_ns) AS BIGINT) AS total_ns,
+    round(100.0 * sum(o.duration_ns) / nullif(max(t.kernel_ns), 0), 2) AS kernel_time_pct,
+    CAST(sum(o.overlap_ns) AS BIGINT) AS overlapped_ns,
+    CAST(sum(o.duration_ns) - sum(o.overlap_ns) AS BIGINT) AS exposed_ns,
+    round(100.0 * sum(o.overlap_ns) / nullif(sum(o.duration_ns), 0), 2) AS overlap_pct
+FROM overlap o
+JOIN totals t ON t.run_id = o.run_id AND t.device = o.device
+GROUP BY o.run_id, o.device, o.name
+ORDER BY o.run_id, o.device, total_ns DESC, o.name
