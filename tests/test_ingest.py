@@ -339,3 +339,20 @@ def test_the_forkserver_preloads_every_reader():
     from tracedb import formats, workers
 
     assert workers.PRELOAD == ["tracedb.ingest"] + [f"tracedb.formats.{m}" for m in formats.FORMAT_MODULES]
+
+
+def test_killed_parallel_ingest_leaves_no_workers_behind(tmp_path):
+    """SIGKILL of `tracedb ingest --jobs 2` mid-commit: its workers (children of the
+    forkserver, not of the killed process) exit too, so whoever waits for the command's
+    output is not left hanging on pipes they hold open."""
+    import os
+    import subprocess
+    import sys
+
+    runs = make_runs(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           "TRACEDB_CRASH_AT": "ingest_after_add"}
+    proc = subprocess.run([sys.executable, "-m", "tracedb.cli", "ingest", str(runs), "--warehouse",
+                           str(tmp_path / "wh"), "--jobs", "2", "--quiet"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == -9, proc.stderr

@@ -15,6 +15,8 @@ import multiprocessing
 import os
 import shutil
 import tempfile
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -42,10 +44,31 @@ def start() -> None:
     forkserver.ensure_running()
 
 
-def _worker_init(env: dict) -> None:
+def _worker_init(env: dict, caller: int) -> None:
     # The forkserver keeps the environment of its own start; the caller's may have changed.
     os.environ.clear()
     os.environ.update(env)
+    threading.Thread(target=_exit_with, args=(caller,), daemon=True).start()
+
+
+def _exit_with(caller: int) -> None:
+    """Exit when the ingesting process is gone (SIGKILL, OOM kill). A worker's parent is the
+    forkserver, not the caller, and a pool worker waits for tasks forever: without this it
+    would outlive the caller, holding its stdout/stderr open (a shell or
+    `subprocess.run(capture_output=True)` waiting for them would hang) and the forkserver
+    alive. A killed caller stays a zombie until reaped, hence its state, not just its pid."""
+    stat = Path(f"/proc/{caller}/stat")
+    while True:
+        time.sleep(0.5)
+        try:
+            if not stat.exists():
+                os.kill(caller, 0)  # no /proc (not Linux): the pid alone
+            elif stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                os._exit(1)
+        except (ProcessLookupError, FileNotFoundError):
+            os._exit(1)
+        except OSError:
+            pass
 
 
 def _in_worker(fn, arg, marker: str):
@@ -82,7 +105,8 @@ class Workers:
         self.pool = self._pool(n)
 
     def _pool(self, n: int) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(n, mp_context=context(), initializer=_worker_init, initargs=(dict(os.environ),))
+        return ProcessPoolExecutor(n, mp_context=context(), initializer=_worker_init,
+                                   initargs=(dict(os.environ), os.getpid()))
 
     def submit(self, key: str, fn: Callable, arg, dead: Callable) -> None:
         task = self.tasks[key] = _Task(fn, arg, dead)
