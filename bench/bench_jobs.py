@@ -1,6 +1,6 @@
 """`tracedb ingest --jobs 2` against `--jobs 1` on 24 runs (issue 12 item 5).
 
-    python bench/bench_jobs.py [--runs 24] [--repeat 3] [--jobs 2]
+    python bench/bench_jobs.py [--runs 24] [--repeat 3] [--jobs 2] [--runs-dir DIR]
 
 Builds --runs run folders from the shipped real traces (tests/data: Kineto H200, TF
 StepStats with GPU streams, MegEngine, XSpace, TF RunMetadata text, in turn; one trace
@@ -8,6 +8,8 @@ and a run.json each), then times the whole `tracedb ingest` command, as a user r
 (fresh process, fresh warehouse, so start-up and the worker pool's start are counted),
 with --jobs 1 and --jobs N interleaved --repeat times, and prints each round's ratio and
 the median. The machine may be shared: only the interleaved ratios mean anything.
+--runs-dir DIR ingests an existing runs folder instead, e.g. 24 fleet runs
+(`bench/build_fleet.py OUT --runs 24 --kernels 3000`, then --runs-dir OUT/traces).
 """
 
 from __future__ import annotations
@@ -57,13 +59,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=24)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--runs-dir", type=Path, help="ingest this runs folder instead of building one")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     tmp = Path(tempfile.mkdtemp(prefix="tracedb-jobs-"))
     try:
-        runs = build(tmp / "runs", args.runs)
+        runs = args.runs_dir.resolve() if args.runs_dir else build(tmp / "runs", args.runs)
         mb = sum(f.stat().st_size for f in runs.rglob("*") if f.is_file()) / 1e6
-        print(f"{args.runs} runs, {mb:.1f} MB of traces; {os.cpu_count()} cores, "
+        n = sum(1 for d in runs.iterdir() if d.is_dir())
+        print(f"{n} runs in {runs}, {mb:.1f} MB of traces; {os.cpu_count()} cores, "
               f"load average {os.getloadavg()[0]:.1f} at start")
         print(f"{'round':>5} {'--jobs 1 s':>10} {f'--jobs {args.jobs} s':>10} {'ratio':>6}")
         ratios, one, many = [], [], []

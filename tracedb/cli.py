@@ -105,10 +105,10 @@ def ingest(
     """
     if jobs is None:  # the cores this process may use
         jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if jobs > 1 and not dry_run:
+    if jobs > 1 and not dry_run and (len(paths) > 1 or paths[0].is_dir()):  # likely several files
         from tracedb import workers
 
-        workers.start()  # its imports overlap ours (bench/bench_jobs.py)
+        workers.start()  # the forkserver's imports (~1 s) overlap ours (bench/bench_jobs.py)
     from tracedb.progress import IngestReporter, found_lines
 
     wh = _wh(warehouse)

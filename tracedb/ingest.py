@@ -316,18 +316,18 @@ def ingest(
     for problems with the request itself (no such path, warehouse cannot be opened).
     `on_plan` sees the runs found before anything is read; `on_file` each file as it is
     read, `on_run` each run as it lands (progress reporting)."""
-    if jobs > 1:
-        workers.start()  # the forkserver's imports overlap discovery and opening the lake
     warehouse = Path(warehouse or catalog.default_warehouse())
     runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
     if on_plan:
         on_plan(runs)
     if jobs < 1:
         raise TracedbError("--jobs must be at least 1")
+    n_files = sum(len(run.files) for run in runs)
+    if min(jobs, n_files) > 1:
+        workers.start()  # the forkserver's imports (~1 s) overlap opening the lake
     store = catalog.open_lake(warehouse, create=True)
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     summaries: list[RunSummary] = []
-    n_files = sum(len(run.files) for run in runs)
     pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
     pending: list[tuple[lake.RunCommit, RunSummary]] = []
     try:
