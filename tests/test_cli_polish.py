@@ -52,7 +52,7 @@ def test_help_has_an_example_and_plain_types(command):
 
 def test_defaults_are_shown():
     out = runner.invoke(app, ["ingest", "--help"]).output
-    assert re.search(r"--jobs N\s+Parallel reader processes\s+\[default: 1\]", out)
+    assert re.search(r"--jobs N\s+Parallel reader processes\s+\[default: the number of\s+cores\]", out)
     assert "[default: $TRACEDB_WAREHOUSE, else ./tracedb-warehouse]" in " ".join(out.split())
     assert "PATH..." in out.splitlines()[0]
 

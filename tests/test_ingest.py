@@ -299,3 +299,60 @@ def test_disk_full_keeps_the_previous_run_and_blames_the_warehouse(tmp_path, war
     assert "warehouse" in r.stderr and "File too large" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert counts(warehouse)["nodes"] == 178 and counts(warehouse)["kernels"] == 0
+
+
+def test_a_dying_worker_costs_only_its_file(tmp_path):
+    """A reader process that dies mid-read (as the OOM killer or a native crash would
+    leave it: TRACEDB_CRASH_AT SIGKILLs the worker reading that file) gives that file a
+    one-line error; every other run still lands, and no BrokenProcessPool traceback."""
+    import os
+    import subprocess
+    import sys
+
+    runs = tmp_path / "runs"
+    for i, name in enumerate(["node_shape_dump", "node_name_list", "megengine_graph_profile",
+                              "tf_runmetadata_text", "kineto_h200_fp32"]):
+        (runs / f"r{i}").mkdir(parents=True)
+        shutil.copy(scenario(name), runs / f"r{i}" / scenario(name).name)
+    doomed = scenario("megengine_graph_profile").name
+    wh = tmp_path / "wh"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           "TRACEDB_CRASH_AT": f"reading {doomed}"}
+    proc = subprocess.run([sys.executable, "-m", "tracedb.cli", "ingest", str(runs), "--warehouse", str(wh),
+                           "--jobs", "2", "--quiet"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenProcessPool" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert errors == [f"error: {runs / 'r2' / doomed}: the worker process reading this file died (killed, e.g. for "
+                      "running out of memory, or a crash in native code); the other files went on"], proc.stderr
+    con = catalog.connect(wh)
+    try:
+        landed = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
+        failed = con.execute("SELECT run_id, path, status FROM files WHERE status = 'error'").fetchall()
+    finally:
+        con.close()
+    assert landed == ["r0", "r1", "r3", "r4"]
+    assert failed == [("r2", doomed, "error")]
+
+
+def test_the_forkserver_preloads_every_reader():
+    from tracedb import formats, workers
+
+    assert workers.PRELOAD == ["tracedb.ingest"] + [f"tracedb.formats.{m}" for m in formats.FORMAT_MODULES]
+
+
+def test_killed_parallel_ingest_leaves_no_workers_behind(tmp_path):
+    """SIGKILL of `tracedb ingest --jobs 2` mid-commit: its workers (children of the
+    forkserver, not of the killed process) exit too, so whoever waits for the command's
+    output is not left hanging on pipes they hold open."""
+    import os
+    import subprocess
+    import sys
+
+    runs = make_runs(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           "TRACEDB_CRASH_AT": "ingest_after_add"}
+    proc = subprocess.run([sys.executable, "-m", "tracedb.cli", "ingest", str(runs), "--warehouse",
+                           str(tmp_path / "wh"), "--jobs", "2", "--quiet"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == -9, proc.stderr

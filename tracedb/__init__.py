@@ -1,7 +1,6 @@
 """tracedb: a columnar warehouse for ML profiler traces with a SQL interface."""
 
 from tracedb.errors import TracedbError
-from tracedb.schema import SCHEMA_VERSION
 
 __version__ = "0.1.0"
 
@@ -9,9 +8,14 @@ __all__ = ["TracedbError", "SCHEMA_VERSION", "Warehouse", "__version__"]
 
 
 def __getattr__(name: str):
-    # Lazy: `import tracedb` stays cheap for the CLI; the API pulls in duckdb on first use.
+    # Lazy: `import tracedb` stays cheap for the CLI (issue 12 item 6); the API pulls in
+    # duckdb on first use, SCHEMA_VERSION pyarrow (tracedb.schema).
     if name == "Warehouse":
         from tracedb.api import Warehouse
 
         return Warehouse
+    if name == "SCHEMA_VERSION":
+        from tracedb.schema import SCHEMA_VERSION
+
+        return SCHEMA_VERSION
     raise AttributeError(name)

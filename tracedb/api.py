@@ -13,21 +13,24 @@ DataFrames when those are installed):
     wh.report(baseline=["day1"], candidate=["day2"]).has_regression
 
 Errors are `tracedb.TracedbError` with a one-line message.
+
+Imports are lazy (issue 12 item 6): `tracedb queries` must not load duckdb, pyarrow or the
+lake, and `tracedb query` not the ingest path (measured in bench/bench_startup.py).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
-import duckdb
-import pyarrow as pa
-
-from tracedb import catalog, query
-from tracedb.ingest import FileResult, IngestSummary, RunSummary, ingest
-
 if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+
+    from tracedb import query
     from tracedb.discover import RunSpec
+    from tracedb.ingest import FileResult, IngestSummary, RunSummary
     from tracedb.report import Report
 
 _RUNS_SQL = """
@@ -47,7 +50,8 @@ class Warehouse:
     """A tracedb warehouse folder: `path`, else $TRACEDB_WAREHOUSE, else ./tracedb-warehouse."""
 
     def __init__(self, path: str | Path | None = None):
-        self.path = Path(path) if path is not None else catalog.default_warehouse()
+        # = catalog.default_warehouse(), without importing duckdb for `tracedb queries`
+        self.path = Path(path) if path is not None else Path(os.environ.get("TRACEDB_WAREHOUSE") or "tracedb-warehouse")
 
     def __repr__(self) -> str:
         return f"Warehouse({str(self.path)!r})"
@@ -72,6 +76,8 @@ class Warehouse:
         the runs found, each file read, each run committed. Problems with single files are
         in the summary's `errors`; a run with a failing file keeps its previous version
         unless partial=True. A bad request raises TracedbError."""
+        from tracedb.ingest import ingest
+
         return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs,
                       exclude=exclude, partial=partial, on_plan=on_plan, on_file=on_file, on_run=on_run)
 
@@ -80,10 +86,14 @@ class Warehouse:
     def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with the views ready (close it when done). Not sandboxed:
         it is your own process's connection (`tracedb.query.sandbox(con, path)` locks it)."""
+        from tracedb import catalog
+
         return catalog.connect(self.path, read_only=read_only)
 
     def queries(self) -> list[query.CannedQuery]:
         """The canned queries (`sql/*.sql`) with their titles and parameters."""
+        from tracedb import query
+
         return query.list_queries()
 
     def query(self, name: str | query.CannedQuery, output: str = "arrow", allow_external: bool = False,
@@ -92,6 +102,8 @@ class Warehouse:
         arguments (strings are converted to the parameter's type). `output`: arrow,
         pandas (nullable integer columns) or polars. Sandboxed like `sql` unless
         allow_external=True."""
+        from tracedb import query
+
         return query.run_query(name, params, self.path, output=output, allow_external=allow_external)
 
     def sql(self, sql: str, output: str = "arrow", allow_external: bool = False, **params: Any):
@@ -100,6 +112,8 @@ class Warehouse:
         The SQL runs sandboxed: it reads only this warehouse's data and cannot write files,
         attach databases or read other files (`/etc/passwd`, URLs); allow_external=True
         lifts that for SQL you trust (e.g. joining a CSV of your own)."""
+        from tracedb import query
+
         return query.run_query(query.parse(sql, "sql"), params, self.path, output=output,
                                allow_external=allow_external)
 
@@ -107,10 +121,14 @@ class Warehouse:
         """A canned query's SQL for another engine (spark, trino, ...), header kept: with
         `params` (a dict, may be empty) every parameter is inlined as a literal, defaults too;
         without, each stays the engine's own placeholder."""
+        from tracedb import query
+
         return query.transpile(name if isinstance(name, query.CannedQuery) else query.load(name), dialect, params)
 
     def runs(self, output: str = "arrow"):
         """One row per run: files, formats, rows per table, failed files, labels."""
+        from tracedb import query
+
         return query.run_query(query.parse(_RUNS_SQL, "runs"), {}, self.path, output=output)
 
     def rm(self, *run_ids: str) -> list[str]:

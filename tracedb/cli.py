@@ -6,6 +6,7 @@ regression). Help is plain text (`tracedb.clihelp`) with an example per command.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -84,7 +85,8 @@ def ingest(
     paths: List[Path] = typer.Argument(..., metavar="PATH...", help="Runs folder(s), run folder (with --run-id) or trace file(s)"),
     warehouse: Optional[Path] = WarehouseOpt,
     run_id: Optional[str] = typer.Option(None, "--run-id", metavar="ID", help="Run id for a single file or folder"),
-    jobs: int = typer.Option(1, "--jobs", "-j", metavar="N", help="Parallel reader processes"),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", metavar="N", show_default=False,
+                                       help="Parallel reader processes [default: the number of cores]"),
     exclude: List[str] = typer.Option([], "--exclude", "-x", metavar="GLOB", show_default=False,
                                       help="Skip files matching this glob (name or a trailing part of the path), e.g. '*.md'; repeatable"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only print the runs and files found (and what is skipped); read nothing"),
@@ -101,6 +103,12 @@ def ingest(
     Example: tracedb ingest runs/ --warehouse wh --jobs 4 --exclude '*.md'
     Example: tracedb ingest logdir/ --dry-run
     """
+    if jobs is None:  # the cores this process may use
+        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if jobs > 1 and not dry_run and (len(paths) > 1 or paths[0].is_dir()):  # likely several files
+        from tracedb import workers
+
+        workers.start()  # the forkserver's imports (~1 s) overlap ours (bench/bench_jobs.py)
     from tracedb.progress import IngestReporter, found_lines
 
     wh = _wh(warehouse)

@@ -6,15 +6,27 @@ folders, with no lock held; then, per group of runs, the lake commits them (Delt
 under the commit lock, see `tracedb.lake` for the publish protocol) and the catalog
 publishes a new DuckDB snapshot. A file that fails is recorded with a one-line error and
 leaves nothing behind, while the run's other files still land.
+
+## Parallel reading (`--jobs N`, the CLI's default: one per core)
+
+Sniffing, hashing and reading each file run in worker processes; only discovery, the
+commits and the snapshot stay in the caller. The workers are forked from a forkserver
+that imported the readers once (`set_forkserver_preload`), so a worker starts in a few
+ms instead of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each under
+`spawn`, which made `--jobs 2` no faster than `--jobs 1`); and unlike a plain fork of the
+caller, no DuckDB or Arrow thread's lock can be inherited mid-use. Workers get the
+caller's environment at the start of each ingest. Commits go on in the caller while the
+workers read the next runs. A worker that dies (out-of-memory kill, a crash in native
+code) costs only the file it was reading: the pool is rebuilt, the files it held are
+re-read one at a time, and the one that kills its process again gets a one-line error.
+Measured with `bench/bench_jobs.py` (24 runs, see bench/RESULTS.md).
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import json
 import secrets
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +39,7 @@ from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
 from tracedb.store import FileWriter
 from tracedb.validate import Validator
+from tracedb import workers
 
 # A commit lands at most this many runs, and at least every this many seconds.
 COMMIT_EVERY_RUNS = 50
@@ -201,19 +214,23 @@ def _store(fn, *args):
                              f"{e.strerror or e} (the source file is not at fault)") from e
 
 
-def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int) -> list[_Job]:
-    """Sniff every file (cheap) so each file knows its ordinal among its format's files."""
+def _sniff(path: Path) -> tuple[str | None, str | None]:
+    """(format name, None) or (None, the one-line reason no format claims the file)."""
+    try:
+        return formats.detect(path).NAME, None
+    except TraceFormatError as e:
+        return None, str(e)
+    except OSError as e:
+        return None, f"cannot read: {e.strerror or e}"
+
+
+def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int,
+          sniffed: list[tuple[str | None, str | None]]) -> list[_Job]:
+    """Each file with its sniffed format and its ordinal among the run's files of that format."""
     jobs: list[_Job] = []
     counts: dict[str, int] = {}
-    for i, path in enumerate(run.files):
+    for i, (path, (fmt, err)) in enumerate(zip(run.files, sniffed)):
         rel = run.rel(path)
-        fmt, err = None, None
-        try:
-            fmt = formats.detect(path).NAME
-        except TraceFormatError as e:
-            err = str(e)
-        except OSError as e:
-            err = f"cannot read: {e.strerror or e}"
         ordinal = counts.get(fmt, 0) if fmt else 0
         if fmt:
             counts[fmt] = ordinal + 1
@@ -225,6 +242,10 @@ def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int) -> list[_J
         for j, (rank, note) in zip(kineto, fallback_ranks([j.path for j in kineto])):
             j.rank, j.rank_note = rank, note
     return jobs
+
+
+_DIED = ("the worker process reading this file died (killed, e.g. for running out of memory, "
+         "or a crash in native code); the other files went on")
 
 
 def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
@@ -290,23 +311,29 @@ def ingest(
         on_plan(runs)
     if jobs < 1:
         raise TracedbError("--jobs must be at least 1")
+    n_files = sum(len(run.files) for run in runs)
+    if min(jobs, n_files) > 1:
+        workers.start()  # the forkserver's imports (~1 s) overlap opening the lake
     store = catalog.open_lake(warehouse, create=True)
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     summaries: list[RunSummary] = []
-    # spawn, not fork: this process already runs DuckDB and Arrow threads, and a forked
-    # child could inherit a lock one of them held.
-    pool: Executor | None = (
-        ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
-        if jobs > 1 else None
-    )
+    pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
     pending: list[tuple[lake.RunCommit, RunSummary]] = []
     try:
         planned, index = [], 0
+        if pool:  # every sniff first (a few ms each), so reads can be queued run by run
+            for i, path in enumerate(p for run in runs for p in run.files):
+                pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
+        sniffs = iter(range(n_files))
         for run in runs:
-            run_jobs = _plan(run, warehouse, ingest_id, index)
+            sniffed = ([pool.result(f"sniff-{next(sniffs):06d}") for _ in run.files] if pool
+                       else [_sniff(p) for p in run.files])
+            run_jobs = _plan(run, warehouse, ingest_id, index, sniffed)
             index += len(run_jobs)
-            futures = [pool.submit(_read_one, j) for j in run_jobs] if pool else None
-            planned.append((run, run_jobs, futures))
+            for j in run_jobs if pool else ():
+                pool.submit(j.file_tag, _read_one, j,
+                            lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
+            planned.append((run, run_jobs))
         last_commit = time.monotonic()
 
         def commit() -> None:
@@ -320,11 +347,11 @@ def ingest(
                 pending.clear()
             last_commit = time.monotonic()
 
-        for run, run_jobs, futures in planned:
+        for run, run_jobs in planned:
             start = time.perf_counter()
             results = []
-            for i, job in enumerate(run_jobs):
-                r = futures[i].result() if futures else _read_one(job)
+            for job in run_jobs:
+                r = pool.result(job.file_tag) if pool else _read_one(job)
                 if on_file:
                     on_file(r)
                 results.append(r)
@@ -368,14 +395,11 @@ def ingest(
         # (vacuum would, after its retention).
         store.discard([w for c, _ in pending for w in c.files])
         if pool:
-            for _run, _jobs, futures in planned if "planned" in locals() else []:
-                for f in futures or []:
-                    if f.done() and not f.cancelled() and f.exception() is None:
-                        store.discard(f.result().written)
+            store.discard([w for r in pool.finished() if isinstance(r, FileResult) for w in r.written])
         raise
     finally:
         if pool:
-            pool.shutdown(cancel_futures=True)
+            pool.close()
     return IngestSummary(warehouse, summaries)
 
 

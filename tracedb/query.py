@@ -17,17 +17,17 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
-import pyarrow as pa
-import sqlglot
-from sqlglot import exp
-from sqlglot.tokens import TokenType
-
-from tracedb import catalog
 from tracedb.errors import TracedbError
 from tracedb.resources import sql_dir
+
+# duckdb, pyarrow and sqlglot are imported where used (issue 12 item 6): `tracedb queries`
+# only parses headers, and running a query needs no sqlglot (transpiling does).
+if TYPE_CHECKING:
+    import duckdb
+    import pyarrow as pa
+    from sqlglot import exp
 
 TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
 DIALECTS = ("duckdb", "spark", "trino", "postgres", "bigquery", "snowflake", "databricks", "clickhouse")
@@ -172,6 +172,9 @@ def load(spec: str) -> CannedQuery:
 
 def placeholders(sql: str) -> set[str]:
     """Names of the `$name` placeholders sqlglot finds in the SQL."""
+    import sqlglot
+    from sqlglot import exp
+
     try:
         tree = sqlglot.parse(sql, read="duckdb")
     except sqlglot.errors.ParseError as e:
@@ -179,9 +182,20 @@ def placeholders(sql: str) -> set[str]:
     return {p.name for t in tree if t for p in t.find_all(exp.Placeholder) if p.name}
 
 
+def _bound_names(sql: str) -> set[str]:
+    """Names of the placeholders DuckDB will bind: its own parser's answer, which costs no
+    sqlglot import on the `tracedb query` path (~150 ms, issue 12 item 6)."""
+    import duckdb
+
+    try:
+        return {n for st in duckdb.extract_statements(sql) for n in st.named_parameters}
+    except duckdb.Error as e:
+        raise TracedbError(f"SQL does not parse: {str(e).splitlines()[0]}") from e
+
+
 def bind(query: CannedQuery, given: dict[str, Any]) -> dict[str, Any]:
     """Validate parameters against the header and return the values to bind."""
-    used = placeholders(query.sql)
+    used = _bound_names(query.sql)
     if not query.has_header:
         # Ad-hoc SQL: bind what was given to the placeholders found; numbers stay numbers.
         unknown = set(given) - used
@@ -213,6 +227,10 @@ def bind(query: CannedQuery, given: dict[str, Any]) -> dict[str, Any]:
 
 def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str, Any]) -> pa.Table:
     """Run a query with values from `bind` (validated, typed) on an open connection."""
+    import duckdb
+
+    from tracedb import catalog
+
     try:
         return _plain_numbers(catalog.query_arrow(con, query.sql, values))
     except duckdb.PermissionException as e:
@@ -227,6 +245,8 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
 def _plain_numbers(table: pa.Table) -> pa.Table:
     """DuckDB sums BIGINTs into HUGEINT (Arrow decimal128): give integers back as int64
     and other decimals as float64, so CSV/JSON/pandas see numbers."""
+    import pyarrow as pa
+
     for i, f in enumerate(table.schema):
         if pa.types.is_decimal(f.type):
             target = pa.int64() if f.type.scale == 0 else pa.float64()
@@ -246,6 +266,8 @@ _SANDBOX_STATEMENTS = ("SELECT", "EXPLAIN")
 
 def check_statements(query: CannedQuery) -> None:
     """Refuse anything but queries (DuckDB's own parser says what each statement is)."""
+    import duckdb
+
     try:
         statements = duckdb.extract_statements(query.sql)
     except duckdb.Error as e:
@@ -283,6 +305,8 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     warehouse's data, writes no file and attaches no database, unless allow_external.
     Returns an Arrow table; output="pandas" or "polars" converts when installed.
     """
+    from tracedb import catalog
+
     query = spec if isinstance(spec, CannedQuery) else load(spec)
     if not allow_external:
         check_statements(query)
@@ -320,6 +344,7 @@ def _check_run_ids(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> No
 def to_pandas(table: pa.Table):
     """A pandas DataFrame whose integer and boolean columns stay integer and boolean where
     they hold NULLs (pandas' nullable Int64 / boolean), instead of turning float."""
+    import pyarrow as pa
     import pandas as pd
 
     nullable = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
@@ -354,6 +379,9 @@ _TRINO_MEDIAN = (
 
 def _for_dialect(tree: exp.Expression, dialect: str) -> exp.Expression:
     """Rewrite DuckDB aggregates that sqlglot would pass to `dialect` unchanged or wrong."""
+    import sqlglot
+    from sqlglot import exp
+
     if dialect != "trino":
         return tree
 
@@ -377,6 +405,8 @@ def transpile(query: CannedQuery, dialect: str, params: dict[str, Any] | None = 
     parameter inlined, defaults included, as a literal that sqlglot quotes for the dialect
     (typed: a NULL is CAST(NULL AS <type>)); the header then records the values.
     """
+    import sqlglot
+
     if dialect not in DIALECTS:
         raise TracedbError(f"unknown dialect {dialect!r} (one of: {', '.join(DIALECTS)})")
     lines = query.sql.splitlines()
@@ -405,6 +435,8 @@ def _param_type(query: CannedQuery, name: str) -> str:
 
 def _literal(value: Any, sql_type: str) -> exp.Expression:
     """A value as a SQL literal expression; sqlglot quotes and escapes it per dialect."""
+    from sqlglot import exp
+
     if value is None:
         return exp.cast(exp.null(), exp.DataType.build(sql_type))
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
@@ -417,6 +449,8 @@ def _literal(value: Any, sql_type: str) -> exp.Expression:
 
 
 def _inline(trees: list[exp.Expression], query: CannedQuery, values: dict[str, Any]) -> list[exp.Expression]:
+    from sqlglot import exp
+
     def swap(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Placeholder) and node.name in values:
             return _literal(values[node.name], _param_type(query, node.name))
@@ -434,6 +468,8 @@ def _bound_note(query: CannedQuery, values: dict[str, Any]) -> list[str]:
 
 def _placeholders_for(trees: list[exp.Expression], query: CannedQuery, dialect: str):
     """Rewrite DuckDB's `$name` placeholders into the dialect's own; returns (trees, header note)."""
+    from sqlglot import exp
+
     # Numbered placeholders follow the header's parameter order (then any others, sorted).
     order = [p.name for p in query.params]
     order += sorted({p.name for t in trees for p in t.find_all(exp.Placeholder) if p.name} - set(order))
@@ -467,6 +503,9 @@ def _placeholders_for(trees: list[exp.Expression], query: CannedQuery, dialect: 
 def _positional(statements: list[str], dialect: str, names: set[str]) -> tuple[list[str], list[str]]:
     """`:name` (as generated) to `?`, in the order they appear in the text (which a tree
     walk does not give); the header note lists that order for EXECUTE ... USING."""
+    import sqlglot
+    from sqlglot.tokens import TokenType
+
     tokenizer = sqlglot.Dialect.get_or_raise(dialect).tokenizer_class()
     order: list[str] = []
     out = []
@@ -486,6 +525,9 @@ def _portable_null_order(tree: exp.Expression, dialect: str) -> exp.Expression:
     """Spell DuckDB's null ordering inside window ORDER BYs as an extra sort key where the
     dialect has no NULLS FIRST/LAST there (BigQuery): `x` becomes `CASE WHEN x IS NULL
     THEN 1 ELSE 0 END, x`, which orders alike everywhere."""
+    import sqlglot
+    from sqlglot import exp
+
     d = sqlglot.Dialect.get_or_raise(dialect)
     if d.generator_class.NULL_ORDERING_SUPPORTED is True:
         return tree

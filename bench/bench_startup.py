@@ -1,0 +1,94 @@
+"""CLI start-up: milliseconds each command spends beyond the bare interpreter (issue 12 item 6).
+
+    python bench/bench_startup.py [--repeat 15]
+
+Times, as wall clock of a fresh process and interleaved round-robin (the machine is shared,
+so every command sees the same load):
+  bare       python -c pass                                 (the baseline)
+  --help     python -m tracedb.cli --help
+  queries    python -m tracedb.cli queries
+  query      python -m tracedb.cli query top_kernels --param run_id=r1 --format csv
+             on a one-run warehouse built first (its snapshot already fresh)
+  imports    python -c 'import duckdb, pyarrow'  (the floor of any query)
+and prints, per command, the median and the best of (command - bare) over the rounds, plus
+the modules `python -X importtime` shows as the costliest of each command's own imports.
+Goal: <= 150 ms beyond bare Python for --help, queries and a one-run query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "tests" / "data" / "kineto_h200_fp32"
+HEAVY = ("deltalake", "pandas", "duckdb", "pyarrow", "scipy", "sqlglot", "rich", "pydantic", "numpy")
+
+
+def commands(wh: Path) -> dict[str, list[str]]:
+    py, cli = sys.executable, [sys.executable, "-m", "tracedb.cli"]
+    return {
+        "bare": [py, "-c", "pass"],
+        "--help": cli + ["--help"],
+        "queries": cli + ["queries"],
+        "query": cli + ["query", "top_kernels", "--param", "run_id=r1", "--format", "csv", "--warehouse", str(wh)],
+        "imports": [py, "-c", "import duckdb, pyarrow"],
+    }
+
+
+def wall(cmd: list[str], env: dict) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, cwd=ROOT)
+    return time.perf_counter() - t
+
+
+def heavy_imports(cmd: list[str], env: dict) -> str:
+    """Top-level heavy packages in `python -X importtime` and their cumulative ms."""
+    err = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=env, capture_output=True, text=True,
+                         cwd=ROOT).stderr
+    found = {}
+    for line in err.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[2].strip() in HEAVY:
+            found[parts[2].strip()] = int(parts[1]) / 1000
+    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(found.items(), key=lambda kv: -kv[1])) or "none"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    tmp = Path(tempfile.mkdtemp(prefix="tracedb-startup-"))
+    try:
+        wh = tmp / "wh"
+        subprocess.run([sys.executable, "-m", "tracedb.cli", "ingest", str(TRACE), "--run-id", "r1", "--quiet",
+                        "--warehouse", str(wh)], env=env, check=True, cwd=ROOT)
+        cmds = commands(wh)
+        wall(cmds["query"], env)  # the first query may publish the snapshot: not start-up
+        times: dict[str, list[float]] = {k: [] for k in cmds}
+        for _ in range(args.repeat):
+            for name, cmd in cmds.items():
+                times[name].append(wall(cmd, env))
+        bare = times["bare"]
+        print(f"start-up beyond bare Python, {args.repeat} interleaved rounds, ms (load average "
+              f"{os.getloadavg()[0]:.1f}, {os.cpu_count()} cores)")
+        print(f"{'command':10} {'median':>8} {'best':>8}  {'bare median':>11}  heavy imports (cumulative ms, importtime)")
+        for name, ts in times.items():
+            extra = [t - b for t, b in zip(ts, bare)]
+            heavy = heavy_imports(cmds[name], env) if name != "bare" else ""
+            print(f"{name:10} {statistics.median(extra) * 1e3:8.0f} {min(t for t in ts) * 1e3 - min(bare) * 1e3:8.0f}"
+                  f"  {statistics.median(bare) * 1e3:11.0f}  {heavy}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""Worker processes for `tracedb ingest --jobs N` (see `tracedb.ingest`'s docstring).
+
+Workers fork from a forkserver that imported the readers once (PRELOAD), so a worker
+starts in a few ms: `spawn` re-imported tracedb, pyarrow, duckdb and protobuf in every
+worker (~1 s each on the loaded 2-core machine), which made `--jobs 2` slower than
+`--jobs 1` on 24 small runs. A plain fork of the caller would be cheaper still, but the
+caller may already run DuckDB, Arrow or delta-rs threads whose locks a child inherits.
+This module imports only the standard library, so the CLI can start the forkserver
+(`start`) before it imports the rest.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+# What the forkserver imports before forking workers: the readers and what they use.
+PRELOAD = ["tracedb.ingest"] + [f"tracedb.formats.{m}" for m in (
+    "tf_stepstats", "megengine", "kineto", "chrome_trace", "xspace", "node_dump", "node_list")]
+
+
+def context():
+    """A forkserver that has imported the readers: workers fork from it ready to read."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def start() -> None:
+    """Start the forkserver now (it imports PRELOAD, ~1 s) so that it does so while the
+    caller imports, discovers runs and opens the lake, rather than after."""
+    from multiprocessing import forkserver
+
+    context()
+    forkserver.ensure_running()
+
+
+def _worker_init(env: dict, caller: int) -> None:
+    # The forkserver keeps the environment of its own start; the caller's may have changed.
+    os.environ.clear()
+    os.environ.update(env)
+    threading.Thread(target=_exit_with, args=(caller,), daemon=True).start()
+
+
+def _exit_with(caller: int) -> None:
+    """Exit when the ingesting process is gone (SIGKILL, OOM kill). A worker's parent is the
+    forkserver, not the caller, and a pool worker waits for tasks forever: without this it
+    would outlive the caller, holding its stdout/stderr open (a shell or
+    `subprocess.run(capture_output=True)` waiting for them would hang) and the forkserver
+    alive. A killed caller stays a zombie until reaped, hence its state, not just its pid."""
+    stat = Path(f"/proc/{caller}/stat")
+    while True:
+        time.sleep(0.5)
+        try:
+            if not stat.exists():
+                os.kill(caller, 0)  # no /proc (not Linux): the pid alone
+            elif stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                os._exit(1)
+        except (ProcessLookupError, FileNotFoundError):
+            os._exit(1)
+        except OSError:
+            pass
+
+
+def _in_worker(fn, arg, marker: str):
+    """Run one task; its marker file names the task while it runs, so a task whose
+    process died is known (the marker stays)."""
+    Path(marker).touch()
+    try:
+        path = getattr(arg, "path", None)
+        if path is not None:  # TRACEDB_CRASH_AT="reading <file name>": a worker dying mid-read
+            from tracedb.lake import crash_point
+
+            crash_point(f"reading {path.name}")
+        return fn(arg)
+    finally:
+        Path(marker).unlink(missing_ok=True)
+
+
+@dataclass
+class _Task:
+    fn: Callable
+    arg: object
+    dead: Callable  # the task's result when it kills its worker
+    future: object = None
+
+
+class Workers:
+    """The --jobs worker processes: tasks by key, results by key, surviving a worker's death."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.markers = Path(tempfile.mkdtemp(prefix="tracedb-ingest-"))
+        self.tasks: dict[str, _Task] = {}
+        self.done: dict[str, object] = {}  # results of tasks re-run after a worker died
+        self.pool = self._pool(n)
+
+    def _pool(self, n: int) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(n, mp_context=context(), initializer=_worker_init,
+                                   initargs=(dict(os.environ), os.getpid()))
+
+    def submit(self, key: str, fn: Callable, arg, dead: Callable) -> None:
+        task = self.tasks[key] = _Task(fn, arg, dead)
+        task.future = self.pool.submit(_in_worker, fn, arg, str(self.markers / key))
+
+    def result(self, key: str):
+        while key not in self.done:
+            try:
+                return self.tasks[key].future.result()
+            except BrokenProcessPool:
+                self._recover()
+        return self.done[key]
+
+    def _recover(self) -> None:
+        """A worker died: every unfinished task goes to a new pool, except those that were
+        running (their markers remain), each re-run alone: one that dies again is the culprit."""
+        self.pool.shutdown(wait=True)  # after this every future of the broken pool is settled
+        running = {m.name for m in self.markers.iterdir()}
+        for m in self.markers.iterdir():
+            m.unlink()
+        broken = [k for k, t in self.tasks.items()
+                  if k not in self.done and isinstance(t.future.exception(), BrokenProcessPool)]
+        self.pool = self._pool(self.n)
+        for key in broken:
+            if key not in running:
+                self.tasks[key].future = self.pool.submit(_in_worker, self.tasks[key].fn, self.tasks[key].arg,
+                                                          str(self.markers / key))
+        for key in broken:
+            if key in running:
+                self.done[key] = self._alone(key)
+
+    def _alone(self, key: str):
+        task = self.tasks[key]
+        solo = self._pool(1)
+        try:
+            return solo.submit(_in_worker, task.fn, task.arg, str(self.markers / f"solo-{key}")).result()
+        except BrokenProcessPool:
+            return task.dead()
+        finally:
+            solo.shutdown(wait=True)
+            (self.markers / f"solo-{key}").unlink(missing_ok=True)
+
+    def finished(self) -> list:
+        """Results of every task that finished (for cleaning up after an interruption)."""
+        out = list(self.done.values())
+        for t in self.tasks.values():
+            f = t.future
+            if f.done() and not f.cancelled() and f.exception() is None:
+                out.append(f.result())
+        return out
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+        shutil.rmtree(self.markers, ignore_errors=True)
