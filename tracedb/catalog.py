@@ -42,10 +42,6 @@ def default_warehouse() -> Path:
     return Path(os.environ.get("TRACEDB_WAREHOUSE") or "tracedb-warehouse")
 
 
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -91,15 +87,19 @@ def connect(warehouse: Path | None = None, read_only: bool = True, config: dict 
 
     The snapshot is ATTACHed to a fresh in-memory DuckDB rather than opened with
     duckdb.connect(path): DuckDB caches one database instance per path and process, so a
-    second connect() in a notebook that still holds one would get the old snapshot."""
+    second connect() in a notebook that still holds one would get the old snapshot. The
+    attached snapshot's own record of the lake tells whether it is fresh: one open a query."""
     warehouse = Path(warehouse or default_warehouse())
     lake = open_lake(warehouse)
-    ensure_fresh(lake)
     path = warehouse / CATALOG
+    alias = "tracedb" if read_only else "snap"
     try:
         con = duckdb.connect(config=config or {})
         con.execute("SET enable_progress_bar = false")  # DuckDB would print it into the API user's stdout
-        con.execute(f"ATTACH {_sql_str(str(path))} AS {'tracedb' if read_only else 'snap'} (READ_ONLY)")
+        if _attach(con, path, alias) != _lake_state(lake):
+            con.execute(f"DETACH DATABASE IF EXISTS {alias}")
+            ensure_fresh(lake)
+            _attach(con, path, alias, strict=True)
         if read_only:
             con.execute("USE tracedb")
         else:
@@ -107,6 +107,22 @@ def connect(warehouse: Path | None = None, read_only: bool = True, config: dict 
         return con
     except duckdb.Error as e:
         raise TracedbError(f"cannot open {path}: {e}") from e
+
+
+def _attach(con: duckdb.DuckDBPyConnection, path: Path, alias: str, strict: bool = False) -> dict | None:
+    """ATTACH the snapshot read-only as `alias`; returns the lake state it was built from
+    (None: missing or damaged, and unless strict nothing is attached then)."""
+    try:
+        con.execute(f"ATTACH {lake_mod.sql_str(str(path))} AS {alias} (READ_ONLY)")
+    except duckdb.Error:
+        if strict:
+            raise
+        return None
+    try:
+        return json.loads(con.execute(
+            f"SELECT value FROM {alias}.tracedb_meta WHERE key = 'lake_state'").fetchone()[0])
+    except (duckdb.Error, TypeError, ValueError):
+        return None
 
 
 def _copy_views(con: duckdb.DuckDBPyConnection) -> None:
@@ -121,14 +137,10 @@ def _copy_views(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _snapshot_state(path: Path) -> dict | None:
+    """The lake state a snapshot file was built from (None: missing or damaged)."""
+    con = duckdb.connect()
     try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error:
-        return None
-    try:
-        return json.loads(con.execute("SELECT value FROM tracedb_meta WHERE key = 'lake_state'").fetchone()[0])
-    except (duckdb.Error, TypeError, ValueError):
-        return None
+        return _attach(con, path, "snap")
     finally:
         con.close()
 
@@ -210,7 +222,7 @@ def _table_view_sql(root: Path, table: str, files: list[str], mixed: bool) -> st
         return _empty_select(sch)
     cols = ", ".join(_ident(f.name) for f in sch)
     base = str(root.resolve())
-    paths = "[" + ", ".join(_sql_str(f"{base}/{p}") for p in files) + "]"
+    paths = "[" + ", ".join(lake_mod.sql_str(f"{base}/{p}") for p in files) + "]"
     # run_id and device come from the Hive paths (URL-decoded by DuckDB): a filter on
     # either skips other runs' files unopened. Every file has the table's full schema.
     where = (" WHERE (run_id, ingest_id) IN (SELECT run_id, ingest_id FROM tracedb_runs)" if mixed else "")
@@ -236,7 +248,7 @@ def _runs_view_sql(con: duckdb.DuckDBPyConnection) -> str:
             taken.add(k.lower())
             keys.append(k)
     extra = "".join(
-        f", json_extract_string(labels, {_sql_str(label_path(k))}) AS {_ident(k)}" for k in keys
+        f", json_extract_string(labels, {lake_mod.sql_str(label_path(k))}) AS {_ident(k)}" for k in keys
     )
     return f"SELECT {', '.join(_ident(c) for c in _RUN_COLUMNS)}{extra} FROM tracedb_runs"
 

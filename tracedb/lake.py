@@ -143,8 +143,8 @@ class DataFile:
 
 @dataclass
 class RunCommit:
-    """One run's part of a commit. replace=False (no source file of the run could be read)
-    keeps the run's previous data and only records the files' errors."""
+    """One run's part of a commit. replace=False (a file or run.json failed, without
+    --partial) keeps the run's previous data and only records the files' errors."""
 
     run_row: dict
     files: list[DataFile]
