@@ -182,10 +182,12 @@ def publish(lake: lake_mod.Lake) -> None:
 
 def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
     state = _lake_state(lake)
-    published = lake.published()
+    meta = {name: lake.read_table(name) for name in ("runs", "files", "ingest_log")}
+    runs = meta["runs"]
+    published = dict(zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist()))
     con.execute("BEGIN")
-    for name in ("runs", "files", "ingest_log"):
-        con.register("_lake_table", lake.read_table(name))
+    for name, data in meta.items():
+        con.register("_lake_table", data)
         cols = ", ".join(_ident(f.name) for f in lake_mod.delta_schema(name))
         con.execute(f"CREATE TABLE tracedb_{name} AS SELECT {cols} FROM _lake_table")
         con.unregister("_lake_table")
@@ -198,11 +200,12 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
         ["schema_version", str(schema.SCHEMA_VERSION)], ["lake_state", json.dumps(state)]])
     missing = []
     for table in schema.TABLES:
-        files, mixed = lake.live_files(table, published)
+        listed, mixed = lake.live_files(table, published)
         # A lost file would make DuckDB refuse the whole view (and so every later commit):
         # leave it out, and let `tracedb check` name its run.
-        missing += [f for f in files if not (lake.root / f).is_file()]
-        files = [f for f in files if (lake.root / f).is_file()]
+        files = []
+        for f in listed:
+            (files if (lake.root / f).is_file() else missing).append(f)
         con.execute(f"CREATE VIEW {table} AS {_table_view_sql(lake.root, table, files, mixed)}")
     con.execute("INSERT INTO tracedb_meta VALUES ('missing_files', ?)", [json.dumps(missing)])
     con.execute(f"CREATE VIEW runs AS {_runs_view_sql(con)}")

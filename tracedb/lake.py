@@ -52,7 +52,6 @@ import os
 import signal
 import time
 import urllib.parse
-from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +138,27 @@ class DataFile:
     sha256: str
     ingest_id: str
     logged: bool = False  # added to the Delta log: only remove_unpublished + vacuum may delete it
+
+
+def add_action(f: DataFile, now_ms: int, ingest_range: tuple[str, str] | None = None):
+    """The Delta add action of a file we wrote: partition values, row count and the
+    ingest_id range as stats (readers select live files by it)."""
+    from deltalake.transaction import AddAction
+
+    lo, hi = ingest_range or (f.ingest_id, f.ingest_id)
+    stats = {"numRecords": f.rows, "minValues": {"ingest_id": lo}, "maxValues": {"ingest_id": hi},
+             "nullCount": {"ingest_id": 0}}
+    # delta-rs URL-encodes the path for the log; it takes the path as on disk, table-relative.
+    return AddAction(f.rel.split("/", 1)[1], f.size, {"run_id": f.run_id, "device": f.device},
+                     now_ms, True, json.dumps(stats))
+
+
+def remove_action(r: dict, now_ms: int):
+    """The Delta remove action of a live file (a row of `Lake.add_actions`)."""
+    from deltalake.transaction import RemoveAction
+
+    return RemoveAction(r["path"].split("/", 1)[1], True, now_ms, r["size"],
+                        {"run_id": r["run_id"], "device": r["device"]})
 
 
 @dataclass
@@ -288,11 +308,11 @@ class Lake:
         """Steps 1-4 of the publish protocol for a group of runs; call under `lock()`."""
         from deltalake import write_deltalake
 
-        self._add_files([f for r in runs if r.replace for f in r.files])
+        replaced = [r for r in runs if r.replace]
+        self._add_files([f for r in replaced for f in r.files])
         crash_point("ingest_after_add")
         self._write_file_rows(runs)
         crash_point("ingest_after_files")
-        replaced = [r for r in runs if r.replace]
         if replaced:
             rows = [{**r.run_row, "ingest_id": r.ingest_id} for r in replaced]
             data = pa.Table.from_pylist(rows, schema=delta_schema("runs"))
@@ -312,25 +332,17 @@ class Lake:
                             mode="append")
 
     def _add_files(self, files: list[DataFile]) -> None:
-        from deltalake.transaction import AddAction
-
         self._record_checksums(files)
-
-        by_table: dict[str, list] = defaultdict(list)
         now = int(time.time() * 1000)
+        for table in dict.fromkeys(f.table for f in files):
+            self.transact(table, [add_action(f, now) for f in files if f.table == table])
         for f in files:
-            stats = {"numRecords": f.rows, "minValues": {"ingest_id": f.ingest_id},
-                     "maxValues": {"ingest_id": f.ingest_id}, "nullCount": {"ingest_id": 0}}
-            # delta-rs URL-encodes the path for the log; it takes the path as on disk.
-            by_table[f.table].append(AddAction(f.rel.split("/", 1)[1], f.size,
-                                               {"run_id": f.run_id, "device": f.device},
-                                               now, True, json.dumps(stats)))
-        for table, actions in by_table.items():
-            self.table(table).create_write_transaction(actions, mode="append", schema=delta_schema(table),
-                                                       partition_by=PARTITIONS)
-            for f in files:
-                if f.table == table:
-                    f.logged = True
+            f.logged = True
+
+    def transact(self, table: str, actions: list) -> None:
+        """One Delta commit of add and remove actions on a data table."""
+        self.table(table).create_write_transaction(actions, mode="append", schema=delta_schema(table),
+                                                   partition_by=PARTITIONS)
 
     def _write_file_rows(self, runs: list[RunCommit]) -> None:
         from deltalake import write_deltalake
@@ -375,16 +387,10 @@ class Lake:
         return removed
 
     def _remove_files(self, table: str, rows: list[dict]) -> int:
-        from deltalake.transaction import RemoveAction
-
-        if not rows:
-            return 0
-        now = int(time.time() * 1000)
-        actions = [RemoveAction(r["path"].split("/", 1)[1], True, now, r["size"],
-                                {"run_id": r["run_id"], "device": r["device"]}) for r in rows]
-        self.table(table).create_write_transaction(actions, mode="append", schema=delta_schema(table),
-                                                   partition_by=PARTITIONS)
-        return len(actions)
+        if rows:
+            now = int(time.time() * 1000)
+            self.transact(table, [remove_action(r, now) for r in rows])
+        return len(rows)
 
     def delete_runs(self, run_ids: list[str]) -> list[str]:
         """Unpublish runs and remove their data and `files` rows; call under `lock()`.

@@ -18,7 +18,6 @@ with the new column as NULL (`conform_lake_table`).
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,16 +193,14 @@ def conform_lake_table(lake, table: str, derive=None) -> int:
 
     import pyarrow as pa
     import pyarrow.parquet as pq  # here, not at the top: ~35 ms of `tracedb query` start-up
-    from deltalake.transaction import AddAction, RemoveAction
 
     from tracedb import lake as lake_mod
 
     target_schema = lake_mod.file_schema(table)
-    actions = []
+    actions, written = [], []
     now = int(time.time() * 1000)
     for r in lake.add_actions(table).to_pylist():
-        path = lake.root / r["path"]
-        old = pq.read_table(path)
+        old = pq.read_table(lake.root / r["path"])
         if old.schema.equals(target_schema, check_metadata=False):
             continue
         cols = [old.column(f.name).cast(f.type) if f.name in old.schema.names else pa.nulls(old.num_rows, f.type)
@@ -212,23 +209,15 @@ def conform_lake_table(lake, table: str, derive=None) -> int:
         if derive is not None:  # fill new columns from old ones (e.g. kernel_type from name)
             new = derive(new)
         new_rel = r["path"][:-len(".parquet")] + f".m{now}.parquet"
-        pq.write_table(new, lake.root / new_rel,
-                       compression="zstd", write_page_checksum=True)
-        parts = {"run_id": r["run_id"], "device": r["device"]}
-        stats = {"numRecords": old.num_rows, "minValues": {"ingest_id": r["min_ingest"]},
-                 "maxValues": {"ingest_id": r["max_ingest"]}, "nullCount": {"ingest_id": 0}}
-        actions.append(RemoveAction(r["path"].split("/", 1)[1], True, now, r["size"], parts))
-        actions.append(AddAction(new_rel.split("/", 1)[1], (lake.root / new_rel).stat().st_size, parts, now, True,
-                                 json.dumps(stats)))
+        pq.write_table(new, lake.root / new_rel, compression="zstd", write_page_checksum=True)
+        f = lake_mod.DataFile(table, r["run_id"], r["device"], new_rel, old.num_rows,
+                              *lake_mod.size_and_hash(lake.root / new_rel), ingest_id=f"migration-{now}")
+        written.append(f)
+        actions += [lake_mod.remove_action(r, now), lake_mod.add_action(f, now, (r["min_ingest"], r["max_ingest"]))]
     if actions:
-        lake._record_checksums([
-            lake_mod.DataFile(table, a.partition_values["run_id"], a.partition_values["device"],
-                              f"{table}/{a.path}", 0, *lake_mod.size_and_hash(lake.root / table / a.path),
-                              ingest_id=f"migration-{now}")
-            for a in actions if isinstance(a, AddAction)])
-        lake.table(table).create_write_transaction(actions, mode="append", schema=lake_mod.delta_schema(table),
-                                                   partition_by=lake_mod.PARTITIONS)
-    return len(actions) // 2
+        lake._record_checksums(written)
+        lake.transact(table, actions)
+    return len(written)
 
 
 def evolve_lake_table(lake, table: str) -> None:
