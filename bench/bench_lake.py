@@ -59,7 +59,8 @@ def main() -> None:
         for rep in range(args.repeat):
             for name, tree in (("schema1", old_tree), ("lake", ROOT)):
                 wh = tmp / f"wh_{name}_{rep}"
-                t = timed(py + ["ingest", str(runs), "-w", str(wh), "-q"], tree)
+                # --jobs 1 on both sides: the lake's CLI defaults to one worker per core
+                t = timed(py + ["ingest", str(runs), "-w", str(wh), "-q", "--jobs", "1"], tree)
                 best[name] = min(best[name], t)
                 print(f"  {name:8s} ingest of {args.runs} runs: {t:6.1f}s", flush=True)
         q = "select count(*) from nodes where run_id = 'run00007'"
