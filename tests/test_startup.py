@@ -40,16 +40,84 @@ def test_queries_imports_nothing_heavy(tmp_path):
     assert imported("queries", cwd=tmp_path) & HEAVY == set()
 
 
-def test_one_run_query_imports_only_duckdb_and_pyarrow(tmp_path):
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory) -> Path:
+    """A one-run warehouse whose snapshot is published (as after any ingest)."""
     from tracedb.ingest import ingest
 
-    wh = tmp_path / "wh"
+    wh = tmp_path_factory.mktemp("one_run") / "wh"
     assert ingest([scenario("kineto_h200_fp32")], wh, run_id="r1").ok
-    args = ("query", "top_kernels", "--param", "run_id=r1", "--format", "csv", "--warehouse", str(wh))
-    subprocess.run([sys.executable, "-m", "tracedb.cli", *args], check=True, capture_output=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})  # publish the snapshot first
-    # pyarrow brings numpy; nothing else heavy: not the lake's deltalake (pandas), not sqlglot.
-    assert imported(*args, cwd=tmp_path) & HEAVY == {"duckdb", "pyarrow", "numpy"}
+    return wh
+
+
+@pytest.mark.parametrize("fmt", ["csv", "table", "json", "ndjson"])
+def test_one_run_query_imports_only_duckdb(fmt, one_run, tmp_path):
+    # Not the lake (pyarrow, numpy; deltalake, pandas), not sqlglot: the snapshot is fresh
+    # (tracedb.snapshot) and the result prints from DuckDB's own values (tracedb.output.Rows).
+    args = ("query", "top_kernels", "--param", "run_id=r1", "--format", fmt, "--warehouse", str(one_run))
+    assert imported(*args, cwd=tmp_path) & HEAVY == {"duckdb"}
+
+
+def test_parquet_and_decimal_results_still_use_arrow(one_run, tmp_path):
+    base = ("--param", "run_id=r1", "--warehouse", str(one_run))
+    assert "pyarrow" in imported("query", "top_kernels", "--format", "parquet", "-o", str(tmp_path / "k.parquet"), *base)
+    assert "pyarrow" in imported("query", "queue_length", "--format", "csv", *base)  # DECIMAL columns
+
+
+def test_snapshot_knows_the_lake_as_the_lake_does(one_run):
+    from tracedb import catalog, lake, schema, snapshot
+
+    assert snapshot.TABLES == tuple(schema.ALL_TABLES)
+    assert (snapshot.LAKE_JSON, snapshot.CATALOG) == (lake.LAKE_JSON, catalog.CATALOG)
+    assert snapshot.lake_state(one_run) == catalog._lake_state(lake.Lake(one_run))
+
+
+def fresh(wh: Path) -> bool:
+    import duckdb
+
+    from tracedb import snapshot
+
+    con = duckdb.connect()
+    try:
+        ok = snapshot.attach_fresh(con, wh)
+        attached = {r[0] for r in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
+        assert ("tracedb" in attached) == ok  # nothing left attached when it says no
+        return ok
+    finally:
+        con.close()
+
+
+def test_a_stale_missing_or_unmigrated_snapshot_takes_the_lake_path(one_run, tmp_path):
+    import json
+    import shutil
+
+    from tracedb import Warehouse, TracedbError
+
+    wh = tmp_path / "wh"
+    shutil.copytree(one_run, wh)
+    assert not fresh(wh)  # moved: the snapshot records the old root
+    kernels = Warehouse(wh).sql("SELECT count(*) AS n FROM kernels WHERE kind = 'kernel'").column("n")[0].as_py()
+    assert kernels > 0 and fresh(wh)  # catalog.connect rebuilt it
+    (wh / "catalog.duckdb").unlink()
+    assert not fresh(wh)
+    rows = Warehouse(wh).query("top_kernels", output="rows", run_id="r1")
+    assert sum(r[1] for r in rows.rows) == kernels  # instances of every kernel name
+    assert fresh(wh)
+    # A commit the snapshot missed (a crash between commit and publish): a new log version.
+    log = wh / "runs" / "_delta_log"
+    last = max(p for p in log.glob("*.json"))
+    shutil.copy(last, log / f"{int(last.name[:20]) + 1:020d}.json")
+    assert not fresh(wh)
+    (log / f"{int(last.name[:20]) + 1:020d}.json").unlink()
+    assert fresh(wh)
+    # A migration this lake has not had: the lake path names it.
+    meta_path = wh / "_tracedb" / "lake.json"
+    meta = json.loads(meta_path.read_text())
+    meta["migrations"] = meta["migrations"][:-1]
+    meta_path.write_text(json.dumps(meta))
+    assert not fresh(wh)
+    with pytest.raises(TracedbError, match="tracedb migrate"):
+        Warehouse(wh).query("top_kernels", output="rows")
 
 
 @pytest.mark.parametrize("attr", ["SCHEMA_VERSION", "Warehouse"])

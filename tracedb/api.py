@@ -100,8 +100,9 @@ class Warehouse:
               **params: Any):
         """Run a canned query (name, .sql path or parsed query); parameters as keyword
         arguments (strings are converted to the parameter's type). `output`: arrow,
-        pandas (nullable integer columns) or polars. Sandboxed like `sql` unless
-        allow_external=True."""
+        pandas (nullable integer columns), polars, or rows (`tracedb.output.Rows` of plain
+        Python values where the column types allow, else arrow: what `tracedb query`
+        prints). Sandboxed like `sql` unless allow_external=True."""
         from tracedb import query
 
         return query.run_query(name, params, self.path, output=output, allow_external=allow_external)

@@ -3,8 +3,6 @@
 on stderr and exit 2 (exit 1 is kept for "ran, but found problems": failed files, a
 regression). Help is plain text (`tracedb.clihelp`) with an example per command."""
 
-from __future__ import annotations
-
 import functools
 import os
 import sys
@@ -165,7 +163,10 @@ def query(
     if dialect:
         typer.echo(wh.transpile(canned, dialect, params if params or inline else None), nl=False)
         return
-    out.write(wh.query(canned, allow_external=allow_external, **params), fmt, output)
+    # Text formats print DuckDB's own Python values where they print the same (no pyarrow
+    # import: ~110 ms of start-up, issue 12 item 6); Parquet needs Arrow.
+    result = wh.query(canned, output="arrow" if fmt == "parquet" else "rows", allow_external=allow_external, **params)
+    out.write(result, fmt, output)
 
 
 @command()

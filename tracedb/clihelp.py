@@ -17,10 +17,11 @@ from typing import Any
 
 from typer.core import TyperCommand, TyperGroup
 
-# Parameters are click's (typer < 0.20) or typer's own vendored click (newer): only the
-# attributes both have are used, and the type name comes from whichever describes it.
-_NAMES = {"text": "TEXT", "string": "TEXT", "integer": "INTEGER", "float": "NUMBER",
-          "path": "PATH", "boolean": "BOOLEAN"}
+# Parameters are click's (typer < 0.20), typer's own vendored click (0.20-0.28: types
+# named "str", "int", ...) or typer's type descriptors (0.29): only the attributes all
+# have are used, and the type name comes from whichever describes it.
+_NAMES = {"text": "TEXT", "string": "TEXT", "str": "TEXT", "integer": "INTEGER", "int": "INTEGER",
+          "float": "NUMBER", "path": "PATH", "boolean": "BOOLEAN", "bool": "BOOLEAN"}
 _PY = {str: "TEXT", int: "INTEGER", float: "NUMBER", bool: "BOOLEAN", Path: "PATH"}
 
 

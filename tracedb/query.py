@@ -13,6 +13,7 @@ may carry a lower bound (`BIGINT>0`, `DOUBLE>=0`) and a VARCHAR its allowed valu
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
     from sqlglot import exp
+
+    from tracedb.output import Rows
 
 TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
 DIALECTS = ("duckdb", "spark", "trino", "postgres", "bigquery", "snowflake", "databricks", "clickhouse")
@@ -182,20 +185,21 @@ def placeholders(sql: str) -> set[str]:
     return {p.name for t in tree if t for p in t.find_all(exp.Placeholder) if p.name}
 
 
-def _bound_names(sql: str) -> set[str]:
+def _bound_names(sql: str, con: duckdb.DuckDBPyConnection | None = None) -> set[str]:
     """Names of the placeholders DuckDB will bind: its own parser's answer, which costs no
-    sqlglot import on the `tracedb query` path (~150 ms, issue 12 item 6)."""
+    sqlglot import on the `tracedb query` path (~150 ms, issue 12 item 6). `con`: parse
+    with that connection rather than DuckDB's default one (another instance, ~15 ms)."""
     import duckdb
 
     try:
-        return {n for st in duckdb.extract_statements(sql) for n in st.named_parameters}
+        return {n for st in (con or duckdb).extract_statements(sql) for n in st.named_parameters}
     except duckdb.Error as e:
         raise TracedbError(f"SQL does not parse: {str(e).splitlines()[0]}") from e
 
 
-def bind(query: CannedQuery, given: dict[str, Any]) -> dict[str, Any]:
+def bind(query: CannedQuery, given: dict[str, Any], con: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
     """Validate parameters against the header and return the values to bind."""
-    used = _bound_names(query.sql)
+    used = _bound_names(query.sql, con)
     if not query.has_header:
         # Ad-hoc SQL: bind what was given to the placeholders found; numbers stay numbers.
         unknown = set(given) - used
@@ -225,13 +229,17 @@ def bind(query: CannedQuery, given: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k in used}
 
 
-def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str, Any]) -> pa.Table:
-    """Run a query with values from `bind` (validated, typed) on an open connection."""
+def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str, Any],
+            rows: bool = False) -> pa.Table | Rows:
+    """Run a query with values from `bind` (validated, typed) on an open connection.
+    rows=True: a `tracedb.output.Rows` when `fetch` allows, without importing pyarrow."""
     import duckdb
 
-    from tracedb import catalog
-
     try:
+        if rows:
+            return fetch(con.sql(query.sql, params=values or None))
+        from tracedb import catalog
+
         return _plain_numbers(catalog.query_arrow(con, query.sql, values))
     except duckdb.PermissionException as e:
         raise TracedbError(
@@ -240,6 +248,46 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
         ) from e
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+
+
+# DuckDB types whose Python values (fetchall) print exactly as their Arrow values do after
+# `_plain_numbers`, and their `Rows` kind. Others take the Arrow path: DECIMAL (Arrow's
+# cast to float64 rounds differently from float(Decimal): 2,136 of 21,000 values), FLOAT
+# (float32 digits), temporal types, structs, maps, BLOB, UUID, ENUM, lists of HUGEINT.
+_KINDS = {"VARCHAR": "text", "BOOLEAN": "bool", "DOUBLE": "float",
+          **dict.fromkeys(("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
+                           "UINTEGER", "UBIGINT", "HUGEINT"), "int")}
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _kind(duckdb_type: str) -> str | None:
+    if duckdb_type.endswith("[]"):
+        inner = duckdb_type[:-2]
+        return "list" if inner != "HUGEINT" and _kind(inner) is not None else None
+    return _KINDS.get(duckdb_type)
+
+
+def fetch(rel) -> pa.Table | Rows:
+    """A DuckDB relation's rows as `tracedb.output.Rows` when every column has a plain
+    kind (no pyarrow import), else as Arrow (`_plain_numbers`). HUGEINT, which Arrow gets
+    as decimal128(38, 0) and `_plain_numbers` makes int64, stays int; a column with a
+    value beyond int64 becomes Decimal throughout, as `_plain_numbers` leaves it."""
+    from tracedb.output import Rows
+
+    kinds = [_kind(str(t)) for t in rel.types] if rel is not None else [None]
+    if None in kinds:  # as catalog.query_arrow
+        import pyarrow as pa
+
+        if rel is None:  # a statement without a result
+            return pa.table({})
+        return _plain_numbers((getattr(rel, "to_arrow_table", None) or rel.arrow)())
+    names, data = list(rel.columns), rel.fetchall()
+    for i, t in enumerate(rel.types):
+        if str(t) == "HUGEINT" and any(v is not None and not _INT64[0] <= v <= _INT64[1] for v in (r[i] for r in data)):
+            from decimal import Decimal
+
+            data = [r[:i] + (None if r[i] is None else Decimal(r[i]),) + r[i + 1:] for r in data]
+    return Rows(names, kinds, data)
 
 
 def _plain_numbers(table: pa.Table) -> pa.Table:
@@ -264,12 +312,12 @@ def _plain_numbers(table: pa.Table) -> pa.Table:
 _SANDBOX_STATEMENTS = ("SELECT", "EXPLAIN")
 
 
-def check_statements(query: CannedQuery) -> None:
+def check_statements(query: CannedQuery, con: duckdb.DuckDBPyConnection | None = None) -> None:
     """Refuse anything but queries (DuckDB's own parser says what each statement is)."""
     import duckdb
 
     try:
-        statements = duckdb.extract_statements(query.sql)
+        statements = (con or duckdb).extract_statements(query.sql)
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: SQL does not parse: {str(e).splitlines()[0]}") from e
     for st in statements:
@@ -303,20 +351,32 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
 
     The query runs sandboxed (`sandbox`, `check_statements`): it reads only the
     warehouse's data, writes no file and attaches no database, unless allow_external.
-    Returns an Arrow table; output="pandas" or "polars" converts when installed.
+    Returns an Arrow table; output="pandas" or "polars" converts when installed;
+    output="rows" gives `tracedb.output.Rows` where `fetch` allows (what
+    `tracedb.output.write` prints without importing pyarrow: the CLI's fast path).
     """
-    from tracedb import catalog
+    import duckdb
+
+    from tracedb import snapshot
 
     query = spec if isinstance(spec, CannedQuery) else load(spec)
-    if not allow_external:
-        check_statements(query)
-    values = bind(query, params or {})  # parameter errors first, before the warehouse is opened
-    warehouse = Path(warehouse or catalog.default_warehouse())
-    con = catalog.connect(warehouse)
+    # One DuckDB instance parses, then opens the snapshot (each instance costs ~15 ms).
+    con = duckdb.connect()
     try:
+        con.execute("SET enable_progress_bar = false")  # DuckDB would print it into the API user's stdout
+        if not allow_external:
+            check_statements(query, con)
+        values = bind(query, params or {}, con)  # parameter errors first, before the warehouse is opened
+        # = catalog.default_warehouse(), which would import the lake
+        warehouse = Path(warehouse or os.environ.get("TRACEDB_WAREHOUSE") or "tracedb-warehouse")
+        if not snapshot.attach_fresh(con, warehouse):  # else the lake decides (pyarrow, ~110 ms)
+            from tracedb import catalog
+
+            con.close()
+            con = catalog.connect(warehouse)
         if not allow_external:
             sandbox(con, warehouse)
-        table = execute(con, query, values)
+        table = execute(con, query, values, rows=output == "rows")
         if table.num_rows == 0:
             _check_run_ids(con, values)
     finally:
