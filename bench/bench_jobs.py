@@ -10,6 +10,12 @@ with --jobs 1 and --jobs N interleaved --repeat times, and prints each round's r
 the median. The machine may be shared: only the interleaved ratios mean anything.
 --runs-dir DIR ingests an existing runs folder instead, e.g. 24 fleet runs
 (`bench/build_fleet.py OUT --runs 24 --kernels 3000`, then --runs-dir OUT/traces).
+
+--phases also runs each side once more with TRACEDB_TIMING (tracedb.timing) and prints
+where the time went, measured inside the processes rather than as a ratio of two loaded
+runs: start-up until discovery begins (interpreter, imports), each phase of the caller
+(wall and CPU seconds), how long the workers were busy, and the serial tail after the
+last read (commit, snapshot, pool shutdown, exit).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -54,12 +61,58 @@ def ingest(runs: Path, wh: Path, jobs: int, env: dict) -> float:
     return time.perf_counter() - t
 
 
+def caller_cpu(fn, *args) -> tuple[object, float]:
+    """fn's result and the CPU seconds of the processes it waited for (the caller: not
+    the forkserver and its workers, which the caller does not wait for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = fn(*args)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return out, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def phases(runs: Path, wh: Path, jobs: int, env: dict, log: Path) -> None:
+    """One traced ingest: its timeline, from tracedb.timing's lines."""
+    log.unlink(missing_ok=True)
+    launch = time.time()
+    _, cpu = caller_cpu(ingest, runs, wh, jobs, {**env, "TRACEDB_TIMING": str(log)})
+    end = time.time()
+    time.sleep(1)  # the workers' own exit lines
+    lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    caller = next(x["pid"] for x in lines if x["phase"] == "discover")
+    lives = [x for x in lines if x["phase"] == "worker"]
+    tasks = [x for x in lines if x["pid"] != caller and x["phase"] != "worker"]
+    own = [x for x in lines if x["pid"] == caller]
+    first = min((x["start"] for x in tasks), default=None)
+    last = max((x["end"] for x in tasks), default=None)
+    print(f"--jobs {jobs}: {end - launch:.2f} s wall; start-up (interpreter, imports) until discovery "
+          f"{own[0]['start'] - launch:.2f} s" + (f"; first read at {first - launch:.2f} s, last read done at "
+                                               f"{last - launch:.2f} s, then {end - last:.2f} s to exit" if tasks else ""))
+    print(f"    CPU seconds: caller {cpu:.2f}" + (f", workers {sum(x['cpu'] for x in lives):.2f} "
+                                                  f"(their tasks {sum(x['cpu'] for x in tasks):.2f}), plus the "
+                                                  "forkserver's imports" if lives else ""))
+    totals: dict[str, list[float]] = {}
+    for x in own:
+        t = totals.setdefault(x["phase"], [0, 0.0, 0.0, None])
+        t[0] += 1
+        t[1] += x["end"] - x["start"]
+        t[2] += x["cpu"]
+        t[3] = x["start"] - launch if t[3] is None else t[3]
+    for name, (n, wall, cpu, at) in totals.items():
+        print(f"    caller {name:12} x{n:<4} from {at:6.2f} s  wall {wall:6.2f} s  cpu {cpu:6.2f} s")
+    for pid in sorted({x["pid"] for x in tasks}):
+        mine = [x for x in tasks if x["pid"] == pid]
+        busy = sum(x["end"] - x["start"] for x in mine)
+        print(f"    worker {pid}: {len(mine)} tasks, busy {busy:.2f} s (cpu {sum(x['cpu'] for x in mine):.2f} s) "
+              f"from {min(x['start'] for x in mine) - launch:.2f} s to {max(x['end'] for x in mine) - launch:.2f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=24)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--runs-dir", type=Path, help="ingest this runs folder instead of building one")
+    ap.add_argument("--phases", action="store_true", help="also trace one run of each side (TRACEDB_TIMING)")
     args = ap.parse_args()
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     tmp = Path(tempfile.mkdtemp(prefix="tracedb-jobs-"))
@@ -82,6 +135,9 @@ def main() -> None:
         print(f"median ratio --jobs 1 / --jobs {args.jobs}: {statistics.median(ratios):.2f}x "
               f"(best times: {min(one):.2f} s / {min(many):.2f} s = {min(one) / min(many):.2f}x); "
               f"load average {os.getloadavg()[0]:.1f} at end")
+        if args.phases:
+            for j in (1, args.jobs):
+                phases(runs, tmp / f"wh{j}", j, env, tmp / f"timing{j}.jsonl")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -339,6 +339,64 @@ def test_the_forkserver_preloads_every_reader():
     from tracedb import formats, workers
 
     assert workers.PRELOAD == ["tracedb.ingest"] + [f"tracedb.formats.{m}" for m in formats.FORMAT_MODULES]
+    assert workers.preload() == workers.PRELOAD + ["pandas"]  # installed with the test extra
+
+
+def test_a_worker_reads_without_importing_anything_more(tmp_path):
+    """What a worker needs is imported once, in the forkserver: a worker's first file costs
+    no import (pandas, which pyarrow pulls in on first use, cost ~0.25 s of CPU each), and
+    none of the caller's duckdb or deltalake."""
+    import concurrent.futures
+
+    from tracedb import ingest as ing
+    from tracedb import workers
+
+    modules = "sorted({m.split('.')[0] for m in __import__('sys').modules})"  # eval: nothing to unpickle
+    path = scenario("kineto_h200_fp32")
+    fmt, err = ing._sniff(path)
+    job = ing._Job(path, str(path), path.name, "r", fmt, 0, tmp_path, "i1", "i1-00000", err)
+    pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=workers.context())
+    try:
+        before = set(pool.submit(eval, modules).result())
+        res = pool.submit(ing._read_one, job).result()
+        after = set(pool.submit(eval, modules).result())
+    finally:
+        pool.shutdown()
+    assert res.ok and res.rows["kernels"] > 0, res.error
+    assert {"pandas", "pyarrow", "tracedb"} <= before
+    assert after - before <= {"gzip", "_compression", "zlib"}, after - before
+    assert not {"duckdb", "deltalake"} & after
+
+
+def test_parallel_ingest_writes_nothing_into_a_warehouse_that_needs_migrating(tmp_path):
+    """A new warehouse's lake is created while the workers read; any other warehouse is
+    opened (and refused, here) before a worker writes a file into it."""
+    wh = tmp_path / "wh"
+    shutil.copytree(DATA / "frozen_warehouse_schema1", wh)
+    before = sorted(p.relative_to(wh) for p in wh.rglob("*"))
+    with pytest.raises(TracedbError, match="tracedb migrate"):
+        ingest([make_runs(tmp_path)], wh, jobs=2)
+    assert sorted(p.relative_to(wh) for p in wh.rglob("*")) == before
+
+
+def test_timing_names_each_phase_of_a_parallel_ingest(tmp_path, monkeypatch):
+    """TRACEDB_TIMING (what bench/bench_jobs.py --phases reads): the caller's phases and
+    each worker's tasks and whole life, as JSON lines on one clock."""
+    import os
+
+    from tracedb import timing
+
+    log = tmp_path / "timing.jsonl"
+    monkeypatch.setenv("TRACEDB_TIMING", str(log))
+    assert ingest([make_runs(tmp_path)], tmp_path / "wh", jobs=2).ok  # two files
+    lines = timing.read(log)
+    mine = [x["phase"] for x in lines if x["pid"] == os.getpid()]
+    assert set(mine) == {"discover", "open lake", "start pool", "wait", "commit", "publish", "close pool"}
+    assert mine.count("wait") == 4 and mine.count("commit") == 1  # 2 sniffs and 2 reads; one group
+    theirs = [x for x in lines if x["pid"] != os.getpid()]
+    assert sorted(x["phase"] for x in theirs if x["phase"] != "worker") == ["read_one", "read_one", "sniff", "sniff"]
+    assert {x["pid"] for x in theirs if x["phase"] == "worker"} == {x["pid"] for x in theirs}
+    assert all(x["end"] >= x["start"] and x["cpu"] >= 0 for x in lines)
 
 
 def test_killed_parallel_ingest_leaves_no_workers_behind(tmp_path):

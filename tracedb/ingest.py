@@ -15,11 +15,18 @@ that imported the readers once (`set_forkserver_preload`), so a worker starts in
 ms instead of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each under
 `spawn`, which made `--jobs 2` no faster than `--jobs 1`); and unlike a plain fork of the
 caller, no DuckDB or Arrow thread's lock can be inherited mid-use. Workers get the
-caller's environment at the start of each ingest. Commits go on in the caller while the
-workers read the next runs. A worker that dies (out-of-memory kill, a crash in native
-code) costs only the file it was reading: the pool is rebuilt, the files it held are
-re-read one at a time, and the one that kills its process again gets a one-line error.
-Measured with `bench/bench_jobs.py` (24 runs, see bench/RESULTS.md).
+caller's environment at the start of each ingest. The forkserver also preloads pandas
+(pyarrow imports it on a process's first table: ~0.25 s of CPU per worker otherwise), and
+the workers import no duckdb (this module imports the catalog where used). A new
+warehouse's Delta tables are created in a thread while the workers read (~0.3 s of
+delta-rs, before the first read until now); each commit group's files are queued largest
+first, so that no worker idles at the end while the other finishes a big file. Commits go
+on in the caller while the workers read the next runs. A commit and its snapshot cost
+~0.18 s of CPU whether they land 1 run or 24 (`TRACEDB_TIMING`), so they are not split
+further: the last one is the serial tail either way. A worker that dies (out-of-memory
+kill, a crash in native code) costs only the file it was reading: the pool is rebuilt,
+the files it held are re-read one at a time, and the one that kills its process again
+gets a one-line error. Measured with `bench/bench_jobs.py --phases` (see bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -27,12 +34,13 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import catalog, formats, lake, schema
+from tracedb import formats, lake, schema, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks)
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
@@ -305,35 +313,51 @@ def ingest(
     for problems with the request itself (no such path, warehouse cannot be opened).
     `on_plan` sees the runs found before anything is read; `on_file` each file as it is
     read, `on_run` each run as it lands (progress reporting)."""
+    from tracedb import catalog  # here: the workers, which import this module, need no duckdb
+
     warehouse = Path(warehouse or catalog.default_warehouse())
-    runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
+    with timing.phase("discover"):
+        runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
     if on_plan:
         on_plan(runs)
     if jobs < 1:
         raise TracedbError("--jobs must be at least 1")
     n_files = sum(len(run.files) for run in runs)
-    if min(jobs, n_files) > 1:
-        workers.start()  # the forkserver's imports (~1 s) overlap opening the lake
-    store = catalog.open_lake(warehouse, create=True)
+    parallel = min(jobs, n_files) > 1
+    if parallel:
+        workers.start()  # the forkserver's imports (~0.5 s) overlap ours and discovery
+    # A new warehouse's Delta tables (~0.3 s of delta-rs, and pandas, which pyarrow imports
+    # on first use) are created while the workers read; an existing lake opens at once
+    # (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
+    later = parallel and not (warehouse / lake.LAKE_JSON).exists() and not (warehouse / catalog.CATALOG).exists()
+    store = None if later else _open_lake(warehouse)
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     summaries: list[RunSummary] = []
-    pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
+    with timing.phase("start pool"):
+        pool = workers.Workers(min(jobs, n_files)) if parallel else None
+    opening = None
     pending: list[tuple[lake.RunCommit, RunSummary]] = []
     try:
-        planned, index = [], 0
+        planned, index, queued = [], 0, []
         if pool:  # every sniff first (a few ms each), so reads can be queued run by run
             for i, path in enumerate(p for run in runs for p in run.files):
                 pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
+        if later:
+            opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
+            store_future = opening.submit(_open_lake, warehouse)
         sniffs = iter(range(n_files))
-        for run in runs:
+        for n, run in enumerate(runs, 1):
             sniffed = ([pool.result(f"sniff-{next(sniffs):06d}") for _ in run.files] if pool
                        else [_sniff(p) for p in run.files])
             run_jobs = _plan(run, warehouse, ingest_id, index, sniffed)
             index += len(run_jobs)
-            for j in run_jobs if pool else ():
-                pool.submit(j.file_tag, _read_one, j,
-                            lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
+            queued += run_jobs if pool else ()
+            if n % COMMIT_EVERY_RUNS == 0 or n == len(runs):
+                _submit_reads(pool, queued)
+                queued = []
             planned.append((run, run_jobs))
+        if later:
+            store = store_future.result()
         last_commit = time.monotonic()
 
         def commit() -> None:
@@ -393,14 +417,39 @@ def ingest(
     except BaseException:
         # What was written for runs that did not commit is no one's: delete it now
         # (vacuum would, after its retention).
+        store = store or lake.Lake(warehouse)
         store.discard([w for c, _ in pending for w in c.files])
         if pool:
             store.discard([w for r in pool.finished() if isinstance(r, FileResult) for w in r.written])
         raise
     finally:
         if pool:
-            pool.close()
+            with timing.phase("close pool"):
+                pool.close()
+        if opening:
+            opening.shutdown()
     return IngestSummary(warehouse, summaries)
+
+
+def _open_lake(warehouse: Path) -> lake.Lake:
+    from tracedb import catalog
+
+    with timing.phase("open lake"):
+        return catalog.open_lake(warehouse, create=True)
+
+
+def _submit_reads(pool, jobs: list[_Job]) -> None:
+    """Queue a commit group's reads, largest file first, so that the last to finish are
+    small ones and no worker idles while another reads a big file to the end."""
+    def size(j: _Job) -> int:
+        try:
+            return j.path.stat().st_size
+        except OSError:
+            return 0
+
+    for j in sorted(jobs, key=size, reverse=True):
+        pool.submit(j.file_tag, _read_one, j,
+                    lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
 
 
 def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
@@ -408,10 +457,14 @@ def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
     import duckdb
     from deltalake.exceptions import DeltaError
 
+    from tracedb import catalog
+
     with store.lock():
         try:
-            store.commit(runs)
-            catalog.publish(store)
+            with timing.phase("commit"):
+                store.commit(runs)
+            with timing.phase("publish"):
+                catalog.publish(store)
         except (DeltaError, OSError, duckdb.Error) as e:
             raise WarehouseError(f"warehouse error: commit to {store.root} failed (the runs keep their previous "
                                  f"version): {' '.join(str(e).split())}") from e

@@ -23,21 +23,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-# What the forkserver imports before forking workers: the readers and what they use.
+from tracedb import timing
+
+# What the forkserver imports before forking workers: the readers and what they use, and
+# pandas where installed: pyarrow imports it on its first conversion of Python values (a
+# reader's first table), which cost every worker ~0.25 s of CPU on its first file.
 PRELOAD = ["tracedb.ingest"] + [f"tracedb.formats.{m}" for m in (
     "tf_stepstats", "megengine", "kineto", "chrome_trace", "xspace", "node_dump", "node_list")]
+PRELOAD_IF_INSTALLED = ["pandas"]
+
+
+def preload() -> list[str]:
+    import importlib.util
+
+    return PRELOAD + [m for m in PRELOAD_IF_INSTALLED if importlib.util.find_spec(m) is not None]
 
 
 def context():
     """A forkserver that has imported the readers: workers fork from it ready to read."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(PRELOAD)
+    ctx.set_forkserver_preload(preload())
     return ctx
 
 
 def start() -> None:
-    """Start the forkserver now (it imports PRELOAD, ~1 s) so that it does so while the
-    caller imports, discovers runs and opens the lake, rather than after."""
+    """Start the forkserver now (it imports PRELOAD, ~0.5 s of CPU) so that it does so while
+    the caller imports and discovers runs, rather than after."""
     from multiprocessing import forkserver
 
     context()
@@ -49,6 +60,12 @@ def _worker_init(env: dict, caller: int) -> None:
     os.environ.clear()
     os.environ.update(env)
     threading.Thread(target=_exit_with, args=(caller,), daemon=True).start()
+    if os.environ.get("TRACEDB_TIMING"):  # the worker's whole life (tasks, their transfer, waits)
+        from multiprocessing import util
+
+        life = timing.phase("worker")
+        life.__enter__()
+        util.Finalize(life, life.__exit__, args=(None, None, None), exitpriority=100)
 
 
 def _exit_with(caller: int) -> None:
@@ -81,7 +98,8 @@ def _in_worker(fn, arg, marker: str):
             from tracedb.lake import crash_point
 
             crash_point(f"reading {path.name}")
-        return fn(arg)
+        with timing.phase(fn.__name__.strip("_")):
+            return fn(arg)
     finally:
         Path(marker).unlink(missing_ok=True)
 
@@ -113,12 +131,13 @@ class Workers:
         task.future = self.pool.submit(_in_worker, fn, arg, str(self.markers / key))
 
     def result(self, key: str):
-        while key not in self.done:
-            try:
-                return self.tasks[key].future.result()
-            except BrokenProcessPool:
-                self._recover()
-        return self.done[key]
+        with timing.phase("wait"):
+            while key not in self.done:
+                try:
+                    return self.tasks[key].future.result()
+                except BrokenProcessPool:
+                    self._recover()
+            return self.done[key]
 
     def _recover(self) -> None:
         """A worker died: every unfinished task goes to a new pool, except those that were
