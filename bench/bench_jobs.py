@@ -73,6 +73,7 @@ def caller_cpu(fn, *args) -> tuple[object, float]:
 def phases(runs: Path, wh: Path, jobs: int, env: dict, log: Path) -> None:
     """One traced ingest: its timeline, from tracedb.timing's lines."""
     log.unlink(missing_ok=True)
+    shutil.rmtree(wh, ignore_errors=True)  # not counted: ingest() removes it again, at once
     launch = time.time()
     _, cpu = caller_cpu(ingest, runs, wh, jobs, {**env, "TRACEDB_TIMING": str(log)})
     end = time.time()
