@@ -19,9 +19,11 @@ caller's environment at the start of each ingest. The forkserver also preloads p
 (pyarrow imports it on a process's first table: ~0.25 s of CPU per worker otherwise), and
 the workers import no duckdb (this module imports the catalog where used). A new
 warehouse's Delta tables are created in a thread while the workers read (~0.3 s of
-delta-rs, before the first read until now); each commit group's files are queued largest
-first, so that no worker idles at the end while the other finishes a big file. Commits go
-on in the caller while the workers read the next runs. A commit and its snapshot cost
+delta-rs, before the first read until now); the caller waits for them only at its first
+commit. Reads are queued run by run as their sniffs come back (queueing each group's
+largest files first balanced the workers no better on the bench and held every read back
+until all sniffs were in, so progress came in one burst). Commits go on in the caller
+while the workers read the next runs. A commit and its snapshot cost
 ~0.18 s of CPU whether they land 1 run or 24 (`TRACEDB_TIMING`), so they are not split
 further: the last one is the serial tail either way. A worker that dies (out-of-memory
 kill, a crash in native code) costs only the file it was reading: the pool is rebuilt,
@@ -338,7 +340,7 @@ def ingest(
     opening = None
     pending: list[tuple[lake.RunCommit, RunSummary]] = []
     try:
-        planned, index, queued = [], 0, []
+        planned, index = [], 0
         if pool:  # every sniff first (a few ms each), so reads can be queued run by run
             for i, path in enumerate(p for run in runs for p in run.files):
                 pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
@@ -346,23 +348,21 @@ def ingest(
             opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
             store_future = opening.submit(_open_lake, warehouse)
         sniffs = iter(range(n_files))
-        for n, run in enumerate(runs, 1):
+        for run in runs:
             sniffed = ([pool.result(f"sniff-{next(sniffs):06d}") for _ in run.files] if pool
                        else [_sniff(p) for p in run.files])
             run_jobs = _plan(run, warehouse, ingest_id, index, sniffed)
             index += len(run_jobs)
-            queued += run_jobs if pool else ()
-            if n % COMMIT_EVERY_RUNS == 0 or n == len(runs):
-                _submit_reads(pool, queued)
-                queued = []
+            for j in run_jobs if pool else ():
+                pool.submit(j.file_tag, _read_one, j,
+                            lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
             planned.append((run, run_jobs))
-        if later:
-            store = store_future.result()
         last_commit = time.monotonic()
 
         def commit() -> None:
-            nonlocal last_commit
+            nonlocal last_commit, store
             if pending:
+                store = store or store_future.result()  # the lake is needed from here on only
                 _commit(store, [c for c, _ in pending])
                 for _, summary in pending:
                     summaries.append(summary)
@@ -398,7 +398,7 @@ def ingest(
             if label_error:
                 file_rows.append(_labels_row(run, label_error, ingest_id, when))
             if not replace:
-                store.discard([w for r in ok for w in r.written])
+                (store or lake.Lake(warehouse)).discard([w for r in ok for w in r.written])
             pending.append((
                 lake.RunCommit(
                     {**_run_row(run, results, labels), "status": "complete" if complete else "partial"},
@@ -436,20 +436,6 @@ def _open_lake(warehouse: Path) -> lake.Lake:
 
     with timing.phase("open lake"):
         return catalog.open_lake(warehouse, create=True)
-
-
-def _submit_reads(pool, jobs: list[_Job]) -> None:
-    """Queue a commit group's reads, largest file first, so that the last to finish are
-    small ones and no worker idles while another reads a big file to the end."""
-    def size(j: _Job) -> int:
-        try:
-            return j.path.stat().st_size
-        except OSError:
-            return 0
-
-    for j in sorted(jobs, key=size, reverse=True):
-        pool.submit(j.file_tag, _read_one, j,
-                    lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
 
 
 def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
