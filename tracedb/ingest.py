@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import catalog, formats, lake, schema
+from tracedb import catalog, formats, lake, schema, storage
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks)
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
@@ -93,7 +93,7 @@ class RunSummary:
 
 @dataclass
 class IngestSummary:
-    warehouse: Path
+    warehouse: Path | str
     runs: list[RunSummary]
 
     @property
@@ -139,7 +139,7 @@ class _Job:
     run_id: str
     format: str | None
     ordinal: int
-    root: Path  # the warehouse
+    root: Path | str  # the warehouse (a folder or an object-storage URL)
     ingest_id: str
     file_tag: str
     sniff_error: str | None = None
@@ -196,8 +196,9 @@ def _read_one(job: _Job) -> FileResult:
             res.warning = job.rank_note
         if sum(res.rows.values()) == 0:
             res.error = "no rows: the trace holds no events tracedb can store"
+            store = storage.open_storage(job.root)
             for w in written:
-                (job.root / w.rel).unlink(missing_ok=True)
+                store.unlink(w.rel)
             res.written = []
     res.error = " ".join(res.error.split()) if res.error else None  # one line
     res.seconds = time.perf_counter() - start
@@ -292,7 +293,7 @@ def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dic
 
 def ingest(
     paths: list[Path],
-    warehouse: Path | None = None,
+    warehouse: Path | str | None = None,
     run_id: str | None = None,
     jobs: int = 1,
     exclude: tuple[str, ...] | list[str] = (),
@@ -305,7 +306,7 @@ def ingest(
     for problems with the request itself (no such path, warehouse cannot be opened).
     `on_plan` sees the runs found before anything is read; `on_file` each file as it is
     read, `on_run` each run as it lands (progress reporting)."""
-    warehouse = Path(warehouse or catalog.default_warehouse())
+    warehouse = storage.location(warehouse)
     runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
     if on_plan:
         on_plan(runs)

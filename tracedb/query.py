@@ -282,15 +282,21 @@ def check_statements(query: CannedQuery) -> None:
             )
 
 
-def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path) -> duckdb.DuckDBPyConnection:
+def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.DuckDBPyConnection:
     """Lock an open catalog connection to the warehouse's own files.
 
     DuckDB then reads only under the warehouse folder (`allowed_directories`: the
     snapshot's views list absolute paths of the lake's files), refuses every other file,
     URL, extension and database (`enable_external_access = false`), and no later SET can
     undo it (`lock_configuration`). Extensions the views need must be loaded before this.
+    A lake on object storage: only URLs under its prefix (`s3://bucket/prefix/`), read
+    through the fsspec filesystem `catalog.connect` registered; its snapshot, a local
+    cache file, is attached before the lock and stays readable.
     """
-    root = Path(warehouse).resolve().as_posix().rstrip("/") + "/"
+    from tracedb import storage
+
+    loc = storage.location(warehouse)
+    root = (loc if storage.is_remote(loc) else loc.resolve().as_posix()).rstrip("/") + "/"
     con.execute("SET allowed_directories = ?", [[root]])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -298,7 +304,7 @@ def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path) -> duckdb.DuckDBPyC
 
 
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
-              warehouse: Path | None = None, output: str = "arrow", allow_external: bool = False):
+              warehouse: Path | str | None = None, output: str = "arrow", allow_external: bool = False):
     """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
 
     The query runs sandboxed (`sandbox`, `check_statements`): it reads only the
@@ -311,7 +317,9 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     if not allow_external:
         check_statements(query)
     values = bind(query, params or {})  # parameter errors first, before the warehouse is opened
-    warehouse = Path(warehouse or catalog.default_warehouse())
+    from tracedb import storage
+
+    warehouse = storage.location(warehouse)
     con = catalog.connect(warehouse)
     try:
         if not allow_external:
