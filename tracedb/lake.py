@@ -39,6 +39,19 @@ as exactly one complete version (the last to commit), nothing is duplicated. Wit
 commit the lock makes every logged-but-unpublished ingest a crashed one, which step 4
 and `vacuum` may remove at once. delta-rs retries its own commit on a version clash.
 
+## On object storage (`s3://bucket/prefix`, see `tracedb.storage`)
+
+The same protocol, the same layout. Data files are uploaded straight into their
+partition folders; delta-rs commits each table's log with conditional puts
+(`conditional_put=etag`: a log entry is written with `If-None-Match`, so two writers
+can never both write version N and the loser retries; chosen over a DynamoDB locking
+provider because S3, MinIO, R2 and moto's server support conditional writes natively and
+nothing else has to be deployed). The commit lock is a lease object
+(`_tracedb/commit.lock`, created with `If-None-Match: *`, renewed and released with
+`If-Match` on its ETag, taken over once expired); a writer that lost its lease
+(`storage.lock_valid()`) stops before step 3, so a logged-but-unpublished ingest is
+still a crashed one. `lake.json` is rewritten with one PUT.
+
 Measured (2 cores): one group commit of 50 small runs (4 data tables + 3 metadata
 tables) takes ~0.3 s; files are written once (no staging copy).
 """
