@@ -202,7 +202,7 @@ def _parquet_objects(st: storage.ObjectStorage, table: str) -> set[str]:
 
 
 @pytest.mark.slow
-def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_path):
+def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_path, monkeypatch):
     url = f"s3://{BUCKET}/wh"
     srcs = _sources(tmp_path)
     local = tracedb.Warehouse(tmp_path / "local")
@@ -292,3 +292,17 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
         assert not any("run_id=crashed" in p or "run_id=slow_extra2" in p for p in _parquet_objects(st, t))
     assert _rows_per_run(remote) == _rows_per_run(local)
     assert sorted(remote.runs().column("run_id").to_pylist()) == sorted(local.runs().column("run_id").to_pylist())
+
+    # a new reader (empty cache) takes the lake's own snapshot: it needs no lease, so it
+    # neither waits for a writer holding one nor needs write permission
+    monkeypatch.setenv("TRACEDB_CACHE_DIR", str(tmp_path / "new_reader_cache"))
+    busy = storage.Lease(st, lake.LOCK_FILE)
+    assert busy.acquire(wait=False)
+    try:
+        counts = []
+        reader = threading.Thread(target=lambda: counts.append(_rows_per_run(tracedb.Warehouse(url))))
+        reader.start()
+        reader.join(timeout=120)
+        assert counts == [_rows_per_run(local)]
+    finally:
+        busy.release()

@@ -29,7 +29,8 @@ The views then list `s3://...` URLs, and the snapshot lives in two places:
   connections ATTACH. They read the files through the URL's fsspec filesystem (s3fs),
   registered on the connection (`register_filesystem`): DuckDB's httpfs extension is not
   needed, nor downloaded. Freshness is checked as for a folder (the Delta log listing,
-  seven LIST requests); a stale cache is rebuilt from the lake under the commit lease.
+  seven LIST requests); a stale cache is replaced by the lake's copy when that one is
+  fresh (no write permission needed), else rebuilt from the lake under the commit lease.
 """
 
 from __future__ import annotations
@@ -194,11 +195,31 @@ def ensure_fresh(lake: lake_mod.Lake) -> None:
     moved). While another process holds the commit lock it is about to publish one:
     readers use the current snapshot rather than wait."""
     path = snapshot_path(lake)
-    if path.is_file() and _snapshot_state(path) == _lake_state(lake):
+    state = _lake_state(lake)
+    if path.is_file() and _snapshot_state(path) == state:
+        return
+    if lake.remote and _fetch_lake_snapshot(lake, path, state):
         return
     with lake.lock(wait=not path.is_file()) as held:
         if held and _snapshot_state(path) != _lake_state(lake):
             publish(lake)
+
+
+def _fetch_lake_snapshot(lake: lake_mod.Lake, path: Path, state: dict) -> bool:
+    """An object-storage lake: take the snapshot the last commit uploaded when it matches
+    the lake (one GET, and no lease: a reader needs no write permission)."""
+    tmp = path.parent / f".fetch-{os.getpid()}-{secrets.token_hex(4)}.duckdb"
+    try:
+        try:
+            tmp.write_bytes(lake.storage.read_bytes(CATALOG))
+        except OSError:
+            return False
+        if _snapshot_state(tmp) != state:
+            return False
+        os.replace(tmp, path)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def publish(lake: lake_mod.Lake) -> None:
