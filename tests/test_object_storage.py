@@ -123,6 +123,20 @@ def test_a_dead_writers_lease_is_taken_over_by_exactly_one(s3, monkeypatch):
     assert not st.is_file("_tracedb/commit.lock")
 
 
+def test_a_live_writers_lease_is_renewed(s3, monkeypatch):
+    monkeypatch.setenv("TRACEDB_LOCK_LEASE_SECONDS", "2")
+    st = storage.ObjectStorage(f"s3://{BUCKET}/lease3")
+    holder = storage.Lease(st, "_tracedb/commit.lock")
+    assert holder.acquire()
+    first = json.loads(st.read_bytes("_tracedb/commit.lock"))["expires"]
+    time.sleep(4)  # twice the lease: only renewals keep it
+    assert holder.valid()
+    assert json.loads(st.read_bytes("_tracedb/commit.lock"))["expires"] > first + 1
+    assert not storage.Lease(st, "_tracedb/commit.lock").acquire(wait=False)
+    holder.release()
+    assert not st.is_file("_tracedb/commit.lock")
+
+
 def test_a_writer_that_lost_its_lease_does_not_publish(s3):
     lk = catalog.open_lake(f"s3://{BUCKET}/lost", create=True)
     with lk.lock():

@@ -126,6 +126,9 @@ def migrate_warehouse(warehouse: Path | str) -> list[str]:
                 continue
             if target(m) != "lake":
                 raise TracedbError(f"migration {_label(m)} is for a schema-1 catalog, but {warehouse} is a lake")
+            if lake.remote:  # conform_lake_table rewrites files by local path
+                raise TracedbError(f"migration {_label(m)}: migrating a lake on object storage ({warehouse}) is not "
+                                   "supported yet; copy it to a folder, migrate, copy it back")
             _module(m).up(lake)
             meta.setdefault("migrations", []).append({"number": m.number, "name": m.name, "applied_at": _now()})
             lake.write_meta(meta)

@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from tracedb.errors import TracedbError
+from tracedb.errors import TracedbError, WarehouseError
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 DEFAULT_LEASE_SECONDS = 60.0
@@ -392,20 +392,27 @@ class Lease:
         except FileNotFoundError:
             pass
 
-    def _read(self) -> tuple[str, float] | None:
-        """(ETag, expiry) of the current lease object, None when there is none."""
+    def _read(self) -> tuple[str, float, str] | None:
+        """(ETag, expiry, owner) of the current lease object, None when there is none."""
         try:
             info = self.st.fs.info(self.path)
             body = json.loads(self.st.fs.cat_file(self.path))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError):
-            return ("generic-stale" if not self._s3 else "", 0.0)  # unreadable: treat as stale
+        except ValueError:  # not our JSON: a stale one, to take over
+            return ("generic-stale" if not self._s3 else info.get("ETag", ""), 0.0, "")
         etag = (info.get("ETag") or "") if self._s3 else "generic-stale"
-        return etag, float(body.get("expires", 0))
+        return etag, float(body.get("expires", 0)), str(body.get("owner"))
 
     # -- acquire, renew, release ------------------------------------------------------
     def acquire(self, wait: bool = True) -> bool:
+        try:
+            return self._acquire(wait)
+        except OSError as e:  # no permission, no such bucket, the store unreachable
+            raise WarehouseError(f"warehouse error: cannot take the commit lease {self.st.protocol}://{self.path}: "
+                                 f"{' '.join(str(e).split())}") from e
+
+    def _acquire(self, wait: bool) -> bool:
         delay = 0.05
         while True:
             etag = self._create()
@@ -430,9 +437,20 @@ class Lease:
             except Exception:  # noqa: BLE001 - a network error: retry at the next beat
                 continue
             if etag is None:
-                self.lost = True
-                return
+                current = self._read_quietly()
+                if current is None or current[2] != self.owner:  # taken over (or deleted)
+                    self.lost = True
+                    return
+                if current[0] == self.etag:
+                    continue  # the put did not land (network): retry at the next beat
+                etag = current[0]  # ours: the put landed, its reply was lost
             self.etag, self.renewed = etag, time.monotonic()
+
+    def _read_quietly(self) -> tuple[str, float, str] | None:
+        try:
+            return self._read()
+        except Exception:  # noqa: BLE001 - unreachable: the next beat retries
+            return (self.etag, 0.0, self.owner)
 
     def valid(self) -> bool:
         """Still ours, with a safety margin of a tenth of the lease."""
