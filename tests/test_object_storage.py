@@ -83,6 +83,16 @@ def test_a_url_warehouse_stays_a_url(tmp_path):
     assert tracedb.Warehouse(tmp_path).path == tmp_path
 
 
+def test_a_missing_bucket_is_a_one_line_error(s3, tmp_path):
+    r = runner.invoke(app, ["runs", "-w", "s3://no-such-bucket/wh"])
+    assert r.exit_code == 2 and "no warehouse at s3://no-such-bucket/wh" in r.output
+    r = runner.invoke(app, ["ingest", str(scenario("node_shape_dump")), "-w", "s3://no-such-bucket/wh"])
+    last = r.output.strip().splitlines()[-1]  # after the plan ("found 1 run(s)...")
+    assert r.exit_code == 2 and last == ("tracedb: error: warehouse error: cannot take the commit lease "
+                                         "s3://no-such-bucket/wh/_tracedb/commit.lock: The specified bucket does not exist")
+    assert not (tmp_path / "s3:").exists() and not Path("s3:").exists()
+
+
 # -- the commit lease ------------------------------------------------------------------------
 
 def test_lease_excludes_other_writers_until_released(s3):

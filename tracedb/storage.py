@@ -264,8 +264,10 @@ class ObjectStorage:
     def size(self, rel: str) -> int | None:
         try:
             info = self.fs.info(self._p(rel))
-        except (FileNotFoundError, OSError):
+        except FileNotFoundError:
             return None
+        except OSError as e:  # no permission, the store unreachable, ...
+            raise WarehouseError(f"warehouse error: {self.uri(rel)}: {' '.join(str(e).split())}") from e
         return info.get("size") if info.get("type") == "file" else None
 
     def read_bytes(self, rel: str) -> bytes:
