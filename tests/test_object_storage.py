@@ -206,8 +206,8 @@ def _plain(v):
     return v
 
 
-def _query_rows(wh: tracedb.Warehouse, cq, params: dict) -> list[tuple]:
-    t = wh.query(cq, **params)
+def _query_rows(con, cq, params: dict) -> list[tuple]:
+    t = q.execute(con, cq, q.bind(cq, params))
     # ingested_at is when each lake got the run: the only column that differs by design
     cols = [c for c in t.column_names if c != "ingested_at"]
     return [tuple(_plain(r[c]) for c in cols) for r in t.to_pylist()]
@@ -262,15 +262,19 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
     day4 = [r for r in lk.add_actions("kernels").to_pylist() if r["run_id"] == "day4"]
     assert {r["min_ingest"] for r in day4} == {r["max_ingest"] for r in day4} == {lk.published()["day4"]}
 
-    # every canned query: the same rows as the local lake
+    # every canned query: the same rows as the local lake (one sandboxed connection each,
+    # as `tracedb query` opens)
     nonempty = 0
+    con_remote, con_local = q.sandbox(remote.connect(), url), q.sandbox(local.connect(), local.path)
     for cq in q.list_queries():
         runs = iter(["day3", "day4"])
         params = {p.name: next(runs) for p in cq.params if p.required}
-        got, expected = _query_rows(remote, cq, params), _query_rows(local, cq, params)
+        got, expected = _query_rows(con_remote, cq, params), _query_rows(con_local, cq, params)
         assert got == expected, cq.name
         nonempty += bool(expected)
     assert nonempty >= 20
+    con_remote.close()
+    con_local.close()
 
     # the sandbox: the warehouse's prefix only, not a sibling prefix or another bucket's file
     for other in (f"s3://{BUCKET}/wh2/x.parquet", f"s3://{BUCKET}/lost/_tracedb/lake.json", "/etc/passwd"):
@@ -316,6 +320,8 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
         assert not any("run_id=crashed" in p or "run_id=slow_extra2" in p for p in _parquet_objects(st, t))
     assert _rows_per_run(remote) == _rows_per_run(local)
     assert sorted(remote.runs().column("run_id").to_pylist()) == sorted(local.runs().column("run_id").to_pylist())
+    assert runner.invoke(app, ["optimize", "-w", url]).exit_code == 0
+    assert remote.check() == [] and _rows_per_run(remote) == _rows_per_run(local)
 
     # a new reader (empty cache) takes the lake's own snapshot: it needs no lease, so it
     # neither waits for a writer holding one nor needs write permission
@@ -330,3 +336,8 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
         assert counts == [_rows_per_run(local)]
     finally:
         busy.release()
+
+    # check reads the objects: a damaged one is named
+    victim = sorted(lk.live_files("kernels")[0])[0]
+    st.write_atomic(victim, b"not parquet")
+    assert [(p, why.split(",")[0]) for _, p, why in remote.check()] == [(victim, "size 11 B")]
