@@ -239,7 +239,8 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
     procs = {}
     for name, args in srcs.items():
         extra = {"TRACEDB_CRASH_AT": "ingest_after_add"} if name == "crashed" else {}
-        procs[name] = _cli(["ingest", *args, "--warehouse", url, "--jobs", "1"], {**env, **extra}, tmp_path)
+        jobs = "2" if name == "batch_b" else "1"  # batch_b's files are read by worker processes
+        procs[name] = _cli(["ingest", *args, "--warehouse", url, "--jobs", jobs], {**env, **extra}, tmp_path)
     for name, p in procs.items():
         out, err = p.communicate(timeout=600)
         if name == "crashed":
