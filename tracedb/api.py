@@ -20,7 +20,6 @@ lake, and `tracedb query` not the ingest path (measured in bench/bench_startup.p
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
 
@@ -47,11 +46,15 @@ _RUNS_SQL = """
 
 
 class Warehouse:
-    """A tracedb warehouse folder: `path`, else $TRACEDB_WAREHOUSE, else ./tracedb-warehouse."""
+    """A tracedb warehouse: `path` (a folder, or an object-storage URL such as
+    s3://bucket/prefix, see `tracedb.storage`), else $TRACEDB_WAREHOUSE, else ./tracedb-warehouse."""
 
     def __init__(self, path: str | Path | None = None):
+        # A folder (Path), or an object-storage URL kept as a str: "s3://bucket/prefix".
         # = catalog.default_warehouse(), without importing duckdb for `tracedb queries`
-        self.path = Path(path) if path is not None else Path(os.environ.get("TRACEDB_WAREHOUSE") or "tracedb-warehouse")
+        from tracedb.storage import location
+
+        self.path = location(path)
 
     def __repr__(self) -> str:
         return f"Warehouse({str(self.path)!r})"

@@ -16,10 +16,26 @@ Each data view reads the live files of its Delta table (only files of each run's
 ingest; a filter on ingest_id is added only when a compacted file mixes ingests) with
 Hive partitioning, so `WHERE run_id = ...` opens only that run's files. `runs`, `files`,
 `ingest_log` and `tracedb_migrations` are small tables copied into the snapshot.
+
+## A lake on object storage (`s3://bucket/prefix`, see `tracedb.storage`)
+
+The views then list `s3://...` URLs, and the snapshot lives in two places:
+
+- `<lake>/catalog.duckdb`, uploaded by every commit (one PUT: readers get the old or
+  the new one), for clients that read object storage themselves: DuckDB with httpfs
+  (`ATTACH 's3://bucket/prefix/catalog.duckdb' (READ_ONLY)` after `CREATE SECRET`);
+- a local cache, `$TRACEDB_CACHE_DIR` (default `$XDG_CACHE_HOME/tracedb`, else
+  `~/.cache/tracedb`) `/<hash of URL and endpoint>/catalog.duckdb`, which tracedb's own
+  connections ATTACH. They read the files through the URL's fsspec filesystem (s3fs),
+  registered on the connection (`register_filesystem`): DuckDB's httpfs extension is not
+  needed, nor downloaded. Freshness is checked as for a folder (the Delta log listing,
+  seven LIST requests); a stale cache is replaced by the lake's copy when that one is
+  fresh (no write permission needed), else rebuilt from the lake under the commit lease.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -29,7 +45,7 @@ import duckdb
 import pyarrow as pa
 
 from tracedb import lake as lake_mod
-from tracedb import schema
+from tracedb import schema, storage
 from tracedb.errors import TracedbError
 
 CATALOG = "catalog.duckdb"
@@ -38,8 +54,8 @@ CATALOG = "catalog.duckdb"
 _RUN_COLUMNS = [f.name for f in schema.RUNS]
 
 
-def default_warehouse() -> Path:
-    return Path(os.environ.get("TRACEDB_WAREHOUSE") or "tracedb-warehouse")
+def default_warehouse() -> Path | str:
+    return storage.location(None)
 
 
 def _ident(name: str) -> str:
@@ -55,8 +71,12 @@ def query_arrow(con: duckdb.DuckDBPyConnection, sql: str, params: dict | list | 
     return fetch()
 
 
-def is_legacy(warehouse: Path) -> bool:
-    """A schema-1 warehouse: the live-file list inside catalog.duckdb, no lake yet."""
+def is_legacy(warehouse: Path | str) -> bool:
+    """A schema-1 warehouse: the live-file list inside catalog.duckdb, no lake yet (only
+    ever a folder)."""
+    warehouse = storage.location(warehouse)
+    if storage.is_remote(warehouse):
+        return False
     return (warehouse / CATALOG).is_file() and not lake_mod.Lake(warehouse).exists
 
 
@@ -64,7 +84,7 @@ def open_lake(warehouse: Path, create: bool = False) -> lake_mod.Lake:
     """The warehouse's lake, refusing one that needs `tracedb migrate`."""
     from tracedb import migrate
 
-    lake = lake_mod.Lake(Path(warehouse))
+    lake = lake_mod.Lake(storage.location(warehouse))
     if is_legacy(lake.root):
         raise TracedbError(
             f"warehouse {warehouse} was made by an older tracedb (schema 1: pending migrations: "
@@ -81,7 +101,7 @@ def open_lake(warehouse: Path, create: bool = False) -> lake_mod.Lake:
     return lake
 
 
-def connect(warehouse: Path | None = None, read_only: bool = True, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+def connect(warehouse: Path | str | None = None, read_only: bool = True, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open the warehouse's catalog snapshot with the views ready to query (rebuilt first
     when it is missing or stale). read_only=False gives a private writable copy of the views.
 
@@ -89,13 +109,13 @@ def connect(warehouse: Path | None = None, read_only: bool = True, config: dict 
     duckdb.connect(path): DuckDB caches one database instance per path and process, so a
     second connect() in a notebook that still holds one would get the old snapshot. The
     attached snapshot's own record of the lake tells whether it is fresh: one open a query."""
-    warehouse = Path(warehouse or default_warehouse())
-    lake = open_lake(warehouse)
-    path = warehouse / CATALOG
+    lake = open_lake(storage.location(warehouse))
+    path = snapshot_path(lake)
     alias = "tracedb" if read_only else "snap"
     try:
         con = duckdb.connect(config=config or {})
         con.execute("SET enable_progress_bar = false")  # DuckDB would print it into the API user's stdout
+        register_storage(con, lake)
         if _attach(con, path, alias) != _lake_state(lake):
             con.execute(f"DETACH DATABASE IF EXISTS {alias}")
             ensure_fresh(lake)
@@ -136,6 +156,26 @@ def _copy_views(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DETACH snap")
 
 
+def snapshot_path(lake: lake_mod.Lake) -> Path:
+    """The snapshot tracedb's connections attach: in the folder, or the object-storage
+    lake's local cache (see the module docstring)."""
+    if not lake.remote:
+        return lake.root / CATALOG
+    base = os.environ.get("TRACEDB_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tracedb")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    key = hashlib.sha256(f"{lake.root}\n{endpoint}".encode()).hexdigest()[:16]
+    folder = Path(base) / key
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / CATALOG
+
+
+def register_storage(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
+    """Let DuckDB read an object-storage lake's files through its fsspec filesystem."""
+    if lake.remote:
+        con.register_filesystem(lake.storage.fs)
+
+
 def _snapshot_state(path: Path) -> dict | None:
     """The lake state a snapshot file was built from (None: missing or damaged)."""
     con = duckdb.connect()
@@ -146,35 +186,59 @@ def _snapshot_state(path: Path) -> dict | None:
 
 
 def _lake_state(lake: lake_mod.Lake) -> dict:
-    return {"root": str(lake.root.resolve()), "versions": lake.versions()}
+    root = lake.root if lake.remote else str(lake.root.resolve())
+    return {"root": root, "versions": lake.versions()}
 
 
 def ensure_fresh(lake: lake_mod.Lake) -> None:
     """Rebuild catalog.duckdb when it does not match the lake (missing, damaged, stale,
     moved). While another process holds the commit lock it is about to publish one:
     readers use the current snapshot rather than wait."""
-    path = lake.root / CATALOG
-    if path.is_file() and _snapshot_state(path) == _lake_state(lake):
+    path = snapshot_path(lake)
+    state = _lake_state(lake)
+    if path.is_file() and _snapshot_state(path) == state:
+        return
+    if lake.remote and _fetch_lake_snapshot(lake, path, state):
         return
     with lake.lock(wait=not path.is_file()) as held:
         if held and _snapshot_state(path) != _lake_state(lake):
             publish(lake)
 
 
+def _fetch_lake_snapshot(lake: lake_mod.Lake, path: Path, state: dict) -> bool:
+    """An object-storage lake: take the snapshot the last commit uploaded when it matches
+    the lake (one GET, and no lease: a reader needs no write permission)."""
+    tmp = path.parent / f".fetch-{os.getpid()}-{secrets.token_hex(4)}.duckdb"
+    try:
+        try:
+            tmp.write_bytes(lake.storage.read_bytes(CATALOG))
+        except OSError:
+            return False
+        if _snapshot_state(tmp) != state:
+            return False
+        os.replace(tmp, path)
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def publish(lake: lake_mod.Lake) -> None:
     """Write a new snapshot of the lake beside the catalog and rename it into place.
     Call under the lake's commit lock, after a commit."""
-    root = lake.root
-    tmp = root / f".catalog-{os.getpid()}-{secrets.token_hex(4)}.duckdb"
+    target = snapshot_path(lake)
+    tmp = target.parent / f".catalog-{os.getpid()}-{secrets.token_hex(4)}.duckdb"
     try:
         # DuckDB 1.0's storage format: BI tools embedding an older DuckDB still open it.
         con = duckdb.connect(str(tmp), config={"storage_compatibility_version": "v1.0.0"})
         try:
+            register_storage(con, lake)
             _build(con, lake)
         finally:
             con.close()
         lake_mod.crash_point("snapshot_before_rename")
-        os.replace(tmp, root / CATALOG)
+        if lake.remote:
+            lake.storage.upload(tmp, CATALOG)  # for httpfs clients; one PUT
+        os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
         Path(str(tmp) + ".wal").unlink(missing_ok=True)
@@ -203,10 +267,11 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
         listed, mixed = lake.live_files(table, published)
         # A lost file would make DuckDB refuse the whole view (and so every later commit):
         # leave it out, and let `tracedb check` name its run.
+        present = lake.storage.files_under(table) if lake.remote else None  # one listing, not a HEAD a file
         files = []
         for f in listed:
-            (files if (lake.root / f).is_file() else missing).append(f)
-        con.execute(f"CREATE VIEW {table} AS {_table_view_sql(lake.root, table, files, mixed)}")
+            (files if (f in present if lake.remote else (lake.root / f).is_file()) else missing).append(f)
+        con.execute(f"CREATE VIEW {table} AS {_table_view_sql(lake, table, files, mixed)}")
     con.execute("INSERT INTO tracedb_meta VALUES ('missing_files', ?)", [json.dumps(missing)])
     con.execute(f"CREATE VIEW runs AS {_runs_view_sql(con)}")
     con.execute("CREATE VIEW files AS SELECT * FROM tracedb_files")
@@ -219,13 +284,12 @@ def _empty_select(sch) -> str:
     return f"SELECT {cols} WHERE false"
 
 
-def _table_view_sql(root: Path, table: str, files: list[str], mixed: bool) -> str:
+def _table_view_sql(lake: lake_mod.Lake, table: str, files: list[str], mixed: bool) -> str:
     sch = schema.TABLES[table]
     if not files:
         return _empty_select(sch)
     cols = ", ".join(_ident(f.name) for f in sch)
-    base = str(root.resolve())
-    paths = "[" + ", ".join(lake_mod.sql_str(f"{base}/{p}") for p in files) + "]"
+    paths = "[" + ", ".join(lake_mod.sql_str(lake.storage.absolute(p)) for p in files) + "]"
     # run_id and device come from the Hive paths (URL-decoded by DuckDB): a filter on
     # either skips other runs' files unopened. Every file has the table's full schema.
     where = (" WHERE (run_id, ingest_id) IN (SELECT run_id, ingest_id FROM tracedb_runs)" if mixed else "")

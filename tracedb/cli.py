@@ -27,12 +27,12 @@ app = typer.Typer(
 
 # The one --warehouse option of every command.
 WarehouseOpt = typer.Option(
-    None, "--warehouse", "-w", envvar="TRACEDB_WAREHOUSE", metavar="DIR", show_default=False,
-    help="Warehouse folder [default: $TRACEDB_WAREHOUSE, else ./tracedb-warehouse]",
+    None, "--warehouse", "-w", envvar="TRACEDB_WAREHOUSE", metavar="DIR|URL", show_default=False,
+    help="Warehouse folder or object-storage URL (s3://bucket/prefix) [default: $TRACEDB_WAREHOUSE, else ./tracedb-warehouse]",
 )
 
 
-def _wh(path: Optional[Path]):
+def _wh(path: Optional[str]):
     from tracedb.api import Warehouse
 
     return Warehouse(path)
@@ -81,7 +81,7 @@ def main_options(
 @command()
 def ingest(
     paths: List[Path] = typer.Argument(..., metavar="PATH...", help="Runs folder(s), run folder (with --run-id) or trace file(s)"),
-    warehouse: Optional[Path] = WarehouseOpt,
+    warehouse: Optional[str] = WarehouseOpt,
     run_id: Optional[str] = typer.Option(None, "--run-id", metavar="ID", help="Run id for a single file or folder"),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", metavar="N", show_default=False,
                                        help="Parallel reader processes [default: the number of cores]"),
@@ -140,7 +140,7 @@ def query(
     dialect: Optional[str] = typer.Option(None, "--dialect", metavar="DIALECT", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it; --param values (and defaults) are inlined as literals, else parameters stay the engine's placeholders"),
     inline: bool = typer.Option(False, "--inline", help="With --dialect: inline the defaults even when no --param is given"),
     allow_external: bool = typer.Option(False, "--allow-external", help="Lift the sandbox: let the SQL read other files and URLs, write files (COPY), attach databases"),
-    warehouse: Optional[Path] = WarehouseOpt,
+    warehouse: Optional[str] = WarehouseOpt,
 ):
     """Run a canned or ad-hoc SQL query over the warehouse views (sandboxed: reads only the warehouse's data).
 
@@ -232,7 +232,7 @@ def export(
     device: List[str] = typer.Option([], "--device", metavar="DEVICE", show_default=False, help="Only these devices (GPU:0, CPU:0); repeatable"),
     fmt: str = typer.Option("chrome", "--format", "-f", metavar="FORMAT", help="chrome (Chrome-trace JSON for Perfetto UI / chrome://tracing)"),
     output: Path = typer.Option(..., "--output", "-o", metavar="FILE", help="FILE (.json or .json.gz), or - for stdout"),
-    warehouse: Optional[Path] = WarehouseOpt,
+    warehouse: Optional[str] = WarehouseOpt,
 ):
     """Write an ingested run, whatever its source format, as a trace a viewer opens: GPU
     streams, host threads, the CUDA runtime lane with launch->kernel arrows, and memory
@@ -249,7 +249,7 @@ def export(
 
 
 @command()
-def runs(warehouse: Optional[Path] = WarehouseOpt,
+def runs(warehouse: Optional[str] = WarehouseOpt,
          fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson")):
     """List the runs in the warehouse: files, formats, rows per table, labels.
 
@@ -262,7 +262,7 @@ def runs(warehouse: Optional[Path] = WarehouseOpt,
 
 @command("rm")
 def remove(run: List[str] = typer.Argument(..., metavar="RUN...", help="Run id(s) to delete"),
-           warehouse: Optional[Path] = WarehouseOpt):
+           warehouse: Optional[str] = WarehouseOpt):
     """Delete runs: unpublished in one Delta commit, their files removed from the log (the
     ingest log keeps their history; `vacuum` deletes the files after the retention).
 
@@ -273,7 +273,7 @@ def remove(run: List[str] = typer.Argument(..., metavar="RUN...", help="Run id(s
 
 
 @command()
-def vacuum(warehouse: Optional[Path] = WarehouseOpt,
+def vacuum(warehouse: Optional[str] = WarehouseOpt,
            retention_hours: int = typer.Option(168, "--retention-hours", min=0, metavar="HOURS",
                                                help="Keep unreferenced files younger than this, for open snapshots and running ingests")):
     """Delete files that no live table version references and that are older than the retention
@@ -286,7 +286,7 @@ def vacuum(warehouse: Optional[Path] = WarehouseOpt,
 
 
 @command()
-def optimize(warehouse: Optional[Path] = WarehouseOpt):
+def optimize(warehouse: Optional[str] = WarehouseOpt):
     """Compact small files: each run and device partition into as few files as possible (Delta optimize).
 
     Example: tracedb optimize --warehouse /data/tracedb && tracedb vacuum --retention-hours 0
@@ -297,7 +297,7 @@ def optimize(warehouse: Optional[Path] = WarehouseOpt):
 
 
 @command()
-def check(warehouse: Optional[Path] = WarehouseOpt):
+def check(warehouse: Optional[str] = WarehouseOpt):
     """Verify the warehouse: every file the lake lists is present, with the size and SHA-256
     recorded when it was written and valid Parquet page checksums. Exit 1 names each damaged run.
 
@@ -316,7 +316,7 @@ def check(warehouse: Optional[Path] = WarehouseOpt):
 
 
 @command()
-def migrate(warehouse: Optional[Path] = WarehouseOpt):
+def migrate(warehouse: Optional[str] = WarehouseOpt):
     """Bring a warehouse made by an older tracedb up to the current schema (schema 1 is converted to Delta Lake in place).
 
     Example: tracedb migrate --warehouse /data/tracedb
@@ -344,7 +344,7 @@ def report(
     top: int = typer.Option(20, "--top", help="At most this many kernels per device gate (the largest)"),
     top_share: float = typer.Option(90.0, "--top-share", help="The gating kernels make up this % of GPU kernel time"),
     gate_host: bool = typer.Option(False, "--gate-host", help="CPU-bound jobs: CPU op times, host step time and GPU idle gate too"),
-    warehouse: Optional[Path] = WarehouseOpt,
+    warehouse: Optional[str] = WarehouseOpt,
 ):
     """Regression report: candidate runs against baseline runs, with the noise measured; exit 1 on a regression.
 
@@ -378,16 +378,17 @@ def ddl(
                                            help="The lake's root as the engine sees it, e.g. s3://bucket/prefix [default: the warehouse's absolute path]"),
     schema_name: str = typer.Option("tracedb", "--schema", metavar="NAME", help="Schema of the views; the Delta tables go in NAME_lake"),
     catalog_name: str = typer.Option("delta", "--catalog", metavar="NAME", help="Trino catalog of the Delta Lake connector"),
-    warehouse: Optional[Path] = WarehouseOpt,
+    warehouse: Optional[str] = WarehouseOpt,
 ):
     """Print the statements that define the lake's Delta tables and live-ingest views for an engine.
 
     Example: tracedb ddl --engine spark --location s3://traces/wh > lake.sql
     """
-    from tracedb import catalog
     from tracedb import ddl as d
+    from tracedb import storage
 
-    where = location or Path(warehouse or catalog.default_warehouse()).resolve().as_posix()
+    loc = storage.location(warehouse)
+    where = location or (loc if storage.is_remote(loc) else loc.resolve().as_posix())
     typer.echo(d.ddl(engine, where, schema_name, catalog_name), nl=False)
 
 

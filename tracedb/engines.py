@@ -30,7 +30,7 @@ def live_files(warehouse: Path, table: str) -> list[str]:
     A table with no file yet gives []."""
     if table not in schema.TABLES:
         raise TracedbError(f"unknown data table {table!r} (one of: {', '.join(schema.TABLES)})")
-    files, _mixed = catalog.open_lake(Path(warehouse)).live_files(table)
+    files, _mixed = catalog.open_lake(warehouse).live_files(table)
     return files
 
 

@@ -108,7 +108,7 @@ def export_chrome(
     """Write run `run_id` as Chrome-trace JSON to `out` (a path, `.gz` to compress, or an
     open text/binary stream); `devices` limits it to those devices. Returns the number of
     trace events written."""
-    con = catalog.connect(Path(warehouse))
+    con = catalog.connect(warehouse)
     try:
         return export_chrome_con(con, run_id, out, devices)
     finally:

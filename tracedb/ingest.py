@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import formats, lake, schema, timing
+from tracedb import formats, lake, schema, storage, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks)
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
@@ -103,7 +103,7 @@ class RunSummary:
 
 @dataclass
 class IngestSummary:
-    warehouse: Path
+    warehouse: Path | str
     runs: list[RunSummary]
 
     @property
@@ -149,7 +149,7 @@ class _Job:
     run_id: str
     format: str | None
     ordinal: int
-    root: Path  # the warehouse
+    root: Path | str  # the warehouse (a folder or an object-storage URL)
     ingest_id: str
     file_tag: str
     sniff_error: str | None = None
@@ -206,8 +206,9 @@ def _read_one(job: _Job) -> FileResult:
             res.warning = job.rank_note
         if sum(res.rows.values()) == 0:
             res.error = "no rows: the trace holds no events tracedb can store"
+            store = storage.open_storage(job.root)
             for w in written:
-                (job.root / w.rel).unlink(missing_ok=True)
+                store.unlink(w.rel)
             res.written = []
     res.error = " ".join(res.error.split()) if res.error else None  # one line
     res.seconds = time.perf_counter() - start
@@ -302,7 +303,7 @@ def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dic
 
 def ingest(
     paths: list[Path],
-    warehouse: Path | None = None,
+    warehouse: Path | str | None = None,
     run_id: str | None = None,
     jobs: int = 1,
     exclude: tuple[str, ...] | list[str] = (),
@@ -317,7 +318,7 @@ def ingest(
     read, `on_run` each run as it lands (progress reporting)."""
     from tracedb import catalog  # here: the workers, which import this module, need no duckdb
 
-    warehouse = Path(warehouse or catalog.default_warehouse())
+    warehouse = storage.location(warehouse)
     with timing.phase("discover"):
         runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
     if on_plan:
@@ -331,7 +332,8 @@ def ingest(
     # A new warehouse's Delta tables (~0.3 s of delta-rs, and pandas, which pyarrow imports
     # on first use) are created while the workers read; an existing lake opens at once
     # (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
-    later = parallel and not (warehouse / lake.LAKE_JSON).exists() and not (warehouse / catalog.CATALOG).exists()
+    later = (parallel and not storage.is_remote(warehouse) and not (warehouse / lake.LAKE_JSON).exists()
+             and not (warehouse / catalog.CATALOG).exists())
     store = None if later else _open_lake(warehouse)
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     summaries: list[RunSummary] = []
@@ -431,7 +433,7 @@ def ingest(
     return IngestSummary(warehouse, summaries)
 
 
-def _open_lake(warehouse: Path) -> lake.Lake:
+def _open_lake(warehouse: Path | str) -> lake.Lake:
     from tracedb import catalog
 
     with timing.phase("open lake"):

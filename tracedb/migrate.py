@@ -104,18 +104,20 @@ def require_current(lake) -> None:
             f"run `tracedb migrate --warehouse {lake.root}`")
 
 
-def migrate_warehouse(warehouse: Path) -> list[str]:
+def migrate_warehouse(warehouse: Path | str) -> list[str]:
     """Apply pending migrations (schema-1 catalog ones, then lake ones); returns their names."""
     from tracedb import catalog, schema
     from tracedb.lake import Lake
 
-    warehouse = Path(warehouse)
+    from tracedb import storage
+
+    warehouse = storage.location(warehouse)
     lake = Lake(warehouse)
     done: list[str] = []
     if catalog.is_legacy(warehouse):
         done += _migrate_legacy(warehouse)
     elif not lake.exists:
-        raise TracedbError(f"no warehouse at {warehouse} (no {warehouse / 'catalog.duckdb'} or lake)")
+        raise TracedbError(f"no warehouse at {warehouse} (no {lake.storage.uri('catalog.duckdb')} or lake)")
     with lake.lock():
         meta = lake.read_meta()
         have = {m["number"] for m in meta.get("migrations", [])}
@@ -124,6 +126,9 @@ def migrate_warehouse(warehouse: Path) -> list[str]:
                 continue
             if target(m) != "lake":
                 raise TracedbError(f"migration {_label(m)} is for a schema-1 catalog, but {warehouse} is a lake")
+            if lake.remote:  # conform_lake_table rewrites files by local path
+                raise TracedbError(f"migration {_label(m)}: migrating a lake on object storage ({warehouse}) is not "
+                                   "supported yet; copy it to a folder, migrate, copy it back")
             _module(m).up(lake)
             meta.setdefault("migrations", []).append({"number": m.number, "name": m.name, "applied_at": _now()})
             lake.write_meta(meta)

@@ -330,15 +330,21 @@ def check_statements(query: CannedQuery, con: duckdb.DuckDBPyConnection | None =
             )
 
 
-def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path) -> duckdb.DuckDBPyConnection:
+def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.DuckDBPyConnection:
     """Lock an open catalog connection to the warehouse's own files.
 
     DuckDB then reads only under the warehouse folder (`allowed_directories`: the
     snapshot's views list absolute paths of the lake's files), refuses every other file,
     URL, extension and database (`enable_external_access = false`), and no later SET can
     undo it (`lock_configuration`). Extensions the views need must be loaded before this.
+    A lake on object storage: only URLs under its prefix (`s3://bucket/prefix/`), read
+    through the fsspec filesystem `catalog.connect` registered; its snapshot, a local
+    cache file, is attached before the lock and stays readable.
     """
-    root = Path(warehouse).resolve().as_posix().rstrip("/") + "/"
+    from tracedb import storage
+
+    loc = storage.location(warehouse)
+    root = (loc if storage.is_remote(loc) else loc.resolve().as_posix()).rstrip("/") + "/"
     con.execute("SET allowed_directories = ?", [[root]])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -346,7 +352,7 @@ def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path) -> duckdb.DuckDBPyC
 
 
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
-              warehouse: Path | None = None, output: str = "arrow", allow_external: bool = False):
+              warehouse: Path | str | None = None, output: str = "arrow", allow_external: bool = False):
     """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
 
     The query runs sandboxed (`sandbox`, `check_statements`): it reads only the
@@ -367,9 +373,11 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
         if not allow_external:
             check_statements(query, con)
         values = bind(query, params or {}, con)  # parameter errors first, before the warehouse is opened
-        # = catalog.default_warehouse(), which would import the lake
-        warehouse = Path(warehouse or os.environ.get("TRACEDB_WAREHOUSE") or "tracedb-warehouse")
-        if not snapshot.attach_fresh(con, warehouse):  # else the lake decides (pyarrow, ~110 ms)
+        from tracedb import storage
+
+        warehouse = storage.location(warehouse)  # a Path, or the URL of an object-storage lake
+        if storage.is_remote(warehouse) or not snapshot.attach_fresh(con, warehouse):
+            # the lake decides (pyarrow, ~110 ms); an object-storage lake always goes there
             from tracedb import catalog
 
             con.close()

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tracedb import lake, schema
+from tracedb import lake, schema, storage
 from tracedb.errors import TraceFormatError
 
 partition_dir = lake.partition_dir
@@ -49,7 +49,7 @@ def conform(batch: pa.RecordBatch | pa.Table, table: str, fill: dict[str, object
 class FileWriter:
     """Writes one source file's batches into the lake, one parquet file per (table, device)."""
 
-    root: Path  # the warehouse
+    root: Path | str  # the warehouse: a folder or an object-storage URL (tracedb.storage)
     run_id: str
     ingest_id: str
     file_tag: str  # unique within the ingest: keeps several source files from colliding
@@ -57,9 +57,21 @@ class FileWriter:
     _writers: dict[tuple[str, str], pq.ParquetWriter] = field(default_factory=dict)
     _rows: dict[tuple[str, str], int] = field(default_factory=dict)
     _paths: dict[tuple[str, str], str] = field(default_factory=dict)
+    _sinks: dict[tuple[str, str], storage.HashingFile] = field(default_factory=dict)  # object storage
 
     def __post_init__(self) -> None:
         self.fill = {**self.fill, "run_id": self.run_id}
+        self.root = storage.location(self.root)
+        self._store = storage.open_storage(self.root) if storage.is_remote(self.root) else None
+
+    def _open(self, key: tuple[str, str], rel: str) -> pq.ParquetWriter:
+        """A folder: the file's path; object storage: an upload that hashes as it goes."""
+        if self._store is None:
+            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+            where = self.root / rel
+        else:
+            where = self._sinks[key] = self._store.open_write(rel)
+        return pq.ParquetWriter(where, lake.file_schema(key[0]), compression="zstd", write_page_checksum=True)
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         data = conform(batch, table, self.fill)
@@ -73,11 +85,9 @@ class FileWriter:
             key = (table, device)
             if key not in self._writers:
                 rel = f"{partition_dir(table, self.run_id, device)}/part-{self.file_tag}.parquet"
-                (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
                 self._paths[key] = rel
                 self._rows[key] = 0
-                self._writers[key] = pq.ParquetWriter(self.root / rel, lake.file_schema(table),
-                                                      compression="zstd", write_page_checksum=True)
+                self._writers[key] = self._open(key, rel)
             out = part.drop_columns(lake.PARTITIONS).append_column(
                 lake.INGEST_ID, pa.repeat(pa.scalar(self.ingest_id), part.num_rows))
             self._writers[key].write_table(out)
@@ -86,10 +96,17 @@ class FileWriter:
     def close(self) -> list[lake.DataFile]:
         for w in self._writers.values():
             w.close()
-        out = [lake.DataFile(t, self.run_id, d, rel, self._rows[(t, d)], *lake.size_and_hash(self.root / rel),
+        for sink in self._sinks.values():
+            sink.close()  # the upload completes here
+        out = [lake.DataFile(t, self.run_id, d, rel, self._rows[(t, d)], *self._size_and_hash((t, d), rel),
                              ingest_id=self.ingest_id) for (t, d), rel in self._paths.items()]
         self._writers.clear()
         return out
+
+    def _size_and_hash(self, key: tuple[str, str], rel: str) -> tuple[int, str]:
+        if key in self._sinks:
+            return self._sinks[key].size, self._sinks[key].sha256
+        return lake.size_and_hash(self.root / rel)
 
     def abort(self) -> None:
         for w in self._writers.values():
@@ -97,6 +114,11 @@ class FileWriter:
                 w.close()
             except Exception:  # noqa: BLE001 - best effort cleanup of a failed file
                 pass
+        for sink in self._sinks.values():
+            sink.discard()
         for rel in self._paths.values():
-            (self.root / rel).unlink(missing_ok=True)
+            if self._store is None:
+                (self.root / rel).unlink(missing_ok=True)
+            else:
+                self._store.unlink(rel)
         self._writers.clear()

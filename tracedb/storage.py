@@ -1,0 +1,466 @@
+"""Where a warehouse lives: a local folder, or object storage (`s3://bucket/prefix`,
+`gs://`, `az://`, any fsspec URL).
+
+`location()` turns a `--warehouse` value into a `Path` (a folder; `file://` URLs too) or
+the URL itself (a string, trailing `/` dropped). `open_storage()` gives the lake what it
+needs from either, with one interface:
+
+- `LocalStorage`: pathlib and os, exactly as tracedb has always written a folder; the
+  commit lock is an fcntl lock on `_tracedb/commit.lock`.
+- `ObjectStorage`: an fsspec filesystem (s3fs for S3; credentials, region and endpoint
+  from the usual environment variables: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+  AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, AWS_PROFILE, ...); the Delta tables
+  are written by delta-rs, which reads the same variables, with `delta_options()`. The
+  commit lock is a lease object (`Lease`).
+
+## The commit lock on object storage: a lease object
+
+`_tracedb/commit.lock` is created with a conditional put (`If-None-Match: *`: the create
+fails when the object exists), holding its owner and an expiry (`TRACEDB_LOCK_LEASE_SECONDS`,
+default 60 s). The holder renews it every third of the lease with a put conditional on
+the ETag it holds (`If-Match`), and deletes it, again conditional on its ETag, when done.
+A lease past its expiry belongs to a writer that died: a waiter takes it over with a
+put conditional on the stale object's ETag, so of two waiters exactly one wins. A holder
+whose renewal failed (taken over after a stall longer than the lease, e.g. a paused VM)
+has lost the lock: the lake checks `valid()` before its publish point and gives up the
+commit instead of publishing (its runs keep their previous version). So, as with the
+fcntl lock, a logged-but-unpublished ingest is a crashed one. Clocks of the writers
+must agree to well within the lease (NTP does).
+
+These conditional writes are S3's own (AWS since 2024; MinIO, Ceph RGW, Cloudflare R2
+and moto's server support them, the tests run on moto). For other fsspec filesystems
+(gs://, az://, ...) the lease is created with the filesystem's exclusive create (open
+mode "xb"; atomic where the filesystem implements it) and a stale lease is replaced by
+delete-then-create, which is not atomic: run one writer at a time there, or several
+writers whose lease never expires.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+import urllib.parse
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from tracedb.errors import TracedbError, WarehouseError
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+DEFAULT_LEASE_SECONDS = 60.0
+
+
+def location(warehouse: str | Path | None) -> Path | str:
+    """A warehouse as given (argument, $TRACEDB_WAREHOUSE, ./tracedb-warehouse): a Path for a
+    folder, the URL (a str) for object storage."""
+    if warehouse is None:
+        warehouse = os.environ.get("TRACEDB_WAREHOUSE") or "tracedb-warehouse"
+    if isinstance(warehouse, Path):
+        return warehouse
+    text = os.fspath(warehouse)
+    if text.startswith("file://"):
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(text).path))
+    if _URL.match(text):
+        return text.rstrip("/")
+    return Path(text)
+
+
+def is_remote(loc: Path | str) -> bool:
+    return isinstance(loc, str)
+
+
+def open_storage(loc: Path | str) -> LocalStorage | ObjectStorage:
+    return ObjectStorage(loc) if is_remote(loc) else LocalStorage(Path(loc))
+
+
+def sha256_of(f) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    while chunk := f.read(1 << 20):
+        h.update(chunk)
+        size += len(chunk)
+    return size, h.hexdigest()
+
+
+class LocalStorage:
+    """A warehouse folder."""
+
+    remote = False
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def uri(self, rel: str = "") -> str:
+        """What delta-rs opens (a table folder)."""
+        return str(self.root / rel) if rel else str(self.root)
+
+    def absolute(self, rel: str) -> str:
+        """A file's path as the snapshot's views list it."""
+        return f"{self.root.resolve()}/{rel}"
+
+    def delta_options(self) -> dict | None:
+        return None
+
+    def is_file(self, rel: str) -> bool:
+        return (self.root / rel).is_file()
+
+    def size(self, rel: str) -> int | None:
+        try:
+            return (self.root / rel).stat().st_size
+        except OSError:
+            return None
+
+    def read_bytes(self, rel: str) -> bytes:
+        return (self.root / rel).read_bytes()
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        path = self.root / rel
+        tmp = path.with_name(f".{path.stem}-{os.getpid()}{path.suffix}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def makedirs(self, rel: str) -> None:
+        (self.root / rel).mkdir(parents=True, exist_ok=True)
+
+    def open_read(self, rel: str):
+        return open(self.root / rel, "rb")
+
+    def unlink(self, rel: str) -> None:
+        (self.root / rel).unlink(missing_ok=True)
+
+    def size_and_hash(self, rel: str) -> tuple[int, str]:
+        with open(self.root / rel, "rb") as f:
+            return sha256_of(f)
+
+    def names(self, rel: str) -> list[str]:
+        """Names in a folder ([] when it does not exist)."""
+        try:
+            return os.listdir(self.root / rel)
+        except OSError:
+            return []
+
+    def files_under(self, rel: str) -> set[str]:
+        """Every file below a folder, as warehouse-relative paths."""
+        base = self.root / rel
+        return {p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file()}
+
+    @contextmanager
+    def lock(self, rel: str, wait: bool = True) -> Iterator[bool]:
+        """An fcntl lock on the file `rel`; yields False when wait=False and it is held."""
+        (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / rel, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def lock_valid(self) -> bool:
+        return True
+
+
+class HashingFile:
+    """A write-only file that hashes what goes through it: a data file's SHA-256 and size
+    without reading it back from object storage."""
+
+    def __init__(self, f):
+        self._f = f
+        self._h = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        self._h.update(data)
+        self.size += len(data)
+        self._f.write(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._f.close()
+
+    def discard(self) -> None:
+        """Close without publishing where the filesystem allows (an unfinished multipart upload)."""
+        if not self.closed:
+            self.closed = True
+            try:
+                (getattr(self._f, "discard", None) or self._f.close)()
+            except Exception:  # noqa: BLE001 - best effort on a failed file
+                pass
+
+    @property
+    def sha256(self) -> str:
+        return self._h.hexdigest()
+
+
+class ObjectStorage:
+    """A warehouse at an fsspec URL."""
+
+    remote = True
+
+    def __init__(self, url: str):
+        import fsspec
+
+        self.root = url
+        self.protocol = url.split("://", 1)[0].lower()
+        kwargs: dict = {"use_listings_cache": False}  # listings must see other writers' commits
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if self.protocol in ("s3", "s3a") and region:
+            kwargs["client_kwargs"] = {"region_name": region}
+        try:
+            self.fs, self.base = fsspec.core.url_to_fs(url, **kwargs)
+        except (ImportError, ValueError) as e:
+            raise TracedbError(f"warehouse {url}: cannot open this URL: {e}") from e
+        self.base = self.base.rstrip("/")
+        self._lease: Lease | None = None
+
+    def _p(self, rel: str) -> str:
+        return f"{self.base}/{rel}" if rel else self.base
+
+    def uri(self, rel: str = "") -> str:
+        return f"{self.root}/{rel}" if rel else self.root
+
+    absolute = uri
+
+    def delta_options(self) -> dict:
+        """delta-rs storage options. delta-rs reads credentials, region and endpoint from the
+        environment itself; for S3 tracedb asks for conditional-put commits (`If-None-Match`
+        on the log entry: two writers can never both write version N) unless a locking
+        provider is configured (AWS_S3_LOCKING_PROVIDER=dynamodb), and allows plain HTTP
+        when the endpoint is http:// (a local MinIO or moto)."""
+        opts: dict = {}
+        if self.protocol in ("s3", "s3a"):
+            if not os.environ.get("AWS_S3_LOCKING_PROVIDER"):
+                opts["conditional_put"] = os.environ.get("AWS_CONDITIONAL_PUT", "etag")
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+            if endpoint.startswith("http://"):
+                opts["allow_http"] = "true"
+        return opts
+
+    def is_file(self, rel: str) -> bool:
+        return self.size(rel) is not None
+
+    def size(self, rel: str) -> int | None:
+        try:
+            info = self.fs.info(self._p(rel))
+        except FileNotFoundError:
+            return None
+        except OSError as e:  # no permission, the store unreachable, ...
+            raise WarehouseError(f"warehouse error: {self.uri(rel)}: {' '.join(str(e).split())}") from e
+        return info.get("size") if info.get("type") == "file" else None
+
+    def read_bytes(self, rel: str) -> bytes:
+        return self.fs.cat_file(self._p(rel))
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        self.fs.pipe_file(self._p(rel), data)  # one PUT: readers see the old or the new object
+
+    def makedirs(self, rel: str) -> None:
+        pass  # object stores have no folders
+
+    def open_read(self, rel: str):
+        return self.fs.open(self._p(rel), "rb")
+
+    def open_write(self, rel: str) -> HashingFile:
+        return HashingFile(self.fs.open(self._p(rel), "wb"))
+
+    def upload(self, local: Path, rel: str) -> None:
+        self.fs.put_file(str(local), self._p(rel))
+
+    def unlink(self, rel: str) -> None:
+        try:
+            self.fs.rm_file(self._p(rel))
+        except FileNotFoundError:
+            pass
+
+    def size_and_hash(self, rel: str) -> tuple[int, str]:
+        with self.open_read(rel) as f:
+            return sha256_of(f)
+
+    def names(self, rel: str) -> list[str]:
+        try:
+            return [e.rstrip("/").rsplit("/", 1)[-1] for e in self.fs.ls(self._p(rel), detail=False)]
+        except FileNotFoundError:
+            return []
+
+    def files_under(self, rel: str) -> set[str]:
+        n = len(self.base) + 1
+        try:
+            return {p[n:] for p in self.fs.find(self._p(rel))}
+        except FileNotFoundError:
+            return set()
+
+    @contextmanager
+    def lock(self, rel: str, wait: bool = True) -> Iterator[bool]:
+        lease = Lease(self, rel)
+        if not lease.acquire(wait):
+            yield False
+            return
+        self._lease = lease
+        try:
+            yield True
+        finally:
+            self._lease = None
+            lease.release()
+
+    def lock_valid(self) -> bool:
+        """Whether the lease this process holds is still its own (see the module docstring)."""
+        return self._lease is None or self._lease.valid()
+
+
+class Lease:
+    """The commit lock of an object-storage lake: a lease object (see the module docstring)."""
+
+    def __init__(self, storage: ObjectStorage, rel: str):
+        self.st = storage
+        self.path = storage._p(rel)
+        self.seconds = float(os.environ.get("TRACEDB_LOCK_LEASE_SECONDS") or DEFAULT_LEASE_SECONDS)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.etag: str | None = None
+        self.renewed = 0.0
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._s3 = storage.protocol in ("s3", "s3a") and hasattr(storage.fs, "call_s3")
+
+    def _body(self) -> bytes:
+        return json.dumps({"owner": self.owner, "expires": time.time() + self.seconds}).encode()
+
+    # -- the three conditional writes -------------------------------------------------
+    def _bucket_key(self) -> tuple[str, str]:
+        bucket, _, key = self.path.partition("/")
+        return bucket, key
+
+    def _create(self) -> str | None:
+        """Create the lease object if absent: its ETag, or None when it exists."""
+        if self._s3:
+            b, k = self._bucket_key()
+            try:
+                return self.st.fs.call_s3("put_object", Bucket=b, Key=k, Body=self._body(), IfNoneMatch="*")["ETag"]
+            except FileExistsError:
+                return None
+        try:
+            with self.st.fs.open(self.path, "xb") as f:
+                f.write(self._body())
+        except FileExistsError:
+            return None
+        return "generic"
+
+    def _replace(self, etag: str) -> str | None:
+        """Overwrite the lease object if it is still `etag`: the new ETag, or None."""
+        if self._s3:
+            b, k = self._bucket_key()
+            try:
+                return self.st.fs.call_s3("put_object", Bucket=b, Key=k, Body=self._body(), IfMatch=etag)["ETag"]
+            except (FileNotFoundError, OSError):
+                return None
+        if etag != "generic-stale":  # renewal: the object is ours
+            self.st.fs.pipe_file(self.path, self._body())
+            return "generic"
+        self.st.fs.rm_file(self.path)  # not atomic: see the module docstring
+        return self._create()
+
+    def _delete(self) -> None:
+        if self._s3:
+            b, k = self._bucket_key()
+            try:
+                self.st.fs.call_s3("delete_object", Bucket=b, Key=k, IfMatch=self.etag)
+            except (FileNotFoundError, OSError):
+                pass  # taken over: it is no longer ours to delete
+            return
+        try:
+            self.st.fs.rm_file(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _read(self) -> tuple[str, float, str] | None:
+        """(ETag, expiry, owner) of the current lease object, None when there is none."""
+        try:
+            info = self.st.fs.info(self.path)
+            body = json.loads(self.st.fs.cat_file(self.path))
+        except FileNotFoundError:
+            return None
+        except ValueError:  # not our JSON: a stale one, to take over
+            return ("generic-stale" if not self._s3 else info.get("ETag", ""), 0.0, "")
+        etag = (info.get("ETag") or "") if self._s3 else "generic-stale"
+        return etag, float(body.get("expires", 0)), str(body.get("owner"))
+
+    # -- acquire, renew, release ------------------------------------------------------
+    def acquire(self, wait: bool = True) -> bool:
+        try:
+            return self._acquire(wait)
+        except OSError as e:  # no permission, no such bucket, the store unreachable
+            raise WarehouseError(f"warehouse error: cannot take the commit lease {self.st.protocol}://{self.path}: "
+                                 f"{' '.join(str(e).split())}") from e
+
+    def _acquire(self, wait: bool) -> bool:
+        delay = 0.05
+        while True:
+            etag = self._create()
+            if etag is None:
+                current = self._read()
+                if current is not None and current[1] < time.time() and current[0]:
+                    etag = self._replace(current[0])  # a dead writer's lease: take it over
+            if etag is not None:
+                self.etag, self.renewed = etag, time.monotonic()
+                self._thread = threading.Thread(target=self._renew_loop, daemon=True, name="tracedb-lease")
+                self._thread.start()
+                return True
+            if not wait:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.seconds / 3):
+            try:
+                etag = self._replace(self.etag)
+            except Exception:  # noqa: BLE001 - a network error: retry at the next beat
+                continue
+            if etag is None:
+                current = self._read_quietly()
+                if current is None or current[2] != self.owner:  # taken over (or deleted)
+                    self.lost = True
+                    return
+                if current[0] == self.etag:
+                    continue  # the put did not land (network): retry at the next beat
+                etag = current[0]  # ours: the put landed, its reply was lost
+            self.etag, self.renewed = etag, time.monotonic()
+
+    def _read_quietly(self) -> tuple[str, float, str] | None:
+        try:
+            return self._read()
+        except Exception:  # noqa: BLE001 - unreachable: the next beat retries
+            return (self.etag, 0.0, self.owner)
+
+    def valid(self) -> bool:
+        """Still ours, with a safety margin of a tenth of the lease."""
+        return not self.lost and time.monotonic() - self.renewed < self.seconds * 0.9
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        if not self.lost:
+            self._delete()
