@@ -41,14 +41,18 @@ Time: Kineto writes `ts` relative to `baseTimeNanoseconds` (PyTorch's own test r
 `ts = (absolute_ns - baseTimeNanoseconds) / 1000`), so absolute ns = base + ts µs. Older
 traces without the key write absolute epoch µs; then base is 0.
 
-Streaming: two passes over `EventStream`. Pass 1 keeps compact maps (step spans, launch
-calls by correlation, ops by External id, every op's and call's interval per thread for
-the enclosing-op sweep, activities by correlation); pass 2 emits rows. Two passes
-because Kineto writes the CPU ops before the ProfilerStep spans and the GPU events
-after, and top-level keys (base time, rank) may follow `traceEvents`.
-Pass 1 reads event numbers as text (it needs only `ts`/`dur`), pass 2 as Decimal: both
-exact and decoded in C; Decimals become floats where they reach a row (`plain`, the
-params encoder). Rows are tuples in `_*_COLS` order, built into batches column-wise.
+Two passes: pass 1 keeps compact maps (step spans, launch calls by correlation, ops by
+External id, every op's and call's interval per thread for the enclosing-op sweep,
+activities by correlation); pass 2 emits rows. Two passes because Kineto writes the CPU
+ops before the ProfilerStep spans and the GPU events after, and top-level keys (base
+time, rank) may follow `traceEvents`. A file of up to `jsonstream.WHOLE_DECODE_BYTES`
+(8 MiB of JSON) is decoded once by msgspec (`decode_whole`, numbers with a fraction as
+Decimal) and both passes walk the same events; a larger one streams twice
+(`EventStream`, bounded memory): pass 1 reading numbers as text (it needs only
+`ts`/`dur`), pass 2 as Decimal. Either way exact and decoded in C; pass 1 reads a
+fractional `size` / `device` arg as its text in both cases (`_text`), so the links are
+the same. Decimals become floats where they reach a row (`plain`, the params encoder).
+Rows are tuples in `_*_COLS` order, built into batches column-wise.
 """
 
 from __future__ import annotations
@@ -65,7 +69,10 @@ import pyarrow.compute as pc
 
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, located, need, num, plain, us_to_ns
+from decimal import Decimal
+
+from tracedb.formats.jsonstream import (EventStream, decode_whole, dumps_compact, gc_paused, located, need, num,
+                                        plain, us_to_ns)
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
@@ -245,6 +252,17 @@ def _size(v: Any) -> int:
     return n if n is not None else _NONE
 
 
+def _text(v: Any) -> Any:
+    """A Decimal as the text that pass 1 read it as when it streamed (`floats="text"`),
+    so a decoded-once file links exactly as a streamed one."""
+    return str(v) if type(v) is Decimal else v
+
+
+def _text_device(args: dict) -> dict:
+    dev = args.get("device")
+    return {**args, "device": str(dev)} if type(dev) is Decimal else args
+
+
 def _activity_device(cat: str, ev: dict, args: dict) -> tuple[str, str]:
     dev = _int(args.get("device"))
     if dev is None and args.get("device") is not None:
@@ -308,11 +326,11 @@ class _Index:
                 ext = _ext(args)
                 th = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
                 self.calls.add(i, start, end, th, ext if type(ext) is int else _NONE)
-                call_size.append(_size(args.get("size")))
+                call_size.append(_size(_text(args.get("size"))))
                 self.call_of.add(args.get("correlation"), i)
             elif cat in _ACTIVITY_CATS:
                 name = _need(ev, "name", i)
-                dev = _activity_device(cat, ev, args)[0]
+                dev = _activity_device(cat, ev, _text_device(args))[0]
                 self.acts.add(args.get("correlation"), self.name(name),
                               us_to_ns(_need(ev, "ts", i)), self.name(dev))
         self.meta = stream.meta  # every top-level key, wherever it stood
@@ -459,12 +477,13 @@ class _Out:
 
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    index = _Index(EventStream(path, floats="text"))
+    whole = decode_whole(path, floats="decimal")  # None: too large or odd, so it streams
+    index = _Index(whole or EventStream(path, floats="text"))
     if not index.kineto_events and not index.meta.get("baseTimeNanoseconds"):
         # Claimed by a top-level key, but not one event is Kineto's: the generic
         # Chrome-trace reader reads such a file better (formats.read falls back).
         raise TraceFormatError("no Kineto events (no cpu_op, kernel, runtime or annotation category)")
-    stream = EventStream(path, floats="decimal")
+    stream = whole or EventStream(path, floats="decimal")
     out = _Out()
     node_rows, kernel_rows = out.b["nodes"].rows, out.b["kernels"].rows
     base = rank = None
