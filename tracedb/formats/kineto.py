@@ -296,10 +296,18 @@ class _Index:
         call_size = array("q")
         step_match = _STEP.match
         self.kineto_events = 0  # events of a Kineto category (else: not a Kineto trace)
+        # The loop runs once per event: the cpu_op branch (most events) is written out
+        # inline (method calls, _cat/_ext/_need and the zip appends cost ~25% of it).
+        name_ix, add_name = self._name_ix, self.name
+        op_th, op_start, op_end, op_seq, op_name = (c.append for c in op_cols)
+        ops = self.ops
+        ops_keys, (ops_name, ops_start, ops_end, ops_seq) = ops.keys, ops.cols
+        old_cats = _OLD_CATS
         for i, ev in enumerate(stream):
             if ev.get("ph") != "X":
                 continue
-            cat = _cat(ev)
+            cat = ev.get("cat")
+            cat = old_cats.get(cat, cat)
             if cat in _KINETO_CATS or _is_runtime(cat):
                 self.kineto_events += 1
             args = ev.get("args") or _NO_ARGS
@@ -311,15 +319,30 @@ class _Index:
                 start = us_to_ns(ts)
                 m = step_match(name)
                 if m or cat == "cpu_op":
-                    end = start + us_to_ns(_need(ev, "dur", i))
+                    dur = ev.get("dur")
+                    end = start + us_to_ns(dur if dur is not None else _need(ev, "dur", i))
                 if m:
                     self.steps.append((start, end, int(m[1]), ev.get("tid"), i))
                 if cat == "cpu_op":
-                    ix = self.name(name)
-                    th = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
-                    for col, v in zip(op_cols, (th, start, end, i, ix)):
-                        col.append(v)
-                    self.ops.add(_ext(args), ix, start, end, i)
+                    ix = name_ix.get(name)
+                    if ix is None:
+                        ix = add_name(name)
+                    op_th(threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads)))
+                    op_start(start)
+                    op_end(end)
+                    op_seq(i)
+                    op_name(ix)
+                    ext = args.get("External id")
+                    if ext is None:
+                        ext = args.get("external id")
+                    if type(ext) is int:  # _IntMap.add, inline
+                        if ops_keys and ext < ops_keys[-1]:
+                            ops._sorted = False
+                        ops_keys.append(ext)
+                        ops_name.append(ix)
+                        ops_start.append(start)
+                        ops_end.append(end)
+                        ops_seq.append(i)
             elif _is_runtime(cat):
                 start = us_to_ns(_need(ev, "ts", i))
                 end = start + us_to_ns(_need(ev, "dur", i))
@@ -493,7 +516,8 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         if base is None:  # header is complete once the first event arrives
             base, rank = _metadata(index, ctx)
         ph = ev.get("ph")
-        cat = _cat(ev)
+        cat = ev.get("cat")
+        cat = _OLD_CATS.get(cat, cat)  # _cat, inline
         if ph == "X":
             if cat == "cpu_op":
                 node_rows.append(_node(ev, i, base, rank, index))
@@ -578,9 +602,12 @@ def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple
     tid = ev.get("tid")
     shapes = _shapes(args.get("Input Dims"))
     known = _NODE_ARGS if shapes is None or None not in shapes else _NODE_ARGS_NESTED
+    ext = args.get("External id")
+    if ext is None:
+        ext = args.get("external id")
     return ("CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, us_to_ns(dur),
             tid if type(tid) is int else None, i, shapes, _dtypes(args.get("Input type")),
-            _int(_ext(args)),
+            ext if type(ext) is int else _int(ext),
             _params(args, known, None if type(tid) is int else {"tid": tid}))
 
 
