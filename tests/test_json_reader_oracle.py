@@ -17,6 +17,7 @@ Two oracles:
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import sys
@@ -96,6 +97,18 @@ def test_oracle_covers_the_json_traces():
 @pytest.mark.parametrize("path", json_traces(), ids=_key)
 def test_tables_identical_to_the_reader_before_the_change(path):
     assert digest(path) == json.loads(ORACLE.read_text())[_key(path)]
+    assert gc.get_freeze_count() == 0  # the decoded events were frozen only while read
+
+
+def test_an_abandoned_read_unfreezes():
+    from tracedb.formats import kineto
+    from tracedb.formats.base import ReadContext
+
+    reader = kineto.read(DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz", ReadContext("r", "f"))
+    next(reader)
+    assert gc.get_freeze_count() > 0
+    reader.close()
+    assert gc.get_freeze_count() == 0
 
 
 @pytest.mark.parametrize("path", json_traces(), ids=_key)

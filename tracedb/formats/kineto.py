@@ -71,8 +71,8 @@ from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
 from decimal import Decimal
 
-from tracedb.formats.jsonstream import (EventStream, decode_whole, dumps_compact, gc_paused, located, need, num,
-                                        plain, us_to_ns)
+from tracedb.formats.jsonstream import (DecodedTrace, EventStream, decode_whole, dumps_compact, gc_frozen, gc_paused,
+                                        located, need, num, plain, us_to_ns)
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
@@ -501,6 +501,14 @@ class _Out:
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     whole = decode_whole(path, floats="decimal")  # None: too large or odd, so it streams
+    if whole is None:
+        yield from _rows(path, ctx, None)
+        return
+    with gc_frozen():  # the decoded events live until the last row
+        yield from _rows(path, ctx, whole)
+
+
+def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[tuple[str, pa.RecordBatch]]:
     index = _Index(whole or EventStream(path, floats="text"))
     if not index.kineto_events and not index.meta.get("baseTimeNanoseconds"):
         # Claimed by a top-level key, but not one event is Kineto's: the generic
