@@ -519,6 +519,7 @@ def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[
     node_rows, kernel_rows = out.b["nodes"].rows, out.b["kernels"].rows
     base = rank = None
     call_pos = 0  # runtime calls come in pass 1's order: the n-th is index.calls[n]
+    op_k = 0  # and so do cpu_ops: the n-th is index._op_cols[...][n]
     device_work: dict[int, list[int]] = {}  # step -> [first start, last end, count]
     for i, ev in enumerate(stream):
         if base is None:  # header is complete once the first event arrives
@@ -528,7 +529,8 @@ def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[
         cat = _OLD_CATS.get(cat, cat)  # _cat, inline
         if ph == "X":
             if cat == "cpu_op":
-                node_rows.append(_node(ev, i, base, rank, index))
+                node_rows.append(_node(ev, i, base, rank, index, op_k))
+                op_k += 1
                 if len(node_rows) >= BATCH_ROWS:
                     yield from out.b["nodes"].flush()
                     node_rows = out.b["nodes"].rows
@@ -600,20 +602,20 @@ def _metadata(index: _Index, ctx: ReadContext) -> tuple[int, int | None]:
     return base, rank
 
 
-def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple:
+def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index, k: int) -> tuple:
+    """The row of the k-th cpu_op: pass 1 saw the same ops in the same order and kept
+    their start and end (ns), so they are not converted again."""
     args = ev.get("args") or _NO_ARGS
-    name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
-    if name is None or ts is None or dur is None:
-        for key in ("name", "ts", "dur"):
-            _need(ev, key, i)  # raises for the first one missing
-    start = us_to_ns(ts)
+    name = ev.get("name")
+    start = index._op_cols[1][k]
+    dur = index._op_cols[2][k] - start
     tid = ev.get("tid")
     shapes = _shapes(args.get("Input Dims"))
     known = _NODE_ARGS if shapes is None or None not in shapes else _NODE_ARGS_NESTED
     ext = args.get("External id")
     if ext is None:
         ext = args.get("external id")
-    return ("CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, us_to_ns(dur),
+    return ("CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, dur,
             tid if type(tid) is int else None, i, shapes, _dtypes(args.get("Input type")),
             ext if type(ext) is int else _int(ext),
             _params(args, known, None if type(tid) is int else {"tid": tid}))
