@@ -70,12 +70,12 @@ def build_job(out: Path, ranks: int) -> int:
     return total
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
+def timed(cmd: list[str], env: dict | None = None, cwd: Path = ROOT) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the waited-for processes) of a command."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                   cwd=ROOT)
+                   cwd=cwd)
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -88,6 +88,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", type=Path, help="keep the job here (default: a temporary folder)")
     ap.add_argument("--serial", action="store_true", help="both sides in one process; CPU seconds too")
+    ap.add_argument("--before", type=Path, metavar="TREE",
+                    help="also time the ingest of another tracedb source tree (e.g. `git archive` of an "
+                         "older commit), interleaved, to show the change under the same load")
     args = ap.parse_args()
     jobs = 1 if args.serial else args.jobs
     tmp = Path(tempfile.mkdtemp(prefix="tracedb-kineto-hta-"))
@@ -101,6 +104,7 @@ def main() -> None:
     print(f"{'round':>5} {'HTA s':>8} {'ingest s':>9} {'+query s':>9} {'HTA/ingest':>11} {'HTA/(ingest+query)':>19}"
           + (f" {'HTA cpu s':>10} {'ingest cpu s':>13} {'cpu ratio':>10}" if args.serial else ""))
     ratios, ratios_q, ratios_cpu = [], [], []
+    befores: list[tuple[float, float, float, float]] = []
     for n in range(args.repeat):
         h, h_cpu = timed([py, "-c", HTA, str(job), "serial" if args.serial else "pool"], env)
         wh = tmp / f"wh{n}"
@@ -109,6 +113,12 @@ def main() -> None:
         q, _ = timed([py, "-m", "tracedb.cli", "query", "kernel_type_breakdown", "-w", str(wh),
                       "--format", "csv"], env)
         shutil.rmtree(wh)
+        if args.before:
+            b_env = {**os.environ, "PYTHONPATH": str(args.before)}
+            b, b_cpu = timed([py, "-m", "tracedb.cli", "ingest", str(job), "-w", str(tmp / f"before{n}"),
+                              "--run-id", "job", "--jobs", str(jobs), "-q"], b_env, cwd=args.before)
+            shutil.rmtree(tmp / f"before{n}")
+            befores.append((b, b_cpu, i, i_cpu))
         ratios.append(h / i)
         ratios_q.append(h / (i + q))
         ratios_cpu.append(h_cpu / i_cpu)
@@ -118,6 +128,10 @@ def main() -> None:
           f"(range {min(ratios):.2f}-{max(ratios):.2f}); with the query: {statistics.median(ratios_q):.2f}x"
           + (f"; CPU: {statistics.median(ratios_cpu):.2f}x" if args.serial else "")
           + f"; load average after {os.getloadavg()[0]:.1f}")
+    if befores:
+        print(f"before ({args.before}), same rounds: ingest s " + " ".join(f"{b:.2f}" for b, *_ in befores)
+              + f"; median before / now: {statistics.median(b / i for b, _, i, _ in befores):.2f}x"
+              + (f" (CPU {statistics.median(bc / ic for _, bc, _, ic in befores):.2f}x)" if args.serial else ""))
     shutil.rmtree(tmp, ignore_errors=True)
 
 
