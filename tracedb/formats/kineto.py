@@ -69,6 +69,7 @@ import bisect
 import json
 import re
 from array import array
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -77,8 +78,6 @@ import pyarrow.compute as pc
 
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from decimal import Decimal
-
 from tracedb.formats.jsonstream import (DecodedTrace, EventStream, decode_whole, dumps_compact, gc_frozen, gc_paused,
                                         located, need, num, plain, us_to_ns)
 
@@ -262,7 +261,8 @@ def _size(v: Any) -> int:
 
 def _text(v: Any) -> Any:
     """A Decimal as the text that pass 1 read it as when it streamed (`floats="text"`),
-    so a decoded-once file links exactly as a streamed one."""
+    so a decoded-once file links exactly as a streamed one (an exponent is spelled as
+    Decimal spells it, 1E+5 for 1e5: no byte count or device number either way)."""
     return str(v) if type(v) is Decimal else v
 
 
