@@ -25,8 +25,10 @@ output of TensorFlow's `timeline.Timeline(step_stats).generate_chrome_trace_form
   link to their kernel is on the kernel) are not framework ops: skipped.
 - Time: `ts`/`dur` are µs (absolute, there is no base time) -> integer ns exactly.
 
-Two passes over the stream (`jsonstream.EventStream`): pass 1 collects the `M` names
-(they may come anywhere in the file), pass 2 emits rows.
+Two passes over the events: pass 1 collects the `M` names (they may come anywhere in the
+file), pass 2 emits rows. A file of up to `jsonstream.WHOLE_DECODE_BYTES` is decoded once
+(msgspec, `jsonstream.decode_whole`) and both passes walk the same events; a larger one
+streams twice (`jsonstream.EventStream`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ import pyarrow as pa
 
 from tracedb.devices import canonical, match_tf_device
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, located, need, num, us_to_ns
+from tracedb.formats.jsonstream import (DecodedTrace, EventStream, decode_whole, dumps_compact, gc_frozen, gc_paused,
+                                        located, need, num, us_to_ns)
 
 NAME = "chrome_trace"
 DESCRIPTION = "Chrome-trace JSON (TF timeline, generic traceEvents), optionally gzipped"
@@ -147,12 +150,21 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
 
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    procs, threads, numbered, copies = _names(EventStream(path))
+    whole = decode_whole(path)  # decoded once when small enough, else two streaming passes
+    if whole is None:
+        yield from _rows(path, ctx, None)
+        return
+    with gc_frozen():  # the decoded events live until the last row
+        yield from _rows(path, ctx, whole)
+
+
+def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[tuple[str, pa.RecordBatch]]:
+    procs, threads, numbered, copies = _names(whole or EventStream(path))
     lanes: dict[tuple, _Lane] = {}
     open_b: dict[tuple, list] = {}
     nodes = BatchBuilder("nodes", columns=_NODE_COLS)
     kernels = BatchBuilder("kernels", columns=_KERNEL_COLS)
-    stream = EventStream(path)
+    stream = whole or EventStream(path)
     for i, ev in enumerate(stream):
         ph = ev.get("ph")
         if ph not in ("X", "B", "E") or ev.get("cat") == "cuda_runtime":

@@ -41,14 +41,26 @@ Time: Kineto writes `ts` relative to `baseTimeNanoseconds` (PyTorch's own test r
 `ts = (absolute_ns - baseTimeNanoseconds) / 1000`), so absolute ns = base + ts µs. Older
 traces without the key write absolute epoch µs; then base is 0.
 
-Streaming: two passes over `EventStream`. Pass 1 keeps compact maps (step spans, launch
-calls by correlation, ops by External id, every op's and call's interval per thread for
-the enclosing-op sweep, activities by correlation); pass 2 emits rows. Two passes
-because Kineto writes the CPU ops before the ProfilerStep spans and the GPU events
-after, and top-level keys (base time, rank) may follow `traceEvents`.
-Pass 1 reads event numbers as text (it needs only `ts`/`dur`), pass 2 as Decimal: both
-exact and decoded in C; Decimals become floats where they reach a row (`plain`, the
-params encoder). Rows are tuples in `_*_COLS` order, built into batches column-wise.
+Two passes: pass 1 keeps compact maps (step spans, launch calls by correlation, ops by
+External id, every op's and call's interval per thread for the enclosing-op sweep,
+activities by correlation); pass 2 emits rows. Two passes because Kineto writes the CPU
+ops before the ProfilerStep spans and the GPU events after, and top-level keys (base
+time, rank) may follow `traceEvents`. A file of up to `jsonstream.WHOLE_DECODE_BYTES`
+(8 MiB of JSON) is decoded once by msgspec (`decode_whole`, numbers with a fraction as
+Decimal) and both passes walk the same events; a larger one streams twice
+(`EventStream`, bounded memory): pass 1 reading numbers as text (it needs only
+`ts`/`dur`), pass 2 as Decimal. Either way exact and decoded in C; pass 1 reads a
+fractional `size` / `device` arg as its text in both cases (`_text`), so the links are
+the same. Pass 2 takes a cpu_op's start and end from pass 1's arrays (the same ops in
+the same order). Decimals become floats where they reach a row (`plain`, the params
+encoder). Rows are tuples in `_*_COLS` order, built into batches column-wise.
+
+Measured on one rank of the H200 fixture (4.1 MB, 13,317 events; CPU time, best of 7,
+on the shared 2-core machine at load ~8): read 138 ms = decode 34 (msgspec, once) +
+pass 1 33 + rows and Arrow batches 71; before (commit 8e74452: two standard-library
+streaming decodes of ~40 ms each, every ts/dur converted twice) 196 ms. A whole ingest
+pays ~185 ms a rank (hash, checks, Parquet) against ~262 ms before; the 8-rank job
+against HTA is in bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -57,6 +69,7 @@ import bisect
 import json
 import re
 from array import array
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -65,7 +78,8 @@ import pyarrow.compute as pc
 
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import EventStream, dumps_compact, gc_paused, located, need, num, plain, us_to_ns
+from tracedb.formats.jsonstream import (DecodedTrace, EventStream, decode_whole, dumps_compact, gc_frozen, gc_paused,
+                                        located, need, num, plain, us_to_ns)
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
@@ -245,6 +259,18 @@ def _size(v: Any) -> int:
     return n if n is not None else _NONE
 
 
+def _text(v: Any) -> Any:
+    """A Decimal as the text that pass 1 read it as when it streamed (`floats="text"`),
+    so a decoded-once file links exactly as a streamed one (an exponent is spelled as
+    Decimal spells it, 1E+5 for 1e5: no byte count or device number either way)."""
+    return str(v) if type(v) is Decimal else v
+
+
+def _text_device(args: dict) -> dict:
+    dev = args.get("device")
+    return {**args, "device": str(dev)} if type(dev) is Decimal else args
+
+
 def _activity_device(cat: str, ev: dict, args: dict) -> tuple[str, str]:
     dev = _int(args.get("device"))
     if dev is None and args.get("device") is not None:
@@ -278,10 +304,18 @@ class _Index:
         call_size = array("q")
         step_match = _STEP.match
         self.kineto_events = 0  # events of a Kineto category (else: not a Kineto trace)
+        # The loop runs once per event: the cpu_op branch (most events) is written out
+        # inline (method calls, _cat/_ext/_need and the zip appends cost ~25% of it).
+        name_ix, add_name = self._name_ix, self.name
+        op_th, op_start, op_end, op_seq, op_name = (c.append for c in op_cols)
+        ops = self.ops
+        ops_keys, (ops_name, ops_start, ops_end, ops_seq) = ops.keys, ops.cols
+        old_cats = _OLD_CATS
         for i, ev in enumerate(stream):
             if ev.get("ph") != "X":
                 continue
-            cat = _cat(ev)
+            cat = ev.get("cat")
+            cat = old_cats.get(cat, cat)
             if cat in _KINETO_CATS or _is_runtime(cat):
                 self.kineto_events += 1
             args = ev.get("args") or _NO_ARGS
@@ -293,26 +327,41 @@ class _Index:
                 start = us_to_ns(ts)
                 m = step_match(name)
                 if m or cat == "cpu_op":
-                    end = start + us_to_ns(_need(ev, "dur", i))
+                    dur = ev.get("dur")
+                    end = start + us_to_ns(dur if dur is not None else _need(ev, "dur", i))
                 if m:
                     self.steps.append((start, end, int(m[1]), ev.get("tid"), i))
                 if cat == "cpu_op":
-                    ix = self.name(name)
-                    th = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
-                    for col, v in zip(op_cols, (th, start, end, i, ix)):
-                        col.append(v)
-                    self.ops.add(_ext(args), ix, start, end, i)
+                    ix = name_ix.get(name)
+                    if ix is None:
+                        ix = add_name(name)
+                    op_th(threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads)))
+                    op_start(start)
+                    op_end(end)
+                    op_seq(i)
+                    op_name(ix)
+                    ext = args.get("External id")
+                    if ext is None:
+                        ext = args.get("external id")
+                    if type(ext) is int:  # _IntMap.add, inline
+                        if ops_keys and ext < ops_keys[-1]:
+                            ops._sorted = False
+                        ops_keys.append(ext)
+                        ops_name.append(ix)
+                        ops_start.append(start)
+                        ops_end.append(end)
+                        ops_seq.append(i)
             elif _is_runtime(cat):
                 start = us_to_ns(_need(ev, "ts", i))
                 end = start + us_to_ns(_need(ev, "dur", i))
                 ext = _ext(args)
                 th = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
                 self.calls.add(i, start, end, th, ext if type(ext) is int else _NONE)
-                call_size.append(_size(args.get("size")))
+                call_size.append(_size(_text(args.get("size"))))
                 self.call_of.add(args.get("correlation"), i)
             elif cat in _ACTIVITY_CATS:
                 name = _need(ev, "name", i)
-                dev = _activity_device(cat, ev, args)[0]
+                dev = _activity_device(cat, ev, _text_device(args))[0]
                 self.acts.add(args.get("correlation"), self.name(name),
                               us_to_ns(_need(ev, "ts", i)), self.name(dev))
         self.meta = stream.meta  # every top-level key, wherever it stood
@@ -459,25 +508,37 @@ class _Out:
 
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    index = _Index(EventStream(path, floats="text"))
+    whole = decode_whole(path, floats="decimal")  # None: too large or odd, so it streams
+    if whole is None:
+        yield from _rows(path, ctx, None)
+        return
+    with gc_frozen():  # the decoded events live until the last row
+        yield from _rows(path, ctx, whole)
+
+
+def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[tuple[str, pa.RecordBatch]]:
+    index = _Index(whole or EventStream(path, floats="text"))
     if not index.kineto_events and not index.meta.get("baseTimeNanoseconds"):
         # Claimed by a top-level key, but not one event is Kineto's: the generic
         # Chrome-trace reader reads such a file better (formats.read falls back).
         raise TraceFormatError("no Kineto events (no cpu_op, kernel, runtime or annotation category)")
-    stream = EventStream(path, floats="decimal")
+    stream = whole or EventStream(path, floats="decimal")
     out = _Out()
     node_rows, kernel_rows = out.b["nodes"].rows, out.b["kernels"].rows
     base = rank = None
     call_pos = 0  # runtime calls come in pass 1's order: the n-th is index.calls[n]
+    op_k = 0  # and so do cpu_ops: the n-th is index._op_cols[...][n]
     device_work: dict[int, list[int]] = {}  # step -> [first start, last end, count]
     for i, ev in enumerate(stream):
         if base is None:  # header is complete once the first event arrives
             base, rank = _metadata(index, ctx)
         ph = ev.get("ph")
-        cat = _cat(ev)
+        cat = ev.get("cat")
+        cat = _OLD_CATS.get(cat, cat)  # _cat, inline
         if ph == "X":
             if cat == "cpu_op":
-                node_rows.append(_node(ev, i, base, rank, index))
+                node_rows.append(_node(ev, i, base, rank, index, op_k))
+                op_k += 1
                 if len(node_rows) >= BATCH_ROWS:
                     yield from out.b["nodes"].flush()
                     node_rows = out.b["nodes"].rows
@@ -549,19 +610,22 @@ def _metadata(index: _Index, ctx: ReadContext) -> tuple[int, int | None]:
     return base, rank
 
 
-def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple:
+def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index, k: int) -> tuple:
+    """The row of the k-th cpu_op: pass 1 saw the same ops in the same order and kept
+    their start and end (ns), so they are not converted again."""
     args = ev.get("args") or _NO_ARGS
-    name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
-    if name is None or ts is None or dur is None:
-        for key in ("name", "ts", "dur"):
-            _need(ev, key, i)  # raises for the first one missing
-    start = us_to_ns(ts)
+    name = ev.get("name")
+    start = index._op_cols[1][k]
+    dur = index._op_cols[2][k] - start
     tid = ev.get("tid")
     shapes = _shapes(args.get("Input Dims"))
     known = _NODE_ARGS if shapes is None or None not in shapes else _NODE_ARGS_NESTED
-    return ("CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, us_to_ns(dur),
+    ext = args.get("External id")
+    if ext is None:
+        ext = args.get("external id")
+    return ("CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, dur,
             tid if type(tid) is int else None, i, shapes, _dtypes(args.get("Input type")),
-            _int(_ext(args)),
+            ext if type(ext) is int else _int(ext),
             _params(args, known, None if type(tid) is int else {"tid": tid}))
 
 

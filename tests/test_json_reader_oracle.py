@@ -1,0 +1,164 @@
+"""The Kineto and Chrome-trace readers give the same tables as before their JSON decoding
+was made faster (issue 12 item 4: msgspec, each event decoded once), on every JSON trace
+in tests/data.
+
+Two oracles:
+- `data/json_reader_oracle.json`: a hash of every table (rows as Python values), the row
+  counts, the file's metadata and warnings, computed with the readers of commit 8e74452
+  (standard-library `json`, two streaming passes) before the change. A deliberate change
+  of a reader's rows changes these; regenerate with
+  `python tests/test_json_reader_oracle.py > tests/data/json_reader_oracle.json` and say
+  why in the commit.
+- the same reader today, forced down the standard-library path (no msgspec, no decode
+  once): both decodings must agree on every file, and on hand-made documents where
+  msgspec and `json` differ (NaN, lone surrogates, control characters, a repeated
+  `traceEvents` key), where the fast path has to step aside.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+ORACLE = DATA / "json_reader_oracle.json"
+
+
+def json_traces() -> list[Path]:
+    """Every Kineto / Chrome-trace file under tests/data (the frozen warehouses aside)."""
+    from tracedb.formats import detect
+
+    out = []
+    for p in sorted(DATA.rglob("*")):
+        if not p.is_file() or "frozen_warehouse" in p.as_posix() or not p.name.endswith((".json", ".json.gz")):
+            continue
+        try:
+            if detect(p).NAME in ("kineto", "chrome_trace"):
+                out.append(p)
+        except Exception:  # noqa: BLE001 - run.json labels and the like
+            continue
+    return out
+
+
+def digest(path: Path) -> dict:
+    """Hashes of what `formats.read` makes of the file (or its error)."""
+    import pyarrow as pa
+
+    from tracedb.errors import TraceFormatError
+    from tracedb.formats import detect, read
+    from tracedb.formats.base import ReadContext
+
+    ctx = ReadContext(run_id="r", source_file=path.name)
+    tables: dict[str, list] = {}
+    try:
+        for table, batch in read(path, ctx, detect(path).NAME):
+            tables.setdefault(table, []).append(batch)
+    except TraceFormatError as e:
+        return {"error": str(e)}
+    out = {t: f"{sum(b.num_rows for b in bs)}:" + hashlib.sha256(
+        repr(pa.Table.from_batches(bs).to_pylist()).encode()).hexdigest()[:20] for t, bs in sorted(tables.items())}
+    out["format"] = ctx.format
+    out["metadata"] = hashlib.sha256(json.dumps(ctx.metadata, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    out["warnings"] = json.dumps(ctx.warnings, sort_keys=True)
+    return out
+
+
+def _key(p: Path) -> str:
+    return p.relative_to(DATA).as_posix()
+
+
+@pytest.fixture
+def stdlib_only(monkeypatch):
+    """The readers as they were: the standard library's decoder, two streaming passes."""
+    import msgspec
+
+    from tracedb.formats import jsonstream
+
+    def refuse(parse_float):
+        def decode(*_):
+            raise msgspec.DecodeError("forced: standard library path")
+        return decode
+
+    monkeypatch.setattr(jsonstream, "_msgspec_decoder", refuse)
+    monkeypatch.setattr(jsonstream, "WHOLE_DECODE_BYTES", 0)
+
+
+def test_oracle_covers_the_json_traces():
+    expected = json.loads(ORACLE.read_text())
+    assert sorted(expected) == [_key(p) for p in json_traces()]
+    assert len(expected) >= 20  # the H200 fixtures, HTA's traces, fleet_dev, TF timelines
+
+
+@pytest.mark.parametrize("path", json_traces(), ids=_key)
+def test_tables_identical_to_the_reader_before_the_change(path):
+    assert digest(path) == json.loads(ORACLE.read_text())[_key(path)]
+    assert gc.get_freeze_count() == 0  # the decoded events were frozen only while read
+
+
+def test_an_abandoned_read_unfreezes():
+    from tracedb.formats import kineto
+    from tracedb.formats.base import ReadContext
+
+    reader = kineto.read(DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz", ReadContext("r", "f"))
+    next(reader)
+    assert gc.get_freeze_count() > 0
+    reader.close()
+    assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("path", json_traces(), ids=_key)
+def test_fast_decoding_matches_the_standard_library_path(path, request):
+    fast = digest(path)
+    request.getfixturevalue("stdlib_only")
+    assert digest(path) == fast
+
+
+def test_the_fast_path_is_taken_and_steps_aside(tmp_path):
+    from tracedb.formats.jsonstream import decode_whole
+
+    fixture = DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
+    whole = decode_whole(fixture, floats="decimal")
+    assert whole is not None and len(whole.events) == 13317
+    assert whole.meta["baseTimeNanoseconds"] == 1790857026000000000
+    assert decode_whole(fixture, limit=1 << 20) is None  # 4.1 MB of JSON: streams
+    odd = {
+        "nan": '{"traceEvents": [{"ph": "X", "ts": NaN, "dur": 1}]}',
+        "surrogate": '{"traceEvents": [{"ph": "X", "name": "\\ud800", "ts": 1, "dur": 1}]}',
+        "control": '{"traceEvents": [{"ph": "X", "name": "a\tb", "ts": 1, "dur": 1}]}',
+        "repeated": '{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}], "traceEvents": [{"ph": "X", "ts": 2, "dur": 1}]}',
+        "bom": '\ufeff{"traceEvents": []}',
+        "not_objects": '{"traceEvents": [1, 2]}',
+    }
+    for name, text in odd.items():
+        p = tmp_path / f"{name}.json"
+        p.write_text(text, encoding="utf-8")
+        assert decode_whole(p) is None, name
+
+
+@pytest.mark.parametrize("doc", [
+    '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a\\ud800", "ts": 1.5, "dur": 2, "args": {"x": NaN}}]}',
+    # fractional device and size args: pass 1 read them as text when it streamed
+    '{"traceEvents": [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 5, "tid": 1, '
+    '"args": {"correlation": 7}}, {"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpyAsync", "ts": 6, "dur": 5, '
+    '"tid": 1, "args": {"correlation": 8, "size": 1.5}}, {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.2345, '
+    '"dur": 1e3, "args": {"device": 0.5, "correlation": 7}}, {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", '
+    '"ts": 20, "dur": 2, "args": {"device": 0, "correlation": 8}}]}',
+    '{"deviceProperties": [], "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1.5, "dur": 2}], '
+    '"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op2", "ts": 3, "dur": 1}]}',
+])
+def test_odd_documents_read_the_same_either_way(tmp_path, doc, request):
+    p = tmp_path / "t.json"
+    p.write_text(doc, encoding="utf-8")
+    fast = digest(p)
+    request.getfixturevalue("stdlib_only")
+    assert digest(p) == fast
+
+
+if __name__ == "__main__":  # regenerate the oracle (see the module docstring)
+    sys.path.insert(0, str(Path(__file__).parent.parent))
+    print(json.dumps({_key(p): digest(p) for p in json_traces()}, indent=1, sort_keys=True))
