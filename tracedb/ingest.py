@@ -77,7 +77,7 @@ class RunSummary:
 
     @property
     def rows(self) -> dict[str, int]:
-        total = {t: 0 for t in schema.TABLES}
+        total = {t: 0 for t in schema.SOURCE_TABLES}
         for f in self.files:
             for t, n in f.rows.items():
                 total[t] += n
@@ -185,7 +185,7 @@ def _read_one(job: _Job) -> FileResult:
         writer.abort()
         res.error = f"unexpected {type(e).__name__} while reading: {e}"
     else:
-        res.rows = {t: 0 for t in schema.TABLES}
+        res.rows = {t: 0 for t in schema.SOURCE_TABLES}
         for w in written:
             res.rows[w.table] += w.rows
         res.written = written
@@ -274,7 +274,7 @@ def _labels_row(run: RunSpec, error: str, ingest_id: str, when: datetime) -> dic
     """A `files` row for a run.json that could not be used, so the error is on record."""
     size, digest = lake.size_and_hash(run.labels_file) if run.labels_file and run.labels_file.is_file() else (0, "")
     return {"run_id": run.run_id, "path": RUN_LABELS, "size_bytes": size, "sha256": digest, "format": "run.json",
-            **{f"rows_{t}": None for t in schema.TABLES}, "status": "error", "error": error, "seconds": 0.0,
+            **{f"rows_{t}": None for t in schema.SOURCE_TABLES}, "status": "error", "error": error, "seconds": 0.0,
             "ingest_id": ingest_id, "ingested_at": when, "metadata": None, "warnings": None}
 
 
@@ -282,7 +282,7 @@ def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dic
     return {
         "run_id": run_id, "path": r.rel, "size_bytes": r.size_bytes, "sha256": r.sha256,
         "format": r.format,
-        **{f"rows_{t}": r.rows.get(t, 0) if r.ok else None for t in schema.TABLES},
+        **{f"rows_{t}": r.rows.get(t, 0) if r.ok else None for t in schema.SOURCE_TABLES},
         "status": "ok" if r.ok else "error", "error": r.error, "seconds": round(r.seconds, 6),
         "ingest_id": ingest_id, "ingested_at": when,
         "metadata": json.dumps(r.metadata, sort_keys=True, default=str) if r.metadata else None,
@@ -375,10 +375,12 @@ def ingest(
                 file_rows.append(_labels_row(run, label_error, ingest_id, when))
             if not replace:
                 store.discard([w for r in ok for w in r.written])
+            written = [w for r in ok for w in r.written] if replace else []
+            written += _rollups(warehouse, run.run_id, ingest_id, written)
             pending.append((
                 lake.RunCommit(
                     {**_run_row(run, results, labels), "status": "complete" if complete else "partial"},
-                    [w for r in ok for w in r.written] if replace else [],
+                    written,
                     file_rows,
                     replace=replace,
                     ingest_id=ingest_id,
@@ -401,6 +403,18 @@ def ingest(
         if pool:
             pool.close()
     return IngestSummary(warehouse, summaries)
+
+
+def _rollups(warehouse: Path, run_id: str, ingest_id: str, written: list[lake.DataFile]) -> list[lake.DataFile]:
+    """The run's rollup files (`tracedb.rollups`), from the kernels files just written."""
+    from tracedb import rollups
+
+    kernels = [w.rel for w in written if w.table == "kernels"]
+    try:
+        return _store(rollups.write_run, warehouse, run_id, ingest_id, kernels)
+    except BaseException:
+        lake.Lake(warehouse).discard(written)  # the run's files are no one's now
+        raise
 
 
 def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
