@@ -3,9 +3,10 @@
     python bench/bench_rollups.py [--runs-dir DIR | --runs 24] [--repeat 3]
 
 Ingests the runs into a fresh warehouse with `--jobs 1` (in this process, so every step
-is on one clock) and times `rollups.write_run`, the rollup step of each run (reading the
-run's new kernels files, the metrics' SQL once per kind, writing the rollup files);
-prints the whole ingest, the rollup part and its share, per round. Default runs: the
+is on one clock) and times `rollups.Writer.write_runs`, the rollup step of each commit
+group (reading the runs' new kernels files, one execution of each metric's SQL, writing
+the rollup files); prints the whole ingest, the rollup part and its share, per round.
+Default runs: the
 shipped real traces (bench_jobs.py's 24 runs); --runs-dir an existing runs folder, e.g.
 `bench/build_fleet.py OUT --runs 24 --kernels 3000`, then --runs-dir OUT/traces.
 """
@@ -42,7 +43,7 @@ def main() -> None:
         else:
             runs_dir = args.runs_dir
         spent = [0.0]
-        inner = rollups.write_run
+        inner = rollups.Writer.write_runs
 
         def timed(*a, **k):
             t = time.perf_counter()
@@ -51,7 +52,7 @@ def main() -> None:
             finally:
                 spent[0] += time.perf_counter() - t
 
-        rollups.write_run = timed
+        rollups.Writer.write_runs = timed
         print(f"runs: {runs_dir} ({sum(1 for p in runs_dir.iterdir() if p.is_dir())} run folders), --jobs 1")
         print("round  ingest s  rollups s  share")
         for i in range(args.repeat):

@@ -24,13 +24,15 @@ def up(lake) -> None:
         if ingest is not None and r["min_ingest"] <= ingest <= r["max_ingest"]:
             kernels.setdefault(r["run_id"], []).append(r["path"])
     files = []
-    for run_id in sorted(kernels):
-        missing = [t for t in schema.ROLLUPS if run_id not in have[t]]
-        if missing:
-            files += rollups.write_run(lake.root, run_id, live[run_id], sorted(kernels[run_id]),
-                                       tables=missing, tag="rollup-m0006")
+    roll = rollups.Writer()
     try:
+        for table in schema.ROLLUPS:
+            todo = [(r, live[r], sorted(kernels[r])) for r in sorted(kernels) if r not in have[table]]
+            for i in range(0, len(todo), 50):  # groups of runs, as an ingest commits them
+                files += roll.write_runs(lake.root, todo[i:i + 50], tables=[table], tag="rollup-m0006")
         lake._add_files(files)  # one Delta commit per rollup table, checksums recorded
     except BaseException:
         lake.discard(files)
         raise
+    finally:
+        roll.close()

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import catalog, formats, lake, schema
+from tracedb import catalog, formats, lake, rollups, schema
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks)
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
@@ -319,6 +319,7 @@ def ingest(
     summaries: list[RunSummary] = []
     pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
     pending: list[tuple[lake.RunCommit, RunSummary]] = []
+    roll = None  # rollups.Writer, from the first run with data on
     try:
         planned, index = [], 0
         if pool:  # every sniff first (a few ms each), so reads can be queued run by run
@@ -337,8 +338,10 @@ def ingest(
         last_commit = time.monotonic()
 
         def commit() -> None:
-            nonlocal last_commit
+            nonlocal last_commit, roll
             if pending:
+                roll = roll or rollups.Writer()
+                _add_rollups(roll, warehouse, [c for c, _ in pending])
                 _commit(store, [c for c, _ in pending])
                 for _, summary in pending:
                     summaries.append(summary)
@@ -376,7 +379,6 @@ def ingest(
             if not replace:
                 store.discard([w for r in ok for w in r.written])
             written = [w for r in ok for w in r.written] if replace else []
-            written += _rollups(warehouse, run.run_id, ingest_id, written)
             pending.append((
                 lake.RunCommit(
                     {**_run_row(run, results, labels), "status": "complete" if complete else "partial"},
@@ -402,19 +404,19 @@ def ingest(
     finally:
         if pool:
             pool.close()
+        if roll:
+            roll.close()
     return IngestSummary(warehouse, summaries)
 
 
-def _rollups(warehouse: Path, run_id: str, ingest_id: str, written: list[lake.DataFile]) -> list[lake.DataFile]:
-    """The run's rollup files (`tracedb.rollups`), from the kernels files just written."""
-    from tracedb import rollups
-
-    kernels = [w.rel for w in written if w.table == "kernels"]
-    try:
-        return _store(rollups.write_run, warehouse, run_id, ingest_id, kernels)
-    except BaseException:
-        lake.Lake(warehouse).discard(written)  # the run's files are no one's now
-        raise
+def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommit]) -> None:
+    """Each replaced run's rollup files (`tracedb.rollups`), computed from the kernels files
+    it is about to commit, join its files (one computation for the group)."""
+    todo = [c for c in runs if c.replace and any(f.table == "kernels" for f in c.files)]
+    made = _store(roll.write_runs, warehouse,
+                  [(c.run_row["run_id"], c.ingest_id, [f.rel for f in c.files if f.table == "kernels"]) for c in todo])
+    for c in todo:
+        c.files += [f for f in made if f.run_id == c.run_row["run_id"]]
 
 
 def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
