@@ -26,10 +26,14 @@ def up(lake) -> None:
     files = []
     roll = rollups.Writer()
     try:
-        for table in schema.ROLLUPS:
-            todo = [(r, live[r], sorted(kernels[r])) for r in sorted(kernels) if r not in have[table]]
+        by_missing: dict[tuple[str, ...], list] = {}  # all runs miss both, unless re-run after a crash
+        for r in sorted(kernels):
+            missing = tuple(t for t in schema.ROLLUPS if r not in have[t])
+            if missing:
+                by_missing.setdefault(missing, []).append((r, live[r], sorted(kernels[r])))
+        for missing, todo in by_missing.items():
             for i in range(0, len(todo), 50):  # groups of runs, as an ingest commits them
-                files += roll.write_runs(lake.root, todo[i:i + 50], tables=[table], tag="rollup-m0006")
+                files += roll.write_runs(lake.root, todo[i:i + 50], tables=list(missing), tag="rollup-m0006")
         lake._add_files(files)  # one Delta commit per rollup table, checksums recorded
     except BaseException:
         lake.discard(files)

@@ -319,7 +319,7 @@ def ingest(
     summaries: list[RunSummary] = []
     pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
     pending: list[tuple[lake.RunCommit, RunSummary]] = []
-    roll = None  # rollups.Writer, from the first run with data on
+    roll = None  # rollups.Writer, from the first commit on
     try:
         planned, index = [], 0
         if pool:  # every sniff first (a few ms each), so reads can be queued run by run
