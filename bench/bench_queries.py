@@ -1,14 +1,14 @@
 """Every canned query on a fleet warehouse: whole fleet and one run, plus memory and fixed costs.
 
-    python bench/bench_queries.py WAREHOUSE [--repeat 3] [--run RUN_ID] [--queries a,b]
+    python bench/bench_queries.py WAREHOUSE [--repeat 3] [--run RUN_ID] [--queries a,b] [--rss a,b]
 
 Prints one row per canned query: best-of --repeat seconds over the whole fleet
 (run_id NULL) and filtered to one run (a Kineto run, or --run), on one open connection;
 for the queries rewritten for issue 12 (each one with its old text in
 tests/data/sql_before_issue12: top_kernels, top_ops, megengine_op_types, kernel_summary,
 collectives, gpu_busy_idle, stream_overlap) also the old text timed interleaved with the
-new one, as the ratio old / new. Then: peak RSS of fleet-wide top_kernels, old and new, each in a fresh
-subprocess; the cost of opening the warehouse (views) and of a one-run count(*); and the
+new one, as the ratio old / new. Then: peak RSS of fleet-wide top_kernels, gpu_busy_idle,
+stream_overlap and collectives (--rss), old and new, each in a fresh subprocess; the cost of opening the warehouse (views) and of a one-run count(*); and the
 start-up of `python -m tracedb.cli --help` against `python -c pass`.
 """
 
@@ -88,6 +88,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--run", default=None)
     ap.add_argument("--queries", default=None, help="comma-separated names (default: every canned query)")
+    ap.add_argument("--rss", default="top_kernels,gpu_busy_idle,stream_overlap,collectives",
+                    help="queries (with an old text) whose fleet-wide peak RSS to measure, new and old; '' for none")
     args = ap.parse_args()
     wh = args.warehouse
     t = time.perf_counter()
@@ -131,10 +133,12 @@ def main() -> None:
     print(f"\nwithin goal: {within['fleet']}/{len(queries)} fleet-wide <= 1 s, "
           f"{within['one']}/{len(queries)} one-run <= 100 ms")
 
-    new_s, new_mb = rss_of(wh, ROOT / "sql" / "top_kernels.sql")
-    old_s, old_mb = rss_of(wh, BEFORE / "top_kernels.sql")
-    print(f"\ntop_kernels fleet-wide, fresh process: new {new_s:.2f} s peak RSS {new_mb:.0f} MB; "
-          f"old {old_s:.2f} s {old_mb:.0f} MB (ratio old/new: time {old_s / new_s:.2f}, memory {old_mb / new_mb:.2f})")
+    print()
+    for name in args.rss.split(",") if args.rss else ():
+        new_s, new_mb = rss_of(wh, ROOT / "sql" / f"{name}.sql")
+        old_s, old_mb = rss_of(wh, BEFORE / f"{name}.sql")
+        print(f"{name} fleet-wide, fresh process: new {new_s:.2f} s peak RSS {new_mb:.0f} MB; "
+              f"old {old_s:.2f} s {old_mb:.0f} MB (ratio old/new: time {old_s / new_s:.2f}, memory {old_mb / new_mb:.2f})")
 
     one = best(lambda: con.execute("SELECT count(*) FROM kernels WHERE run_id = ?", [run]).fetchall(), args.repeat)
     print(f"open warehouse (catalog + views): {connect_s * 1e3:.0f} ms; one-run count(*): {one * 1e3:.1f} ms")

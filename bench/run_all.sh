@@ -28,6 +28,7 @@ LOG="$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
   python bench/bench_kineto_hta.py --repeat "$((REPEAT > 5 ? REPEAT : 5))" --jobs "$JOBS"
   echo; echo "## CLI start-up beyond bare Python"; python bench/bench_startup.py --repeat 10
   echo; echo "## --jobs $JOBS vs --jobs 1, 24 runs"; python bench/bench_jobs.py --repeat "$REPEAT" --jobs "$JOBS" --phases
+  echo; echo "## Rollups' share of an ingest, 24 runs"; python bench/bench_rollups.py --repeat "$REPEAT"
   for n in $SIZES; do
     echo; echo "## Fleet of $n runs"
     python bench/build_fleet.py "$OUT/fleet$n" --runs "$n" --kernels "$KERNELS" --jobs "$JOBS"

@@ -104,7 +104,7 @@ def test_null_and_typed_values():
 
 
 def test_window_null_order_spelled_out_for_bigquery():
-    out = q.transpile(q.load("gpu_busy_idle"), "bigquery")
+    out = q.transpile(q.load("stream_overlap"), "bigquery")  # its windows: the included metric's
     assert not re.search(r"OVER \([^)]*NULLS", out)  # BigQuery has none inside a window
     assert "ORDER BY CASE WHEN start_ns IS NULL THEN 1 ELSE 0 END ASC, start_ns," in out
 

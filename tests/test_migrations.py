@@ -85,7 +85,7 @@ def test_schema1_warehouse_is_converted_to_delta_lake_in_place(tmp_path):
     want = _schema1_facts(wh)
     with pytest.raises(TracedbError, match="0004_delta_lake"):
         catalog.connect(wh)
-    assert catalog_migrate(wh) == ["0004_delta_lake", "0005_pytorch_depth"]
+    assert catalog_migrate(wh) == ["0004_delta_lake", "0005_pytorch_depth", "0006_rollups"]
     con = catalog.connect(wh)
     for table in ("nodes", "kernels", "tensors", "allocations"):
         assert con.execute(f"SELECT run_id, device, count(*) FROM {table} GROUP BY ALL ORDER BY ALL").fetchall() == want[table]
@@ -98,7 +98,10 @@ def test_schema1_warehouse_is_converted_to_delta_lake_in_place(tmp_path):
     assert DeltaTable(str(wh / "kernels")).to_pyarrow_table().num_rows == 755 + 234
     assert pl.read_delta(str(wh / "runs")).height == 2
     # the schema-1 files were deleted once the lake was committed; only the lake's remain
-    assert all(p.endswith(".v2.parquet") for p in data_files(wh))
+    assert all(p.endswith(".v2.parquet") for p in data_files(wh) if not p.startswith("rollup_"))
+    # 0006 computed both runs' rollups (each has timed GPU activity)
+    assert con.execute("SELECT DISTINCT run_id FROM rollup_stream_overlap ORDER BY 1").fetchall() == [
+        (r,) for (r,) in con.execute("SELECT DISTINCT run_id FROM kernels ORDER BY 1").fetchall()]
     # and the canned queries run on it
     assert ingest([scenario("node_name_list")], wh, run_id="names").ok
     assert catalog_migrate(wh) == []
@@ -175,7 +178,7 @@ def test_schema2_lake_gains_the_pytorch_tables_and_columns(tmp_path):
         names += list(zip(t.column("name").to_pylist(), t.column("kind").to_pylist()))
     with pytest.raises(TracedbError, match="0005_pytorch_depth"):
         catalog.connect(wh)
-    assert catalog_migrate(wh) == ["0005_pytorch_depth"]
+    assert catalog_migrate(wh) == ["0005_pytorch_depth", "0006_rollups"]
     con = catalog.connect(wh)
     assert dict(con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1").fetchall()) == before
     assert con.execute("SELECT count(*) FROM kernels WHERE kernel_type IS NULL").fetchone()[0] == 0
@@ -190,3 +193,50 @@ def test_schema2_lake_gains_the_pytorch_tables_and_columns(tmp_path):
     assert ingest([scenario("kineto_h200_fp32")], wh, run_id="torch").ok
     con = catalog.connect(wh)
     assert con.execute("SELECT count(*) FROM runtime_calls WHERE run_id = 'torch'").fetchone()[0] > 0
+
+
+FROZEN_SCHEMA3 = DATA / "frozen_warehouse_schema3"
+BEFORE_ISSUE12 = DATA / "sql_before_issue12"
+
+
+def test_schema3_lake_gains_rollups_that_match_the_raw_queries(tmp_path):
+    """Migration 0006 on a frozen schema-3 lake (a Kineto run ingested twice, a TF run with
+    three streams, a two-rank NCCL job; made with the code before it): the rollup tables
+    fill for every run from its live kernels, and `gpu_busy_idle` / `stream_overlap`, which
+    now read them, give the rows the raw-row queries give, for the fleet and each run and
+    kind; nothing else changes; migrating again does nothing; a re-ingest replaces a run's
+    rollup with the new version's."""
+    from tracedb import query as q
+
+    wh = tmp_path / "wh"
+    shutil.copytree(FROZEN_SCHEMA3, wh)
+    with pytest.raises(TracedbError, match="0006_rollups"):
+        catalog.connect(wh)
+    assert catalog_migrate(wh) == ["0006_rollups"]
+    con = catalog.connect(wh)
+    assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("nccl", 2358), ("streams", 755), ("torch", 1202)]
+    # one file per run and device in each rollup table, rows for every kind present + NULL
+    assert con.execute("SELECT run_id, count(DISTINCT kind), count(*) FILTER (WHERE kind IS NULL) "
+                       "FROM rollup_stream_overlap GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("nccl", 3, 2), ("streams", 2, 1), ("torch", 3, 1)]
+
+    def same(con) -> int:
+        seen = 0
+        for name in ("gpu_busy_idle", "stream_overlap"):
+            new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
+            for run in (None, "nccl", "streams", "torch"):
+                for kind in (None, "kernel", "memcpy", "memset"):
+                    values = q.bind(new, {"run_id": run, "kind": kind})
+                    want, got = q.execute(con, old, values), q.execute(con, new, values)
+                    assert got.equals(want), (name, run, kind)
+                    seen += got.num_rows
+        return seen
+
+    assert same(con) > 50
+    con.close()
+    assert catalog_migrate(wh) == []
+    assert ingest([scenario("tf_stepstats_gpu_streams")], wh, run_id="torch").ok  # torch is a TF run now
+    con = catalog.connect(wh)
+    assert con.execute("SELECT streams FROM rollup_stream_overlap WHERE run_id = 'torch' AND kind IS NULL").fetchall() == [(3,)]
+    assert same(con) > 50

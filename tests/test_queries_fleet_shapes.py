@@ -139,3 +139,49 @@ def test_trino_median_is_exact():
     assert medians == {"a": 3.0, "b": 4.5, "c": 6.5, "d": None}
     want = con.execute("SELECT name, median(duration_ns) FROM kernels WHERE kind = 'kernel' GROUP BY name").fetchall()
     assert medians == dict(want)
+
+
+def _scanned(con, cq, values) -> str:
+    body = "\n".join(ln for ln in cq.sql.splitlines() if not ln.startswith("-- "))
+    return con.execute("EXPLAIN ANALYZE " + body, values).fetchall()[0][1]
+
+
+@pytest.mark.parametrize("name", ["gpu_busy_idle", "stream_overlap"])
+def test_fleet_wide_reads_the_rollup_not_the_activity_rows(name, fleet):
+    """Fleet-wide (and per run, device, kind), the query reads `rollup_<name>`, written at
+    ingest, and no `kernels` file; stream_overlap over a step range reads the raw rows."""
+    con = catalog.connect(fleet)
+    cq = q.load(name)
+    for values in ({}, {"kind": "memcpy"}, {"run_id": "kineto_h200_fp32_1", "device": "GPU:0"}):
+        plan = _scanned(con, cq, q.bind(cq, values))
+        assert f"/rollup_{name}/" in plan and "/kernels/" not in plan, values
+    ranged = _scanned(con, cq, q.bind(cq, {"step_from": 1}))
+    assert ("/kernels/" in ranged) == (name == "stream_overlap")
+
+
+def test_rollups_follow_the_runs_live_version(tmp_path):
+    """A re-ingest replaces the run's rollup rows with the new version's (the old ones go
+    with the old files); a run whose ingest fails keeps its old rollup; a run without GPU
+    activity has none."""
+    wh = tmp_path / "wh"
+    assert ingest([scenario("megengine_graph_profile")], wh, run_id="r").ok
+    assert ingest([scenario("tf_runmetadata_text")], wh, run_id="cpu").ok
+    con = catalog.connect(wh)
+    sql = "SELECT kind, streams FROM rollup_stream_overlap WHERE run_id = 'r' ORDER BY kind NULLS FIRST"
+    first = con.execute(sql).fetchall()
+    assert first[0] == (None, 1)  # MegEngine: no stream ids, one stream
+    assert con.execute("SELECT count(*) FROM rollup_gpu_busy_idle WHERE run_id = 'cpu'").fetchall() == [(0,)]
+    con.close()
+    assert ingest([scenario("tf_stepstats_gpu_streams")], wh, run_id="r").ok
+    con = catalog.connect(wh)
+    assert con.execute(sql).fetchall()[0] == (None, 3)  # the TF trace's three streams
+    assert con.execute("SELECT count(DISTINCT kind IS NULL) FROM rollup_stream_overlap WHERE run_id = 'r'").fetchall() == [(2,)]
+    new = q.load("stream_overlap")
+    assert q.execute(con, new, q.bind(new, {"run_id": "r"})).equals(
+        q.execute(con, q.load(str(BEFORE / "stream_overlap.sql")), q.bind(new, {"run_id": "r"})))
+    con.close()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [')
+    assert not ingest([bad], wh, run_id="r").ok
+    con = catalog.connect(wh)
+    assert con.execute(sql).fetchall()[0] == (None, 3)

@@ -131,11 +131,13 @@ def test_cli_runs_a_query_with_params(seed_warehouse):
 @pytest.mark.parametrize("dialect", ["trino", "spark"])
 def test_cli_dialect_prints_transpiled_sql(dialect, tmp_path):
     # Needs no warehouse: it prints instead of running.
-    result = runner.invoke(app, ["query", "gpu_busy_idle", "--dialect", dialect, "-w", str(tmp_path / "none")])
+    result = runner.invoke(app, ["query", "stream_overlap", "--dialect", dialect, "-w", str(tmp_path / "none")])
     assert result.exit_code == 0, result.output
-    assert result.output == q.transpile(q.load("gpu_busy_idle"), dialect)
-    assert result.output.startswith("-- title: GPU busy and idle time\n")
+    assert result.output == q.transpile(q.load("stream_overlap"), dialect)
+    assert result.output.startswith("-- title: Stream overlap\n")
+    # the window of the metric's definition, inlined from sql/metrics/ (`-- include:`)
     assert "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING" in result.output
+    assert "include:" not in result.output and "rollup_stream_overlap" in result.output
     assert "$run_id" not in result.output
 
 

@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import formats, lake, schema, storage, timing
+from tracedb import formats, lake, rollups, schema, storage, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks)
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
@@ -87,7 +87,7 @@ class RunSummary:
 
     @property
     def rows(self) -> dict[str, int]:
-        total = {t: 0 for t in schema.TABLES}
+        total = {t: 0 for t in schema.SOURCE_TABLES}
         for f in self.files:
             for t, n in f.rows.items():
                 total[t] += n
@@ -195,7 +195,7 @@ def _read_one(job: _Job) -> FileResult:
         writer.abort()
         res.error = f"unexpected {type(e).__name__} while reading: {e}"
     else:
-        res.rows = {t: 0 for t in schema.TABLES}
+        res.rows = {t: 0 for t in schema.SOURCE_TABLES}
         for w in written:
             res.rows[w.table] += w.rows
         res.written = written
@@ -285,7 +285,7 @@ def _labels_row(run: RunSpec, error: str, ingest_id: str, when: datetime) -> dic
     """A `files` row for a run.json that could not be used, so the error is on record."""
     size, digest = lake.size_and_hash(run.labels_file) if run.labels_file and run.labels_file.is_file() else (0, "")
     return {"run_id": run.run_id, "path": RUN_LABELS, "size_bytes": size, "sha256": digest, "format": "run.json",
-            **{f"rows_{t}": None for t in schema.TABLES}, "status": "error", "error": error, "seconds": 0.0,
+            **{f"rows_{t}": None for t in schema.SOURCE_TABLES}, "status": "error", "error": error, "seconds": 0.0,
             "ingest_id": ingest_id, "ingested_at": when, "metadata": None, "warnings": None}
 
 
@@ -293,7 +293,7 @@ def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dic
     return {
         "run_id": run_id, "path": r.rel, "size_bytes": r.size_bytes, "sha256": r.sha256,
         "format": r.format,
-        **{f"rows_{t}": r.rows.get(t, 0) if r.ok else None for t in schema.TABLES},
+        **{f"rows_{t}": r.rows.get(t, 0) if r.ok else None for t in schema.SOURCE_TABLES},
         "status": "ok" if r.ok else "error", "error": r.error, "seconds": round(r.seconds, 6),
         "ingest_id": ingest_id, "ingested_at": when,
         "metadata": json.dumps(r.metadata, sort_keys=True, default=str) if r.metadata else None,
@@ -341,6 +341,7 @@ def ingest(
         pool = workers.Workers(min(jobs, n_files)) if parallel else None
     opening = None
     pending: list[tuple[lake.RunCommit, RunSummary]] = []
+    roll = None  # rollups.Writer, from the first commit on
     try:
         planned, index = [], 0
         if pool:  # every sniff first (a few ms each), so reads can be queued run by run
@@ -362,9 +363,11 @@ def ingest(
         last_commit = time.monotonic()
 
         def commit() -> None:
-            nonlocal last_commit, store
+            nonlocal last_commit, store, roll
             if pending:
                 store = store or store_future.result()  # the lake is needed from here on only
+                roll = roll or rollups.Writer()
+                _add_rollups(roll, warehouse, [c for c, _ in pending])
                 _commit(store, [c for c, _ in pending])
                 for _, summary in pending:
                     summaries.append(summary)
@@ -401,10 +404,11 @@ def ingest(
                 file_rows.append(_labels_row(run, label_error, ingest_id, when))
             if not replace:
                 (store or lake.Lake(warehouse)).discard([w for r in ok for w in r.written])
+            written = [w for r in ok for w in r.written] if replace else []
             pending.append((
                 lake.RunCommit(
                     {**_run_row(run, results, labels), "status": "complete" if complete else "partial"},
-                    [w for r in ok for w in r.written] if replace else [],
+                    written,
                     file_rows,
                     replace=replace,
                     ingest_id=ingest_id,
@@ -430,6 +434,8 @@ def ingest(
                 pool.close()
         if opening:
             opening.shutdown()
+        if roll:
+            roll.close()
     return IngestSummary(warehouse, summaries)
 
 
@@ -438,6 +444,16 @@ def _open_lake(warehouse: Path | str) -> lake.Lake:
 
     with timing.phase("open lake"):
         return catalog.open_lake(warehouse, create=True)
+
+
+def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommit]) -> None:
+    """Each replaced run's rollup files (`tracedb.rollups`), computed from the kernels files
+    it is about to commit, join its files (one computation for the group)."""
+    todo = [c for c in runs if c.replace and any(f.table == "kernels" for f in c.files)]
+    made = _store(roll.write_runs, warehouse,
+                  [(c.run_row["run_id"], c.ingest_id, [f.rel for f in c.files if f.table == "kernels"]) for c in todo])
+    for c in todo:
+        c.files += [f for f in made if f.run_id == c.run_row["run_id"]]
 
 
 def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:

@@ -9,6 +9,11 @@ Parameters are DuckDB named placeholders (`$run_id`) bound at execution, never p
 into the SQL. A parameter's default is a literal, `NULL`, or `REQUIRED`; a numeric type
 may carry a lower bound (`BIGINT>0`, `DOUBLE>=0`) and a VARCHAR its allowed values
 (`VARCHAR{time,flops}`), checked before anything runs.
+
+A line `-- include: metrics/NAME.sql` in a query's body is replaced, when the query is
+loaded, by that file of the library's `sql/` folder (its header comments dropped): the one
+definition of a metric that a canned query and the ingest-time rollups both run
+(`tracedb.rollups`). Every consumer (DuckDB, `--dialect`, the report) sees the expanded text.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ _PARAM = re.compile(
     r"(?P<cmp>>=?)?(?P<bound>-?\d+(?:\.\d+)?)?"
     r"\s+(?P<default>'[^']*'|\S+)\s*(?P<doc>.*)$"
 )
+_INCLUDE = re.compile(r"^[ \t]*--[ \t]*include:[ \t]*(\S+)[ \t]*$", re.MULTILINE)
 _BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
@@ -131,9 +137,23 @@ def _parse_param(line: str, where: str) -> Param:
     return p
 
 
+def expand_includes(text: str, where: str) -> str:
+    """The text with each `-- include: metrics/NAME.sql` line replaced by that library file
+    (header comments dropped; one level: a fragment includes nothing)."""
+    def fragment(m: re.Match) -> str:
+        rel = Path(m[1])
+        target = sql_dir() / rel
+        if rel.is_absolute() or ".." in rel.parts or rel.suffix != ".sql" or not target.is_file():
+            raise TracedbError(f"{where}: include {m[1]!r}: no such file in the SQL library ({sql_dir()})")
+        body = [ln for ln in target.read_text().splitlines() if not _HEADER.match(ln.strip())]
+        return "\n".join(body).strip("\n")
+
+    return _INCLUDE.sub(fragment, text)
+
+
 def parse(text: str, name: str, path: Path | None = None) -> CannedQuery:
-    q = CannedQuery(name=name, sql=text, path=path)
     where = str(path or name)
+    q = CannedQuery(name=name, sql=expand_includes(text, where), path=path)
     for line in text.splitlines():
         if not line.strip():
             continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005)
+SCHEMA_VERSION = 4  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -199,8 +199,40 @@ EVENTS = pa.schema(
     + _TAIL
 )
 
-# Parquet-backed tables, in the order readers and docs list them.
-TABLES: dict[str, pa.Schema] = {
+# Rollups: derived per-run tables that tracedb computes at ingest from the run's own
+# `kernels` rows with the metric's SQL (sql/metrics/<query>.sql, see tracedb.rollups), so
+# that fleet-wide canned queries read a few rows per run instead of ordering every
+# activity row. Partitioned and published like the other data tables (a run's rollup is
+# always of its live ingest). `kind`: the activity kind the row counts, NULL for all.
+_ROLLUP_KIND = _f("kind", pa.string(),
+                  "only activity of this kind (kernel | memcpy | memset) counted; NULL: all GPU activity")
+
+ROLLUP_GPU_BUSY_IDLE = pa.schema([
+    _COMMON[0], _COMMON[1], _COMMON[3], _COMMON[4], _ROLLUP_KIND,
+    _f("activities", pa.int64(), "activities overlapping the window"),
+    _f("activity_ns", pa.int64(), "their summed duration, clipped to the window, ns"),
+    _f("start_ns", pa.int64(), "window start: the step's first activity start, ns"),
+    _f("end_ns", pa.int64(), "window end: the next step's window start (the last: the device's last end), ns"),
+    _f("span_ns", pa.int64(), "end_ns - start_ns"),
+    _f("busy_ns", pa.int64(), "union of the activity intervals in the window, ns"),
+    _f("idle_ns", pa.int64(), "span_ns - busy_ns"),
+    _f("busy_pct", pa.float64(), "100 * busy_ns / span_ns, 2 decimals"),
+    _f("busy_intervals", pa.int64(), "disjoint busy intervals in the window"),
+    _f("device_step_ns", pa.int64(), "span_ns when the window is a step's, else NULL"),
+])
+
+ROLLUP_STREAM_OVERLAP = pa.schema([
+    _COMMON[0], _COMMON[1], _ROLLUP_KIND,
+    _f("streams", pa.int64(), "streams with activity (no stream id: one stream)"),
+    _f("busy_ns", pa.int64(), "time 1 or more streams were active, ns"),
+    _f("overlap_ns", pa.int64(), "time 2 or more streams were active, ns"),
+    _f("overlap_pct", pa.float64(), "100 * overlap_ns / busy_ns, 2 decimals"),
+    _f("max_active_streams", pa.int64(), "most streams active at once"),
+    _f("mean_active_streams", pa.float64(), "time-weighted mean of active streams while busy, 3 decimals"),
+])
+
+# Tables the readers fill, in the order readers and docs list them.
+SOURCE_TABLES: dict[str, pa.Schema] = {
     "nodes": NODES,
     "kernels": KERNELS,
     "tensors": TENSORS,
@@ -210,6 +242,11 @@ TABLES: dict[str, pa.Schema] = {
     "steps": STEPS,
     "events": EVENTS,
 }
+# Rollup table -> the metric (sql/metrics/<metric>.sql, and the canned query of that name).
+ROLLUPS: dict[str, str] = {"rollup_gpu_busy_idle": "gpu_busy_idle", "rollup_stream_overlap": "stream_overlap"}
+# Parquet-backed (partitioned) tables: the readers' and the rollups.
+TABLES: dict[str, pa.Schema] = {**SOURCE_TABLES, "rollup_gpu_busy_idle": ROLLUP_GPU_BUSY_IDLE,
+                                "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP}
 
 # The tables of schema version 1, which every format fills; the others (runtime_calls,
 # annotations, steps, events) are Kineto's so far.
@@ -240,7 +277,7 @@ FILES = pa.schema(
         _f("sha256", pa.string(), "SHA-256 of the source file"),
         _f("format", pa.string(), "reader that claimed it (NULL when none did)"),
     ]
-    + [_f(f"rows_{t}", pa.int64(), f"rows it gave to `{t}` (NULL on error)") for t in TABLES]
+    + [_f(f"rows_{t}", pa.int64(), f"rows it gave to `{t}` (NULL on error)") for t in SOURCE_TABLES]
     + [
         _f("status", pa.string(), "ok | error"),
         _f("error", pa.string(), "one-line error, when status = error"),
@@ -278,6 +315,8 @@ TABLE_DOCS: dict[str, str] = {
     "annotations": "user annotation range (record_function) on the host, or its GPU-side range",
     "steps": "profiler step: host span (ProfilerStep#N) and the device span of the step's GPU work",
     "events": "other profiler events: syncs, instants, flows and categories tracedb has no table for, with args",
+    "rollup_gpu_busy_idle": "rollup, per run, rank, device, step window and kind: what `gpu_busy_idle` reports, computed at ingest",
+    "rollup_stream_overlap": "rollup, per run, device and kind: what `stream_overlap` reports for the whole run, computed at ingest",
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",
