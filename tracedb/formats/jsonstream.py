@@ -242,27 +242,20 @@ def gc_paused(items: Iterator[Any]) -> Iterator[Any]:
         yield item
 
 
-class EventStream:
-    """Iterate the events of a Chrome-trace JSON file without loading it.
+class JsonCursor:
+    """A bounded text buffer over a (maybe gzipped) JSON file and a cursor in it: the
+    helpers `EventStream` and `ObjectStream` walk a document with. Values are decoded
+    whole with `raw_decode` (C), reading on until one is complete."""
 
-    Accepts `{"traceEvents": [...], ...}` (other top-level keys before or after the array
-    go to `meta`) and a bare array of events. `meta` holds the keys seen so far: those
-    before `traceEvents` are there when the first event is yielded, the rest once the
-    iteration is over. Raises TraceFormatError for malformed or truncated JSON, a document
-    that is not a trace, and events that are not objects.
-    """
-
-    def __init__(self, path: Path, chunk_chars: int = CHUNK_CHARS, floats: str = "exact"):
+    def __init__(self, path: Path, chunk_chars: int = CHUNK_CHARS):
         self.path = path
         self.chunk_chars = chunk_chars
-        self.meta: dict[str, Any] = {}
         self._decode = json.JSONDecoder(parse_float=JNum).raw_decode
-        parse_float = {"exact": JNum, "text": str, "decimal": Decimal}.get(floats)
-        if parse_float is None:
-            raise ValueError(f"floats must be 'exact', 'text' or 'decimal', not {floats!r}")
-        events = json.JSONDecoder(parse_float=parse_float)
-        self._decode_event = events.raw_decode
-        self._scan = json.scanner.make_scanner(events)
+
+    def _open(self) -> Any:
+        self._buf, self._pos, self._consumed, self._eof = "", 0, 0, False
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        return open_trace(self.path)
 
     # -- buffer -------------------------------------------------------------------------
     def _fill(self, want: int) -> None:
@@ -341,11 +334,30 @@ class EventStream:
                 )
             self._fill(max(self.chunk_chars, pending))  # doubling: linear time for big values
 
+
+class EventStream(JsonCursor):
+    """Iterate the events of a Chrome-trace JSON file without loading it.
+
+    Accepts `{"traceEvents": [...], ...}` (other top-level keys before or after the array
+    go to `meta`) and a bare array of events. `meta` holds the keys seen so far: those
+    before `traceEvents` are there when the first event is yielded, the rest once the
+    iteration is over. Raises TraceFormatError for malformed or truncated JSON, a document
+    that is not a trace, and events that are not objects.
+    """
+
+    def __init__(self, path: Path, chunk_chars: int = CHUNK_CHARS, floats: str = "exact"):
+        super().__init__(path, chunk_chars)
+        self.meta: dict[str, Any] = {}
+        parse_float = {"exact": JNum, "text": str, "decimal": Decimal}.get(floats)
+        if parse_float is None:
+            raise ValueError(f"floats must be 'exact', 'text' or 'decimal', not {floats!r}")
+        events = json.JSONDecoder(parse_float=parse_float)
+        self._decode_event = events.raw_decode
+        self._scan = json.scanner.make_scanner(events)
+
     # -- document -----------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict]:
-        self._buf, self._pos, self._consumed, self._eof = "", 0, 0, False
-        self._utf8 = codecs.getincrementaldecoder("utf-8")()
-        with open_trace(self.path) as self._f:
+        with self._open() as self._f:
             c = self._peek()
             if c == "[":
                 self._pos += 1
@@ -432,4 +444,63 @@ class EventStream:
                     yield ev
                     i += 1
             if self._expect(",]", "',' or ']' in traceEvents") == "]":
+                return
+
+
+class _Marker:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# Markers `ObjectStream` yields for a container it walks into, and at its end.
+OBJECT, ARRAY, END = _Marker("OBJECT"), _Marker("ARRAY"), _Marker("END")
+
+
+class ObjectStream(JsonCursor):
+    """Walk a JSON document's containers down to `depth` levels, yielding `(path, value)`
+    for each value at that depth (decoded whole), `(path, OBJECT | ARRAY)` where a
+    container opens and `(path, END)` where it closes; `path` is the tuple of keys (str)
+    and indexes (int) from the top. A scalar above `depth` is yielded as a value.
+    Memory: the buffer and one value, whatever the document's size."""
+
+    def __init__(self, path: Path, depth: int, chunk_chars: int = CHUNK_CHARS):
+        super().__init__(path, chunk_chars)
+        self.depth = depth
+        self._decode = json.JSONDecoder().raw_decode  # plain floats: no JNum per number
+
+    def __iter__(self) -> Iterator[tuple[tuple, Any]]:
+        with self._open() as self._f:
+            if not self._peek():
+                raise TraceFormatError("empty file")
+            yield from self._walk((), self.depth)
+            if self._peek():
+                raise TraceFormatError(f"invalid JSON: extra data after the document {self._where()}")
+
+    def _walk(self, path: tuple, depth: int) -> Iterator[tuple[tuple, Any]]:
+        c = self._peek()
+        if depth == 0 or c not in "{[":
+            yield path, self._value()
+            return
+        self._pos += 1
+        yield path, OBJECT if c == "{" else ARRAY
+        close = "}" if c == "{" else "]"
+        if self._peek() == close:
+            self._pos += 1
+            yield path, END
+            return
+        i = 0
+        while True:
+            if c == "{":
+                if self._peek() != '"':
+                    self._expect('"', "a key")
+                key = self._value()
+                self._expect(":", "':'")
+            else:
+                key, i = i, i + 1
+            yield from self._walk(path + (key,), depth - 1)
+            if self._expect("," + close, f"',' or '{close}'") == close:
+                yield path, END
                 return
