@@ -137,12 +137,38 @@ class _Reader:
         self.i += n
         return out
 
+    def run(self, key: int, end: int | None, max_bytes: int) -> tuple[int, bytes]:
+        """The consecutive length-delimited fields tagged `key` (a one-byte tag) from the
+        cursor that lie whole in the buffer and before `end`, up to about `max_bytes`:
+        (how many, their encodings). A tight loop over the buffer: the per-element cost
+        of a streamed field (bench/bench_stream.py); anything else is left to `_fields`."""
+        if len(self.buf) - self.i < _READ_BYTES // 4 and not self.eof:
+            self._fill(_READ_BYTES)
+        buf, i = self.buf, self.i
+        lim = len(buf) if end is None else min(len(buf), end - self.base)
+        start, count, cap = i, 0, i + max_bytes
+        while i < cap and i < lim and buf[i] == key:
+            j, n, shift, ok = i + 1, 0, 0, False
+            while j < lim and shift < 64:
+                b = buf[j]
+                j += 1
+                n |= (b & 0x7F) << shift
+                if b < 0x80:
+                    ok = True
+                    break
+                shift += 7
+            if not ok or j + n > lim:
+                break
+            i = j + n
+            count += 1
+        self.i = i
+        return count, buf[start:i]
+
     def skip(self, n: int) -> None:
         left = len(self.buf) - self.i
         if n <= left:
             self.i += n
             return
-        start = self.pos
         self.base, self.buf, self.i = self.base + len(self.buf), b"", 0
         n -= left
         if self.size is not None:  # a plain file: seek, and check against its size
@@ -203,7 +229,9 @@ def _fields(r: _Reader, end: int | None, path: str, spec: Spec) -> Iterator[tupl
     """(field number, wire type, start offset) of each field of the message up to `end`
     (None: the end of the file); after a length-delimited field's yield the cursor must be
     at its payload, then anywhere up to its end (the rest is skipped). A length-delimited
-    field's payload is bounded: `r.stop`."""
+    field's payload is bounded: `r.stop`, which a consumer that reads on past it (a run of
+    streamed elements, a nested message) moves to where it stopped."""
+    seen: dict[int, int] = {}  # occurrences of each field, for naming one in errors
     while (r.pos < end) if end is not None else not r.at_end():
         start = r.pos
         key = r.varint()
@@ -214,13 +242,17 @@ def _fields(r: _Reader, end: int | None, path: str, spec: Spec) -> Iterator[tupl
             n = r.varint()
             stop = r.pos + n
             f = spec.cls.DESCRIPTOR.fields_by_number.get(fn)
-            r.field = f"{_join(path, f.name if f else f'field {fn}')} ({n} bytes from byte {start})"
+            k = seen[fn] = seen.get(fn, -1) + 1
+            name = (f"{f.name}[{k}]" if f.is_repeated else f.name) if f else f"field {fn}"
+            r.field = f"{_join(path, name)} ({n} bytes from byte {start})"
             if end is not None and stop > end:
                 raise r.error(f"truncated or corrupt: {r.field} runs past the end of its message", -1)
             if r.size is not None and stop > r.size:
                 raise r.error(f"truncated: {r.field} runs past the end of the file ({r.size} bytes)", -1)
-            r.stop = stop
+            r.stop, r.extra = stop, 0
             yield fn, wt, start
+            stop = r.stop
+            seen[fn] += r.extra
             if r.pos < stop:
                 r.skip(stop - r.pos)
             elif r.pos > stop:
@@ -256,8 +288,12 @@ def _index(r: _Reader, spec: Spec, end: int | None, path: str) -> Node:
             sub = spec.nested[fn]
             k = counts[fn] = counts.get(fn, -1) + 1
             node.children.append(_index(r, sub, r.stop, f"{_join(path, sub.name)}[{k}]"))
+            r.stop, r.extra = r.pos, 0
         elif wt == 2 and fn == stream_fn:
-            node.count += 1
+            r.skip(r.stop - r.pos)
+            more, _ = r.run(fn << 3 | 2, end, 1 << 62)
+            node.count += 1 + more
+            r.stop, r.extra = r.pos, more
         elif wt == 2:
             n = r.stop - r.pos
             if spec.keep:
@@ -284,46 +320,73 @@ def _stream(r: _Reader, spec: Spec, node: Node, end: int | None,
     stream_fn = spec.stream[0] if spec.stream else None
     if stream_fn is not None and want is not None and not want(node):
         stream_fn = None  # its elements are skipped like any other field
-    pending: list[bytes] = []
+    pending: list[bytes] = []  # encodings of the elements not yet parsed
     size = first = done = k = 0
     for fn, wt, start in _fields(r, end, node.path, spec):
         if wt == 2 and fn in spec.nested:
             if pending:  # keep file order: elements before this child go first
                 yield node, _elements(r, spec, node, pending, first, done)
-                done, pending, size = done + len(pending) // 3, [], 0
+                done, pending, size = done + _count(pending), [], 0
             yield from _stream(r, spec.nested[fn], node.children[k], r.stop, want)
+            r.stop, r.extra = r.pos, 0
             k += 1
         elif wt == 2 and fn == stream_fn:
             n = r.stop - r.pos
             if not pending:
                 first = start
-            pending += [_varint_bytes(fn << 3 | 2), _varint_bytes(n), r.take(n)]
-            size += n
+            key = fn << 3 | 2
+            pending.append(_varint_bytes(key) + _varint_bytes(n) + r.take(n))
+            extra, more = r.run(key, end, CHUNK_BYTES)
+            pending.append(more)
+            r.stop, r.extra = r.pos, extra
+            size += n + len(more)
             if size >= CHUNK_BYTES:
                 yield node, _elements(r, spec, node, pending, first, done)
-                done, pending, size = done + len(pending) // 3, [], 0
+                done, pending, size = done + _count(pending), [], 0
         elif wt != 2:
             _scalar(r, wt, fn)
     if pending:
         yield node, _elements(r, spec, node, pending, first, done)
 
 
-def _elements(r: _Reader, spec: Spec, node: Node, parts: list[bytes], at: int, done: int) -> Any:
-    """The elements whose field encodings are `parts` (key, length, payload each), parsed
-    in one call; on bad input, an error naming the first bad element and its offset."""
+def _split(data: bytes) -> Iterator[bytes]:
+    """The field encodings in `data` (well framed: `run` and `_fields` checked them)."""
+    i = 0
+    while i < len(data):
+        j = i + 1
+        while data[j - 1] >= 0x80:  # the key
+            j += 1
+        n = shift = 0
+        while True:
+            b = data[j]
+            j += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        yield data[i:j + n]
+        i = j + n
+
+
+def _count(pending: list[bytes]) -> int:
+    return sum(1 for p in pending for _ in _split(p))
+
+
+def _elements(r: _Reader, spec: Spec, node: Node, pending: list[bytes], at: int, done: int) -> Any:
+    """The elements encoded in `pending`, parsed in one call; on bad input, an error naming
+    the first bad element (its index in the container) and its offset."""
     assert spec.stream is not None
     name = spec.stream[1]
     try:
-        return getattr(spec.cls.FromString(b"".join(parts)), name)
+        return getattr(spec.cls.FromString(b"".join(pending)), name)
     except (DecodeError, RecursionError):
         pass
-    for i in range(0, len(parts), 3):  # which element: one by one (error path only)
-        one = b"".join(parts[i:i + 3])
+    for i, one in enumerate(_split(b"".join(pending))):  # which element (error path only)
         try:
             spec.cls.FromString(one)
         except (DecodeError, RecursionError) as e:
             detail = str(e) if isinstance(e, DecodeError) else "messages nested too deeply"
-            raise r.error(f"bad or truncated {_join(node.path, name)}[{done + i // 3}] ({detail})", at) from e
+            raise r.error(f"bad or truncated {_join(node.path, name)}[{done + i}] ({detail})", at) from e
         at += len(one)
     raise r.error(f"bad or truncated {_join(node.path, name)}", at)  # pragma: no cover
 

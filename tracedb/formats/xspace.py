@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
-from google.protobuf.message import DecodeError
 
 from tracedb import devices
 from tracedb.errors import TraceFormatError
@@ -84,18 +83,6 @@ _WHAT = "truncated or corrupt XSpace protobuf"
 _LINE = pbwire.Spec(xplane_pb2.XLine, "lines", stream=(4, "events"))
 _SPACE = pbwire.Spec(xplane_pb2.XSpace, "", nested={
     1: pbwire.Spec(xplane_pb2.XPlane, "planes", nested={3: _LINE})})
-
-
-def parse_space(data: bytes) -> xplane_pb2.XSpace:
-    """The whole XSpace in one parse (for tools and tests; `read` streams)."""
-    space = xplane_pb2.XSpace()
-    try:
-        space.ParseFromString(data)
-    except DecodeError as e:
-        raise TraceFormatError(f"{_WHAT}: {e}") from e
-    if not space.planes:
-        raise TraceFormatError("XSpace has no planes")
-    return space
 
 
 class _Plane:
