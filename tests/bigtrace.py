@@ -5,6 +5,7 @@ bench/bench_stream.py."""
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -102,3 +103,34 @@ def padded_json(text: bytes, dst: Path, mb: float) -> int:
     reps = max(1, int(mb * 1e6 // len(pad)))
     i = text.index(b"{") + 1
     return _write(dst, [text[:i], *([pad] * reps), text[i:]])
+
+
+def megengine(src: Path, dst: Path, reps: int) -> int:
+    """The MegEngine profile `src` with its graph repeated `reps` times (operator, var and
+    chunk ids shifted by 100000 a copy, so each copy is its own subgraph): bytes written."""
+    doc = json.loads(src.read_text())
+    shift = lambda i, r: str(int(i) + 100000 * r)  # noqa: E731
+
+    def chunk(c: str, r: int) -> str:
+        return "chk" + shift(c[3:], r) if isinstance(c, str) and c.startswith("chk") else c
+
+    out: dict = {"profiler": {k: {} for k in doc["profiler"]}, "graph_exec": {k: {} for k in doc["graph_exec"]}}
+    out["graph_exec"]["comp_seq"] = []
+    for r in range(reps):
+        for sec in ("host", "device", "opr_footprint"):
+            for k, v in doc["profiler"][sec].items():
+                out["profiler"][sec][shift(k, r)] = v
+        g, og = doc["graph_exec"], out["graph_exec"]
+        og["comp_seq"] += [shift(o, r) for o in g["comp_seq"]]
+        for k, v in g["mem_chunk"].items():
+            og["mem_chunk"][chunk(k, r)] = {**v, "id": chunk(k, r), "owner_var": shift(v["owner_var"], r)}
+        for k, v in g["var"].items():
+            plan = v.get("mem_plan")
+            if plan:
+                plan = {**plan, "mem_chunk_id": chunk(plan.get("mem_chunk_id"), r)}
+            og["var"][shift(k, r)] = {**v, "id": shift(k, r), "mem_plan": plan}
+        for k, v in g["operator"].items():
+            og["operator"][shift(k, r)] = {**v, "id": shift(k, r), "input": [shift(i, r) for i in v["input"]],
+                                            "output": [shift(o, r) for o in v["output"]]}
+    data = json.dumps(out).encode()
+    return _write(dst, [data])

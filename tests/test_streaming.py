@@ -69,6 +69,7 @@ def test_protobuf_streaming_equals_the_whole_document_reader(tmp_path, monkeypat
     for mod, path in protobuf_inputs(tmp_path):
         got, got_meta = tables(mod.read, path)
         with whole_protobuf():
+            assert pbwire.index.__name__ == "_whole_index"  # the oracle is the one reading
             want, want_meta = tables(mod.read, path)
         assert got.keys() == want.keys() and sum(t.num_rows for t in got.values()) > 0, path
         for t in want:

@@ -12,6 +12,14 @@ chunks plus the events decoded from one, so memory stays flat whatever the file 
 Chunks are small (64K chars) on purpose: the events of one then stay in the CPU cache
 while the reader turns them into rows (1M-char chunks measured 40% slower).
 
+`ObjectStream` walks any document the same way down to a given depth (MegEngine's
+`profiler.host.<opr>`), yielding each value at that depth decoded whole, and markers for
+the containers above; an object of such values is decoded many entries per C call where
+a cut of the buffer works (`_bulk`), one entry at a time where its cuts keep failing
+(entries with nested objects). 1.29 s CPU for a 77.8 MB MegEngine profile (315,822
+entries); ijson (yajl2_c) needs 1.57 s for its raw parse events alone
+(bench/bench_stream.py).
+
 Numbers with a fraction decode to `JNum`, a float that also keeps its source text, so
 `us_to_ns` converts `ts`/`dur` to integer ns exactly: a float has ~16 significant digits,
 and absolute epoch µs (1.7e15) with a 3-digit fraction does not fit. Being a float, a JNum
@@ -48,6 +56,8 @@ _DICT = {dict}  # the types of a batch of events that are all objects
 _NESTED = {Decimal, list, dict}  # what `plain` has to look inside
 # Cuts tried per bulk decode (from the buffer's end back) before decoding one at a time.
 _BULK_TRIES = 3
+# Failed bulk decodes after which `ObjectStream` reads a container one entry at a time.
+_BULK_MISSES = 2
 
 
 class JNum(float):
@@ -334,6 +344,43 @@ class JsonCursor:
                 )
             self._fill(max(self.chunk_chars, pending))  # doubling: linear time for big values
 
+    def _bulk(self, close: str = "]") -> Any:
+        """Decode the elements of the array (close="]") or the entries of the object
+        (close="}") from the cursor to the buffer's last complete one in one call: a
+        list or a dict, None when no cut worked. Elements and entry values must be
+        objects (a cut is tried after a `}`).
+
+        Wrapping a cut of the container's text in `[...]` / `{...}` decodes to the whole
+        cut only when the cut ends between two elements: cut inside an element, the
+        brackets do not balance (or the closer lands in a string), so a wrong guess
+        fails and costs one wasted decode, never a wrong element.
+        """
+        if len(self._buf) - self._pos < self.chunk_chars // 2 and not self._eof:
+            self._fill(self.chunk_chars)
+        buf, pos = self._buf, self._pos
+        if self._consumed + pos < self._bad_until:
+            return None
+        cut, tries = len(buf), 0
+        while tries < _BULK_TRIES:
+            cut = buf.rfind("}", pos, cut)
+            if cut < 0:
+                cut = len(buf)
+                break
+            after = _WS.match(buf, cut + 1).end()
+            if after < len(buf) and buf[after] in "," + close:
+                tries += 1
+                text = ("[" if close == "]" else "{") + buf[pos:cut + 1] + close
+                try:
+                    events, end = self._scan(text, 0)
+                    if end == len(text):
+                        self._pos = cut + 1
+                        return events
+                except (StopIteration, ValueError, RecursionError):
+                    pass  # decoded one at a time below, which names the position
+        # Decode up to the last cut tried one event at a time, then try again.
+        self._bad_until = self._consumed + cut
+        return None
+
 
 class EventStream(JsonCursor):
     """Iterate the events of a Chrome-trace JSON file without loading it.
@@ -390,40 +437,6 @@ class EventStream(JsonCursor):
             if self._peek():
                 raise TraceFormatError(f"invalid JSON: extra data after the document {self._where()}")
 
-    def _bulk(self) -> list | None:
-        """Decode the events from the cursor to the buffer's last complete one in one call.
-
-        Wrapping a cut of the array's text in `[...]` decodes to the whole cut only when
-        the cut ends between two elements: cut inside an event, the brackets do not
-        balance (or the `]` lands in a string), so a wrong guess fails and costs one
-        wasted decode, never a wrong event. None when no cut worked.
-        """
-        if len(self._buf) - self._pos < self.chunk_chars // 2 and not self._eof:
-            self._fill(self.chunk_chars)
-        buf, pos = self._buf, self._pos
-        if self._consumed + pos < self._bad_until:
-            return None
-        cut, tries = len(buf), 0
-        while tries < _BULK_TRIES:
-            cut = buf.rfind("}", pos, cut)
-            if cut < 0:
-                cut = len(buf)
-                break
-            after = _WS.match(buf, cut + 1).end()
-            if after < len(buf) and buf[after] in ",]":
-                tries += 1
-                text = "[" + buf[pos:cut + 1] + "]"
-                try:
-                    events, end = self._scan(text, 0)
-                    if end == len(text):
-                        self._pos = cut + 1
-                        return events
-                except (StopIteration, ValueError, RecursionError):
-                    pass  # decoded one at a time below, which names the position
-        # Decode up to the last cut tried one event at a time, then try again.
-        self._bad_until = self._consumed + cut
-        return None
-
     def _events(self) -> Iterator[dict]:
         if self._peek() == "]":
             self._pos += 1
@@ -469,9 +482,11 @@ class ObjectStream(JsonCursor):
     def __init__(self, path: Path, depth: int, chunk_chars: int = CHUNK_CHARS):
         super().__init__(path, chunk_chars)
         self.depth = depth
-        self._decode = json.JSONDecoder().raw_decode  # plain floats: no JNum per number
+        plain = json.JSONDecoder()  # plain floats: no JNum per number
+        self._decode, self._scan = plain.raw_decode, json.scanner.make_scanner(plain)
 
     def __iter__(self) -> Iterator[tuple[tuple, Any]]:
+        self._bad_until = 0
         with self._open() as self._f:
             if not self._peek():
                 raise TraceFormatError("empty file")
@@ -491,8 +506,21 @@ class ObjectStream(JsonCursor):
             self._pos += 1
             yield path, END
             return
-        i = 0
+        i = misses = 0
         while True:
+            # Entries of an object of leaves: many decoded in one call (C) where a cut of
+            # the buffer works; a container whose cuts keep failing (nested entries:
+            # MegEngine's vars) is read one entry at a time, which is then cheaper.
+            if c == "{" and depth == 1 and misses < _BULK_MISSES:
+                entries = self._bulk("}")
+                if entries:
+                    for key, value in entries.items():
+                        yield path + (key,), value
+                    if self._expect(",}", "',' or '}'") == "}":
+                        yield path, END
+                        return
+                    continue
+                misses += 1
             if c == "{":
                 if self._peek() != '"':
                     self._expect('"', "a key")
