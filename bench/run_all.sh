@@ -24,6 +24,7 @@ LOG="$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
     echo; echo "## TF StepStats text, $mb MB"; python bench/bench_tf_text.py --mb "$mb" --repeat "$REPEAT"
   done
   echo; echo "## Per-trace ingest vs plain parsing (and HTA when installed)"; python bench/bench_ingest.py --repeat "$REPEAT"
+  echo; echo "## Streaming TF binary / XSpace / MegEngine vs whole-document readers"; python bench/bench_stream.py --repeat "$REPEAT"
   echo; echo "## CLI start-up beyond bare Python"; python bench/bench_startup.py --repeat 10
   echo; echo "## --jobs $JOBS vs --jobs 1, 24 runs"; python bench/bench_jobs.py --repeat "$REPEAT" --jobs "$JOBS"
   for n in $SIZES; do

@@ -12,7 +12,8 @@ and so gives the same messages and the same errors (bench/bench_tf_text.py).
 
 Binary is read by `pbwire`: pass 1 walks RunMetadata -> StepStats -> DeviceStepStats on
 the wire and parses each device's own fields (`device`, and `thread_names`, which come
-after its node_stats); pass 2 parses the NodeExecStats a 256 KB run at a time. Memory:
+after its node_stats); pass 2 parses the NodeExecStats a 256 KB run at a time (those of
+`/stream:all` and `/memcpy` not at all). Memory:
 one run, not the file (10 -> 40 MB reads in the same peak RSS, tests/test_streaming.py);
 CPU 1.03-1.15x `ParseFromString` + the same rows, 100 MB to 86 KB (bench/bench_stream.py).
 RunMetadata's graphs are walked past unparsed.
@@ -113,6 +114,7 @@ def sniff(head: bytes) -> bool:
 
 
 _STREAM = "tracedb.tf.StepStats.dev_stats"
+_REPEATS = ("all", "memcpy")  # device streams that only repeat the numbered streams' rows
 _BINARY = "bad or truncated TF binary protobuf"
 # Binary: walked on the wire (`pbwire`), one run of NodeExecStats parsed at a time.
 _DEV = pbwire.Spec(step_stats_pb2.DeviceStepStats, "dev_stats", stream=(2, "node_stats"))
@@ -185,8 +187,13 @@ def _binary(path: Path, head: bytes) -> Iterator[tuple[Any, Any]]:
     if not any(d.count for d in devs):
         raise TraceFormatError("TF step stats have no node_stats")
     with open_trace(path) as f:
-        for node, node_stats in pbwire.stream(f, spec, tree, _BINARY):
+        for node, node_stats in pbwire.stream(f, spec, tree, _BINARY, want=_wanted):
             yield node.header, node_stats
+
+
+def _wanted(node: pbwire.Node) -> bool:
+    """Devices whose rows `read` keeps: `/stream:all` and `/memcpy` ones are skipped unparsed."""
+    return devices.parse_tf_device(node.header.device)[1] not in _REPEATS
 
 
 # Times: `<field>_nanos` when set, else `<field>_micros` * 1000 (TF writes both when it
@@ -275,7 +282,7 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     for dev_stats, node_stats in _dev_stats(path):
         raw = dev_stats.device
         dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
-        if stream in ("all", "memcpy"):
+        if stream in _REPEATS:
             continue  # repeats of numbered-stream rows
         if stream is not None and stream.isdigit():
             sid = int(stream)
