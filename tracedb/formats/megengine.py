@@ -29,13 +29,13 @@ levels down (`profiler.host.<opr>`) alone, so no JSON object of the document is 
 Rows join the whole graph (an operator's row needs its timings, footprint, seq and var
 names; a var's needs its owner operator), so what is kept is one compact record (tuples)
 per operator timing, footprint, var and chunk: memory grows with the graph, not with the
-bytes (a 77.8 MB profile, its graph copied 200 times: peak RSS 0.62x `json.loads`;
-whitespace or unknown sections cost nothing). Operators become rows as they stream by
-once the sections they need are complete (MegEngine writes them last); met earlier, they
-wait. Cost: 1.07x the CPU of the `json.loads` reader at 77.8 MB, +7 ms on the 382 KB seed
-(bench/bench_stream.py).
+bytes; whitespace or unknown sections cost nothing. A 77.8 MB profile (the seed's graph
+copied 200 times): peak RSS 311 MB vs 527 MB for the `json.loads` reader (173 vs 522 MB
+with 2048-row batches), CPU 0.83-0.93x; +7 ms on the 382 KB seed (1.5x;
+bench/bench_stream.py). Operators become rows as they stream by once the sections they
+need are complete (MegEngine writes them last); met earlier, they wait.
 
-Why jsonstream and not ijson: on the 77.8 MB profile the walk takes 1.29 s CPU;
+Why jsonstream and not ijson: on that 77.8 MB profile the walk takes 1.29 s CPU;
 ijson 3.6 (yajl2_c backend) takes 6.03 s with `kvitems` (one pass per section, 4.7x), and
 1.57 s just to produce its raw parse events (1.2x) before any object is built.
 """

@@ -10,9 +10,10 @@ own fields (names, metadata maps, stats: a line's `display_name` and a plane's m
 after its events in the file); pass 2 parses the events of the GPU stream and host lines
 a run (256 KB) at a time, skipping other lines' events unparsed. Memory: the metadata and
 one run, not the file: 10 -> 40 MB of events reads in the same peak RSS
-(tests/test_streaming.py). Cost (bench/bench_stream.py, 2-core machine): 100 MB of
-events 1.02x the CPU of `ParseFromString` + the same rows; +1.5 ms a small file (two
-passes, 1.3-1.4x on the 67 KB fixture, where an ingest's fixed cost is ~85 ms).
+(tests/test_streaming.py). On 100 MB of events (bench/bench_stream.py, 2-core machine):
+peak RSS 208 MB vs 896 MB for `ParseFromString` + the same rows (most of the 208 is the
+65536-row batch; with 2048-row batches 19 MB vs 789 MB), CPU 1.00-1.02x; +1.5 ms on a
+small file (two passes: 1.3-1.4x on the 67 KB fixture; an ingest's fixed cost is ~85 ms).
 """
 
 from __future__ import annotations
