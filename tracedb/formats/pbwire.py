@@ -142,10 +142,10 @@ class _Reader:
         self.i += n
         return out
 
-    def run(self, key: int, end: int | None, max_bytes: int) -> tuple[int, bytes]:
+    def run(self, key: int, end: int | None, max_bytes: int, copy: bool = True) -> tuple[int, bytes]:
         """The consecutive length-delimited fields tagged `key` (a one-byte tag) from the
         cursor that lie whole in the buffer and before `end`, up to about `max_bytes`:
-        (how many, their encodings). A tight loop over the buffer: the per-element cost
+        (how many, their encodings, or b"" without `copy`). A tight loop over the buffer: the per-element cost
         of a streamed field (bench/bench_stream.py); anything else is left to `_fields`."""
         if len(self.buf) - self.i < _READ_BYTES // 4 and not self.eof:
             self._fill(_READ_BYTES)
@@ -167,7 +167,7 @@ class _Reader:
             i = j + n
             count += 1
         self.i = i
-        return count, buf[start:i]
+        return count, buf[start:i] if copy else b""
 
     def skip(self, n: int) -> None:
         left = len(self.buf) - self.i
@@ -296,7 +296,7 @@ def _index(r: _Reader, spec: Spec, end: int | None, path: str) -> Node:
             r.stop, r.extra = r.pos, 0
         elif wt == 2 and fn == stream_fn:
             r.skip(r.stop - r.pos)
-            more, _ = r.run(fn << 3 | 2, end, 1 << 62)
+            more, _ = r.run(fn << 3 | 2, end, 1 << 62, copy=False)
             node.count += 1 + more
             r.stop, r.extra = r.pos, more
         elif wt == 2:
