@@ -26,6 +26,7 @@ LOG="$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
   echo; echo "## Per-trace ingest vs plain parsing (and HTA when installed)"; python bench/bench_ingest.py --repeat "$REPEAT"
   echo; echo "## One 8-rank Kineto job: tracedb ingest vs HTA load + kernel breakdown"
   python bench/bench_kineto_hta.py --repeat "$((REPEAT > 5 ? REPEAT : 5))" --jobs "$JOBS"
+  echo; echo "## Streaming TF binary / XSpace / MegEngine vs whole-document readers"; python bench/bench_stream.py --repeat "$REPEAT"
   echo; echo "## CLI start-up beyond bare Python"; python bench/bench_startup.py --repeat 10
   echo; echo "## --jobs $JOBS vs --jobs 1, 24 runs"; python bench/bench_jobs.py --repeat "$REPEAT" --jobs "$JOBS" --phases
   echo; echo "## Rollups' share of an ingest, 24 runs"; python bench/bench_rollups.py --repeat "$REPEAT"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from google.protobuf import text_format
 from hypothesis import strategies as st
 
 from conftest import DATA, SCENARIOS, scenario
@@ -26,6 +27,7 @@ from tracedb import Warehouse, formats, schema
 from tracedb.errors import TracedbError
 from tracedb.formats.base import ReadContext
 from tracedb.ingest import ingest
+from tracedb.proto import run_metadata_pb2, step_stats_pb2
 from tracedb.store import conform
 from tracedb.validate import Validator
 
@@ -34,6 +36,21 @@ pytestmark = pytest.mark.slow
 LONG = os.environ.get("TRACEDB_FUZZ") == "long"
 SOURCES = {name: scenario(name) for name in SCENARIOS}
 SOURCES["chrome_trace_tf_timeline"] = DATA / "chrome_trace_tf_timeline" / "timeline_step0.json"
+# The TF seeds in binary protobuf form (the wire walker of `pbwire`), written on first use.
+_BINARY = {"tf_runmetadata_binary": ("tf_runmetadata_text", run_metadata_pb2.RunMetadata),
+           "tf_stepstats_binary": ("tf_stepstats_gpu_streams", step_stats_pb2.StepStats)}
+_BINARY_DIR = tempfile.TemporaryDirectory(prefix="tracedb-fuzz-")
+SOURCES.update({name: Path(_BINARY_DIR.name) / f"{name}.pb" for name in _BINARY})
+
+
+def source(name: str) -> Path:
+    path = SOURCES[name]
+    if name in _BINARY and not path.exists():
+        text, cls = _BINARY[name]
+        msg = cls()
+        text_format.Parse(scenario(text).read_text(), msg)
+        path.write_bytes(msg.SerializeToString())
+    return path
 # Examples per source in CI: the TF text seeds take ~1.3 s a read (text_format), Kineto ~0.5 s.
 BUDGET = {"tf_runmetadata_text": 4, "tf_stepstats_gpu_streams": 3, "kineto_h200_fp32": 8}
 
@@ -116,7 +133,8 @@ def read_all_rows(path: Path) -> int:
 
 
 def _mutated_file(folder: Path, name: str, edits, gz: bool, flip_gz: bool) -> Path:
-    with gzip.open(SOURCES[name]) if SOURCES[name].suffix == ".gz" else open(SOURCES[name], "rb") as f:
+    src = source(name)
+    with gzip.open(src) if src.suffix == ".gz" else open(src, "rb") as f:
         data = apply(f.read(), edits)
     if gz:
         data = gzip.compress(data, compresslevel=1)
@@ -129,7 +147,7 @@ def _mutated_file(folder: Path, name: str, edits, gz: bool, flip_gz: bool) -> Pa
 
 
 def _source_size(name: str) -> int:
-    p = SOURCES[name]
+    p = source(name)
     return len(gzip.decompress(p.read_bytes())) if p.suffix == ".gz" else p.stat().st_size
 
 

@@ -12,6 +12,14 @@ chunks plus the events decoded from one, so memory stays flat whatever the file 
 Chunks are small (64K chars) on purpose: the events of one then stay in the CPU cache
 while the reader turns them into rows (1M-char chunks measured 40% slower).
 
+`ObjectStream` walks any document the same way down to a given depth (MegEngine's
+`profiler.host.<opr>`), yielding each value at that depth decoded whole, and markers for
+the containers above; an object of such values is decoded many entries per C call where
+a cut of the buffer works (`_bulk`), one entry at a time where its cuts keep failing
+(entries with nested objects). 1.29 s CPU for a 77.8 MB MegEngine profile (315,822
+entries); ijson (yajl2_c) needs 1.57 s for its raw parse events alone
+(bench/bench_stream.py).
+
 Numbers with a fraction decode to `JNum`, a float that also keeps its source text, so
 `us_to_ns` converts `ts`/`dur` to integer ns exactly: a float has ~16 significant digits,
 and absolute epoch µs (1.7e15) with a 3-digit fraction does not fit. Being a float, a JNum
@@ -63,6 +71,8 @@ _DICT = {dict}  # the types of a batch of events that are all objects
 _NESTED = {Decimal, list, dict}  # what `plain` has to look inside
 # Cuts tried per bulk decode (from the buffer's end back) before decoding one at a time.
 _BULK_TRIES = 3
+# Failed bulk decodes after which `ObjectStream` reads a container one entry at a time.
+_BULK_MISSES = 2
 # A document of at most this many (decompressed) bytes is decoded whole, once, by
 # `decode_whole`; a larger one streams. Measured peak RSS of the reader
 # (bench/bench_kineto_memory.py): 8.2 MB decoded whole 189 MB, 12.2 MB streamed 164 MB,
@@ -283,26 +293,22 @@ def gc_frozen() -> Iterator[None]:
         gc.unfreeze()
 
 
-class EventStream:
-    """Iterate the events of a Chrome-trace JSON file without loading it.
+class JsonCursor:
+    """A bounded text buffer over a (maybe gzipped) JSON file and a cursor in it: the
+    helpers `EventStream` and `ObjectStream` walk a document with. Values are decoded
+    whole with `raw_decode` (C), reading on until one is complete."""
 
-    Accepts `{"traceEvents": [...], ...}` (other top-level keys before or after the array
-    go to `meta`) and a bare array of events. `meta` holds the keys seen so far: those
-    before `traceEvents` are there when the first event is yielded, the rest once the
-    iteration is over. Raises TraceFormatError for malformed or truncated JSON, a document
-    that is not a trace, and events that are not objects.
-    """
+    _fast = None  # a msgspec decode for `_bulk`'s cuts, where the subclass has one
 
-    def __init__(self, path: Path, chunk_chars: int = CHUNK_CHARS, floats: str = "exact"):
+    def __init__(self, path: Path, chunk_chars: int = CHUNK_CHARS):
         self.path = path
         self.chunk_chars = chunk_chars
-        self.meta: dict[str, Any] = {}
         self._decode = json.JSONDecoder(parse_float=JNum).raw_decode
-        parse_float = _float_type(floats)
-        events = json.JSONDecoder(parse_float=parse_float)
-        self._decode_event = events.raw_decode
-        self._scan = json.scanner.make_scanner(events)
-        self._fast = _msgspec_decoder(parse_float)
+
+    def _open(self) -> Any:
+        self._buf, self._pos, self._consumed, self._eof = "", 0, 0, False
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        return open_trace(self.path)
 
     # -- buffer -------------------------------------------------------------------------
     def _fill(self, want: int) -> None:
@@ -381,11 +387,72 @@ class EventStream:
                 )
             self._fill(max(self.chunk_chars, pending))  # doubling: linear time for big values
 
+    def _bulk(self, close: str = "]") -> Any:
+        """Decode the elements of the array (close="]") or the entries of the object
+        (close="}") from the cursor to the buffer's last complete one in one call: a
+        list or a dict, None when no cut worked. Elements and entry values must be
+        objects (a cut is tried after a `}`).
+
+        Wrapping a cut of the container's text in `[...]` / `{...}` decodes to the whole
+        cut only when the cut ends between two elements: cut inside an element, the
+        brackets do not balance (or the closer lands in a string), so a wrong guess
+        fails and costs one wasted decode, never a wrong element.
+        """
+        if len(self._buf) - self._pos < self.chunk_chars // 2 and not self._eof:
+            self._fill(self.chunk_chars)
+        buf, pos = self._buf, self._pos
+        if self._consumed + pos < self._bad_until:
+            return None
+        cut, tries = len(buf), 0
+        while tries < _BULK_TRIES:
+            cut = buf.rfind("}", pos, cut)
+            if cut < 0:
+                cut = len(buf)
+                break
+            after = _WS.match(buf, cut + 1).end()
+            if after < len(buf) and buf[after] in "," + close:
+                tries += 1
+                text = ("[" if close == "]" else "{") + buf[pos:cut + 1] + close
+                if self._fast is not None:
+                    try:  # msgspec first (module docstring), then the standard library's scanner
+                        self._pos = cut + 1
+                        return self._fast(text)
+                    except (msgspec.DecodeError, RecursionError):
+                        self._pos = pos
+                try:
+                    events, end = self._scan(text, 0)
+                    if end == len(text):
+                        self._pos = cut + 1
+                        return events
+                except (StopIteration, ValueError, RecursionError):
+                    pass  # decoded one at a time below, which names the position
+        # Decode up to the last cut tried one event at a time, then try again.
+        self._bad_until = self._consumed + cut
+        return None
+
+
+class EventStream(JsonCursor):
+    """Iterate the events of a Chrome-trace JSON file without loading it.
+
+    Accepts `{"traceEvents": [...], ...}` (other top-level keys before or after the array
+    go to `meta`) and a bare array of events. `meta` holds the keys seen so far: those
+    before `traceEvents` are there when the first event is yielded, the rest once the
+    iteration is over. Raises TraceFormatError for malformed or truncated JSON, a document
+    that is not a trace, and events that are not objects.
+    """
+
+    def __init__(self, path: Path, chunk_chars: int = CHUNK_CHARS, floats: str = "exact"):
+        super().__init__(path, chunk_chars)
+        self.meta: dict[str, Any] = {}
+        parse_float = _float_type(floats)
+        events = json.JSONDecoder(parse_float=parse_float)
+        self._decode_event = events.raw_decode
+        self._scan = json.scanner.make_scanner(events)
+        self._fast = _msgspec_decoder(parse_float)
+
     # -- document -----------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict]:
-        self._buf, self._pos, self._consumed, self._eof = "", 0, 0, False
-        self._utf8 = codecs.getincrementaldecoder("utf-8")()
-        with open_trace(self.path) as self._f:
+        with self._open() as self._f:
             c = self._peek()
             if c == "[":
                 self._pos += 1
@@ -418,45 +485,6 @@ class EventStream:
             if self._peek():
                 raise TraceFormatError(f"invalid JSON: extra data after the document {self._where()}")
 
-    def _bulk(self) -> list | None:
-        """Decode the events from the cursor to the buffer's last complete one in one call.
-
-        Wrapping a cut of the array's text in `[...]` decodes to the whole cut only when
-        the cut ends between two elements: cut inside an event, the brackets do not
-        balance (or the `]` lands in a string), so a wrong guess fails and costs one
-        wasted decode, never a wrong event. None when no cut worked.
-        """
-        if len(self._buf) - self._pos < self.chunk_chars // 2 and not self._eof:
-            self._fill(self.chunk_chars)
-        buf, pos = self._buf, self._pos
-        if self._consumed + pos < self._bad_until:
-            return None
-        cut, tries = len(buf), 0
-        while tries < _BULK_TRIES:
-            cut = buf.rfind("}", pos, cut)
-            if cut < 0:
-                cut = len(buf)
-                break
-            after = _WS.match(buf, cut + 1).end()
-            if after < len(buf) and buf[after] in ",]":
-                tries += 1
-                text = "[" + buf[pos:cut + 1] + "]"
-                try:  # msgspec first (module docstring), then the standard library's scanner
-                    self._pos = cut + 1
-                    return self._fast(text)
-                except (msgspec.DecodeError, RecursionError):
-                    self._pos = pos
-                try:
-                    events, end = self._scan(text, 0)
-                    if end == len(text):
-                        self._pos = cut + 1
-                        return events
-                except (StopIteration, ValueError, RecursionError):
-                    pass  # decoded one at a time below, which names the position
-        # Decode up to the last cut tried one event at a time, then try again.
-        self._bad_until = self._consumed + cut
-        return None
-
     def _events(self) -> Iterator[dict]:
         if self._peek() == "]":
             self._pos += 1
@@ -477,6 +505,80 @@ class EventStream:
                     yield ev
                     i += 1
             if self._expect(",]", "',' or ']' in traceEvents") == "]":
+                return
+
+
+class _Marker:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# Markers `ObjectStream` yields for a container it walks into, and at its end.
+OBJECT, ARRAY, END = _Marker("OBJECT"), _Marker("ARRAY"), _Marker("END")
+
+
+class ObjectStream(JsonCursor):
+    """Walk a JSON document's containers down to `depth` levels, yielding `(path, value)`
+    for each value at that depth (decoded whole), `(path, OBJECT | ARRAY)` where a
+    container opens and `(path, END)` where it closes; `path` is the tuple of keys (str)
+    and indexes (int) from the top. A scalar above `depth` is yielded as a value.
+    Memory: the buffer and one value, whatever the document's size."""
+
+    def __init__(self, path: Path, depth: int, chunk_chars: int = CHUNK_CHARS):
+        super().__init__(path, chunk_chars)
+        self.depth = depth
+        plain = json.JSONDecoder()  # plain floats: no JNum per number
+        self._decode, self._scan = plain.raw_decode, json.scanner.make_scanner(plain)
+
+    def __iter__(self) -> Iterator[tuple[tuple, Any]]:
+        self._bad_until = 0
+        with self._open() as self._f:
+            if not self._peek():
+                raise TraceFormatError("empty file")
+            yield from self._walk((), self.depth)
+            if self._peek():
+                raise TraceFormatError(f"invalid JSON: extra data after the document {self._where()}")
+
+    def _walk(self, path: tuple, depth: int) -> Iterator[tuple[tuple, Any]]:
+        c = self._peek()
+        if depth == 0 or c not in "{[":
+            yield path, self._value()
+            return
+        self._pos += 1
+        yield path, OBJECT if c == "{" else ARRAY
+        close = "}" if c == "{" else "]"
+        if self._peek() == close:
+            self._pos += 1
+            yield path, END
+            return
+        i = misses = 0
+        while True:
+            # Entries of an object of leaves: many decoded in one call (C) where a cut of
+            # the buffer works; a container whose cuts keep failing (nested entries:
+            # MegEngine's vars) is read one entry at a time, which is then cheaper.
+            if c == "{" and depth == 1 and misses < _BULK_MISSES:
+                entries = self._bulk("}")
+                if entries:
+                    for key, value in entries.items():
+                        yield path + (key,), value
+                    if self._expect(",}", "',' or '}'") == "}":
+                        yield path, END
+                        return
+                    continue
+                misses += 1
+            if c == "{":
+                if self._peek() != '"':
+                    self._expect('"', "a key")
+                key = self._value()
+                self._expect(":", "':'")
+            else:
+                key, i = i, i + 1
+            yield from self._walk(path + (key,), depth - 1)
+            if self._expect("," + close, f"',' or '{close}'") == close:
+                yield path, END
                 return
 
 
