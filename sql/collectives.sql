@@ -5,17 +5,8 @@
 -- param: name_like VARCHAR NULL Also count kernels whose name matches this LIKE pattern as collectives
 -- param: step_from BIGINT NULL Only kernels launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only kernels launched in steps <= this (NULL: to the last)
-WITH k AS (
-    SELECT run_id, device, stream, name, start_ns, start_ns + duration_ns AS end_ns, duration_ns,
-           CASE
-               WHEN lower(name) LIKE '%nccl%'
-                 OR lower(name) LIKE '%allreduce%' OR lower(name) LIKE '%all_reduce%' OR lower(name) LIKE '%all-reduce%'
-                 OR lower(name) LIKE '%allgather%' OR lower(name) LIKE '%all_gather%' OR lower(name) LIKE '%all-gather%'
-                 OR lower(name) LIKE '%reducescatter%' OR lower(name) LIKE '%reduce_scatter%' OR lower(name) LIKE '%reduce-scatter%'
-                 OR lower(name) LIKE '%alltoall%' OR lower(name) LIKE '%all_to_all%' OR lower(name) LIKE '%all-to-all%'
-                 OR ($name_like IS NOT NULL AND name LIKE $name_like)
-               THEN 1 ELSE 0
-           END AS is_collective
+WITH k AS NOT MATERIALIZED (
+    SELECT run_id, device, stream, name, start_ns, start_ns + duration_ns AS end_ns, duration_ns
     FROM kernels
     WHERE kind = 'kernel' AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)
@@ -23,16 +14,31 @@ WITH k AS (
       AND ($step_from IS NULL OR step >= $step_from)
       AND ($step_to IS NULL OR step <= $step_to)
 ),
-totals AS (
-    SELECT run_id, device, sum(duration_ns) AS kernel_ns
-    FROM k
-    GROUP BY run_id, device
+patterns AS (
+    SELECT * FROM (VALUES ('%nccl%'), ('%allreduce%'), ('%all_reduce%'), ('%all-reduce%'),
+                          ('%allgather%'), ('%all_gather%'), ('%all-gather%'),
+                          ('%reducescatter%'), ('%reduce_scatter%'), ('%reduce-scatter%'),
+                          ('%alltoall%'), ('%all_to_all%'), ('%all-to-all%')) AS p(pattern)
+),
+names AS (
+    SELECT name
+    FROM (SELECT DISTINCT name FROM kernels
+          WHERE name IS NOT NULL AND ($run_id IS NULL OR run_id = $run_id) AND ($device IS NULL OR device = $device)) d
+    WHERE EXISTS (SELECT 1 FROM patterns p WHERE lower(d.name) LIKE p.pattern)
+       OR ($name_like IS NOT NULL AND name LIKE $name_like)
 ),
 coll AS (
     SELECT run_id, device, stream, name, start_ns, end_ns, duration_ns,
            row_number() OVER (ORDER BY run_id, device, stream, start_ns, end_ns, name) AS instance
     FROM k
-    WHERE is_collective = 1
+    WHERE name IN (SELECT name FROM names)
+),
+totals AS (
+    -- Kernel time of the devices that ran a collective only.
+    SELECT run_id, device, sum(duration_ns) AS kernel_ns
+    FROM k
+    WHERE (run_id, device) IN (SELECT DISTINCT run_id, device FROM coll)
+    GROUP BY run_id, device
 ),
 pairs AS (
     -- Each collective against the compute (non-collective) kernels running at the same time,
@@ -43,8 +49,9 @@ pairs AS (
     SELECT c.instance, greatest(x.start_ns, c.start_ns) AS start_ns, least(x.end_ns, c.end_ns) AS end_ns
     FROM coll c
     JOIN k x
-      ON x.run_id = c.run_id AND x.device = c.device AND x.is_collective = 0
+      ON x.run_id = c.run_id AND x.device = c.device
      AND x.start_ns < c.end_ns AND x.end_ns > c.start_ns
+    WHERE NOT EXISTS (SELECT 1 FROM names n WHERE n.name = x.name)
 ),
 prev AS (
     SELECT instance, start_ns, end_ns,

@@ -109,6 +109,15 @@ def test_window_null_order_spelled_out_for_bigquery():
     assert "ORDER BY CASE WHEN start_ns IS NULL THEN 1 ELSE 0 END ASC, start_ns," in out
 
 
+def test_cte_materialization_hint_kept_only_where_the_engine_has_it():
+    cq = q.load("collectives")  # `k AS NOT MATERIALIZED`: scanned per use, never held whole
+    assert "AS NOT MATERIALIZED" in cq.sql
+    for dialect in ENGINES:
+        out = q.transpile(cq, dialect)
+        assert ("MATERIALIZED" in out) == (dialect == "postgres"), dialect
+        assert "k AS (" in out or dialect == "postgres", dialect
+
+
 def test_inlined_duckdb_sql_gives_the_bound_querys_rows(seed_warehouse):
     con = catalog.connect(seed_warehouse)
     try:

@@ -465,11 +465,20 @@ _TRINO_MEDIAN = (
 )
 
 
+# Engines that take `WITH x AS [NOT] MATERIALIZED (...)`; the others get a plain CTE (the
+# hint only steers DuckDB's planner: rows are the same either way).
+_CTE_HINTS = {"duckdb", "postgres"}
+
+
 def _for_dialect(tree: exp.Expression, dialect: str) -> exp.Expression:
-    """Rewrite DuckDB aggregates that sqlglot would pass to `dialect` unchanged or wrong."""
+    """Rewrite DuckDB aggregates that sqlglot would pass to `dialect` unchanged or wrong,
+    and drop the `[NOT] MATERIALIZED` planner hints of CTEs for engines without them."""
     import sqlglot
     from sqlglot import exp
 
+    if dialect not in _CTE_HINTS:
+        for cte in tree.find_all(exp.CTE):
+            cte.set("materialized", None)
     if dialect != "trino":
         return tree
 
