@@ -27,6 +27,7 @@ message costs more than the rest of a row.
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from json.encoder import c_make_encoder, encode_basestring_ascii
@@ -141,21 +142,15 @@ def _dev_stats(path: Path) -> Iterator[tuple[Any, Any]]:
     if kind is None:
         yield from _binary(path, head)
         return
-    data = read_all(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TraceFormatError(f"bad or truncated TF text protobuf: {e}") from e
-    del data
     root = run_metadata_pb2.RunMetadata() if kind == "step_stats" else step_stats_pb2.StepStats()
     done = any_nodes = 0
     try:
-        for dev in pbtext.iter_stream(text, root, _STREAM):
+        for dev in pbtext.iter_stream(_text_chunks(path), root, _STREAM):
             any_nodes = any_nodes or len(dev.node_stats)
             done += 1
             yield dev, dev.node_stats
     except pbtext.Unsupported:
-        stats = _parse_text(text, root.__class__())
+        stats = _parse_text(_whole_text(path), root.__class__())
         rest = list(stats.dev_stats)[done:]
         any_nodes = any_nodes or any(d.node_stats for d in rest)
         if not any_nodes:
@@ -165,6 +160,51 @@ def _dev_stats(path: Path) -> Iterator[tuple[Any, Any]]:
         return
     if not any_nodes:
         raise TraceFormatError("TF step stats have no node_stats")
+
+
+CHUNK_BYTES = 1 << 20  # text read (and decoded) at a time
+
+
+def _text_chunks(path: Path) -> Iterator[str]:
+    """The decoded text, CHUNK_BYTES at a time (at most $TRACEDB_MAX_DECOMPRESSED_BYTES if
+    gzipped). Bad UTF-8 gives the message `bytes.decode` gives for the whole text."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    try:
+        with open_trace(path) as f:
+            while data := f.read(CHUNK_BYTES):
+                yield _decode(decoder, data, offset, False)
+                offset += len(data)
+            yield _decode(decoder, b"", offset, True)
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+        raise TraceFormatError(f"truncated or corrupt gzip: {e}") from e
+
+
+def _decode(decoder: Any, data: bytes, offset: int, final: bool) -> str:
+    """decoder.decode(data); bad UTF-8 -> the error `bytes.decode` gives for the whole text
+    (positions count from the file's start; `offset`: bytes given to the decoder before)."""
+    pending = len(decoder.getstate()[0])  # bytes of a character cut by the last chunk
+    try:
+        return decoder.decode(data, final)
+    except UnicodeDecodeError as e:
+        start, end = e.start + offset - pending, e.end + offset - pending
+        where = (f"byte 0x{e.object[e.start]:02x} in position {start}" if end == start + 1
+                 else f"bytes in position {start}-{end - 1}")
+        raise TraceFormatError(f"bad or truncated TF text protobuf: '{e.encoding}' codec can't decode "
+                               f"{where}: {e.reason}") from e
+
+
+def _whole_text(path: Path) -> str:
+    """The whole text for `text_format.Parse`: only files under $TRACEDB_MAX_WHOLE_FILE_BYTES."""
+    try:
+        data = read_all(path)
+    except TraceFormatError as e:
+        raise TraceFormatError(f"TF text protobuf uses syntax outside what tracedb streams (pbtext), "
+                               f"which is parsed whole, and the file is too large for that: {e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"bad or truncated TF text protobuf: {e}") from e
 
 
 def _parse_text(text: str, msg: Any) -> step_stats_pb2.StepStats:
