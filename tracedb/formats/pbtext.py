@@ -18,6 +18,14 @@ So the result, and the error message for bad input, are text_format's.
 Streaming: elements of one chosen repeated message field (`stream=`, e.g.
 `tracedb.tf.StepStats.dev_stats`) are built as free messages and yielded as each one
 closes instead of being added to their parent, so memory holds one element at a time.
+The text may come in chunks (the TF reader decodes 1 MiB at a time): `pieces` regroups
+them into pieces that end just after a line ending in `{` or `}`, where no match can
+straddle the cut (see `pieces`), and each piece is matched on its own, so the matches
+are those of the whole text. Memory: one chunk, the text since the last such line, and
+one element (an 80 MB StepStats reads in the peak RSS of a 10 MB one, +4 MB;
+tests/test_streaming.py). Cost: 17 MB parse 0.71 s in 1 MiB chunks vs 0.50 s as one
+string (bench/bench_tf_text.py, load ~6), but the reader gains more by not decoding
+the whole file at once (read 0.83 s vs 0.95 s).
 """
 
 from __future__ import annotations

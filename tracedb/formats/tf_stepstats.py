@@ -6,9 +6,13 @@
 they are skipped and every GPU activity lands once.
 
 Text is read by `pbtext` (the descriptors of our .proto files, one regex match a line,
-one DeviceStepStats at a time): 17 MB of StepStats text parses ~7x faster than with
-`text_format.Parse`, which stays the fallback for anything outside the common subset
-and so gives the same messages and the same errors (bench/bench_tf_text.py).
+one DeviceStepStats at a time), fed 1 MiB of decoded text at a time (`_text_chunks`):
+17 MB of StepStats text parses ~6-8x faster than with `text_format.Parse`, and reads
+into Arrow 5x faster (bench/bench_tf_text.py); an 80 MB text reads in the memory of a
+10 MB one (tests/test_streaming.py). `text_format.Parse` stays the fallback for
+anything outside the common subset and so gives the same messages and the same errors;
+it needs the whole text, so only files under $TRACEDB_MAX_WHOLE_FILE_BYTES (2 GiB) take
+it (a larger one is an error naming the limit).
 
 Binary is read by `pbwire`: pass 1 walks RunMetadata -> StepStats -> DeviceStepStats on
 the wire and parses each device's own fields (`device`, and `thread_names`, which come
@@ -132,10 +136,11 @@ def _dev_stats(path: Path) -> Iterator[tuple[Any, Any]]:
 
     Binary: `pbwire` walks the outer messages and parses the NodeExecStats a run at a time
     (the device's other fields, thread_names included, are read first), so memory holds
-    one run, not the file. Text goes through `pbtext` (descriptor-driven, one
-    DeviceStepStats at a time, ~4x text_format.Parse); where it gives up,
-    `text_format.Parse` reads the whole text and the elements not yet yielded come from
-    it: the same messages, and text_format's error for bad input.
+    one run, not the file. Text goes through `pbtext` in chunks (descriptor-driven, one
+    DeviceStepStats at a time, ~5x text_format.Parse); where it gives up,
+    `text_format.Parse` reads the whole text (if under $TRACEDB_MAX_WHOLE_FILE_BYTES) and
+    the elements not yet yielded come from it: the same messages, and text_format's
+    error for bad input.
     """
     head = read_head(path)
     kind = _text_kind(head[:HEAD_BYTES])
