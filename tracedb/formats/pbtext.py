@@ -166,7 +166,7 @@ def pieces(chunks: Iterable[str], max_carry: int = MAX_CARRY) -> Iterator[str]:
     carry = ""
     for chunk in chunks:
         buf = carry + chunk if carry else chunk
-        cut = _last_cut(buf)
+        cut = _last_cut(buf, len(carry))  # the carry's own newlines were no cut
         if cut:
             yield buf[:cut]
             carry = buf[cut:]
@@ -177,16 +177,17 @@ def pieces(chunks: Iterable[str], max_carry: int = MAX_CARRY) -> Iterator[str]:
     yield carry
 
 
-def _last_cut(buf: str) -> int:
-    """The index just past the last newline that ends a line ending in `{` or `}`; 0 if none."""
-    nl = buf.rfind("\n")
+def _last_cut(buf: str, lo: int = 0) -> int:
+    """The index just past the last newline (at lo or after) that ends a line ending in
+    `{` or `}`; 0 if none."""
+    nl = buf.rfind("\n", lo)
     while nl > 0:
         j = nl - 1
         while j >= 0 and buf[j] in " \t\r":
             j -= 1
         if j >= 0 and buf[j] in "{}":
             return nl + 1
-        nl = buf.rfind("\n", 0, j + 1)
+        nl = buf.rfind("\n", lo, j + 1)
     return 0
 
 
