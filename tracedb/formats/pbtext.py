@@ -23,9 +23,9 @@ them into pieces that end just after a line ending in `{` or `}`, where no match
 straddle the cut (see `pieces`), and each piece is matched on its own, so the matches
 are those of the whole text. Memory: one chunk, the text since the last such line, and
 one element (an 80 MB StepStats reads in the peak RSS of a 10 MB one, +4 MB;
-tests/test_streaming.py). Cost: 17 MB parse 0.71 s in 1 MiB chunks vs 0.50 s as one
-string (bench/bench_tf_text.py, load ~6), but the reader gains more by not decoding
-the whole file at once (read 0.83 s vs 0.95 s).
+tests/test_streaming.py). Cost: 17 MB parse in 0.48 s in 1 MiB chunks vs 0.46 s as one
+string, and the reader gains that back by not decoding the whole file at once (read
+0.81 s vs 0.86 s; bench/bench_tf_text.py, load ~3.5).
 """
 
 from __future__ import annotations

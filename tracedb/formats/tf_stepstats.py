@@ -7,8 +7,8 @@ they are skipped and every GPU activity lands once.
 
 Text is read by `pbtext` (the descriptors of our .proto files, one regex match a line,
 one DeviceStepStats at a time), fed 1 MiB of decoded text at a time (`_text_chunks`):
-17 MB of StepStats text parses ~6-8x faster than with `text_format.Parse`, and reads
-into Arrow 5x faster (bench/bench_tf_text.py); an 80 MB text reads in the memory of a
+17 MB of StepStats text parses ~7x faster than with `text_format.Parse`, and reads
+into Arrow ~4x faster (bench/bench_tf_text.py); an 80 MB text reads in the memory of a
 10 MB one (tests/test_streaming.py). `text_format.Parse` stays the fallback for
 anything outside the common subset and so gives the same messages and the same errors;
 it needs the whole text, so only files under $TRACEDB_MAX_WHOLE_FILE_BYTES (2 GiB) take
