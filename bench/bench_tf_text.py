@@ -5,10 +5,12 @@
 Builds a StepStats text of about --mb MB by repeating the LSTM seed trace
 (tests/data/tf_stepstats_gpu_streams, 1.4 MB: `dev_stats` is a repeated top-level field,
 so the concatenation is one valid StepStats), then times, interleaved, best of --repeat:
-  baseline  google.protobuf.text_format.Parse of the decoded text (what a script would do)
-  pbtext    tracedb.formats.pbtext alone (the descriptor-driven text parser)
-  read      tf_stepstats.read: file -> Arrow batches
-  ingest    tracedb.ingest.ingest into a fresh warehouse (parquet + catalog)
+  baseline    google.protobuf.text_format.Parse of the decoded text (what a script would do)
+  pbtext      tracedb.formats.pbtext alone on the whole text (one string)
+  pbtext_cut  pbtext fed 1 MiB chunks (cut into pieces after brace-ended lines)
+  read_whole  tf_stepstats.read as before it streamed: the whole file decoded to one string
+  read        tf_stepstats.read: file -> Arrow batches, the text read 1 MiB at a time
+  ingest      tracedb.ingest.ingest into a fresh warehouse (parquet + catalog)
 and prints each as MB/s and as speed-up over the baseline (higher is better).
 """
 
@@ -27,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from google.protobuf import text_format  # noqa: E402
 
 from tracedb.formats import pbtext, tf_stepstats  # noqa: E402
-from tracedb.formats.base import ReadContext  # noqa: E402
+from tracedb.formats.base import ReadContext, read_all  # noqa: E402
 from tracedb.ingest import ingest  # noqa: E402
 from tracedb.proto import step_stats_pb2  # noqa: E402
 
@@ -54,16 +56,30 @@ def run(path: Path, repeat: int) -> dict[str, float]:
         for _ in pbtext.iter_stream(text, step_stats_pb2.StepStats(), tf_stepstats._STREAM):
             pass
 
+    def fast_chunks():
+        chunks = (text[i:i + (1 << 20)] for i in range(0, len(text), 1 << 20))
+        for _ in pbtext.iter_stream(chunks, step_stats_pb2.StepStats(), tf_stepstats._STREAM):
+            pass
+
     def read():
         for _ in tf_stepstats.read(path, ReadContext("bench", path.name)):
             pass
+
+    def read_whole():
+        saved = tf_stepstats._text_chunks
+        tf_stepstats._text_chunks = lambda p: read_all(p).decode("utf-8")  # a str: one piece
+        try:
+            read()
+        finally:
+            tf_stepstats._text_chunks = saved
 
     def whole_ingest():
         wh = work / "wh"
         shutil.rmtree(wh, ignore_errors=True)
         assert ingest([path], wh, run_id="bench").ok
 
-    fns = {"baseline": baseline, "pbtext": fast, "read": read, "ingest": whole_ingest}
+    fns = {"baseline": baseline, "pbtext": fast, "pbtext_cut": fast_chunks, "read_whole": read_whole,
+           "read": read, "ingest": whole_ingest}
     best = {k: float("inf") for k in fns}
     for _ in range(repeat):  # interleaved, so load on the machine hits all alike
         for k, fn in fns.items():
@@ -84,9 +100,9 @@ def main() -> None:
         size = path.stat().st_size / 1e6
         best = run(path, args.repeat)
     print(f"TF StepStats text, {size:.1f} MB, best of {args.repeat}")
-    print(f"{'':10} {'seconds':>8} {'MB/s':>7} {'x baseline':>11}")
+    print(f"{'':11} {'seconds':>8} {'MB/s':>7} {'x baseline':>11}")
     for k, t in best.items():
-        print(f"{k:10} {t:8.2f} {size / t:7.1f} {best['baseline'] / t:11.2f}")
+        print(f"{k:11} {t:8.2f} {size / t:7.1f} {best['baseline'] / t:11.2f}")
 
 
 if __name__ == "__main__":

@@ -97,6 +97,17 @@ def step_stats(src_text: Path, dst: Path, mb: float) -> tuple[int, int]:
     return _write(dst, parts()), reps * sum(len(d.node_stats) for d in ss.dev_stats)
 
 
+def step_stats_text(src_text: Path, dst: Path, mb: float) -> tuple[int, int]:
+    """TF StepStats text `src_text` repeated to about `mb` MB (`dev_stats` is a repeated
+    top-level field, so the concatenation is one StepStats with more devices):
+    (decompressed bytes, node_stats)."""
+    text = src_text.read_bytes()
+    ss = step_stats_pb2.StepStats()
+    text_format.Parse(text, ss)
+    reps = max(1, int(mb * 1e6 // len(text)))
+    return _write(dst, [text] * reps), reps * sum(len(d.node_stats) for d in ss.dev_stats)
+
+
 def padded_json(text: bytes, dst: Path, mb: float) -> int:
     """A JSON document with about `mb` MB of whitespace after its first `{`."""
     pad = b" " * (1 << 20)

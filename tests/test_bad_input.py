@@ -192,7 +192,7 @@ def _bomb(head: str, pad_mb: int) -> bytes:
 
 @pytest.mark.parametrize("name,head,env", [
     ("megengine", scenario("megengine_graph_profile").read_text(), "TRACEDB_MAX_DECOMPRESSED_BYTES"),
-    ("tf_text", _TF + "\n#", "TRACEDB_MAX_WHOLE_FILE_BYTES"),
+    ("tf_text", _TF + "\n#", "TRACEDB_MAX_DECOMPRESSED_BYTES"),
     ("kineto", gzip.decompress(scenario("kineto_h200_fp32").read_bytes()).decode(), "TRACEDB_MAX_DECOMPRESSED_BYTES"),
     ("node_dump", scenario("node_shape_dump").read_text() + "\n#", "TRACEDB_MAX_DECOMPRESSED_BYTES"),
 ])
@@ -223,12 +223,23 @@ def test_gzip_bomb_in_a_batch_is_one_named_error_and_good_runs_land(tmp_path, mo
 
 
 def test_plain_file_over_the_whole_file_limit(tmp_path, monkeypatch):
-    """TF text is the one format still read whole (pbtext parses one string)."""
+    """TF text streams (pbtext, chunk by chunk): the whole-file limit only bounds what
+    text_format, pbtext's fallback for syntax outside its subset, reads whole."""
     path = tmp_path / "big.txt"
     path.write_text(_TF)
+    rows = _read(path)
     monkeypatch.setenv("TRACEDB_MAX_WHOLE_FILE_BYTES", "100K")
-    with pytest.raises(TraceFormatError, match=r"\d+ bytes is more than the 100 KiB this format reads into memory"):
+    assert path.stat().st_size > 100 << 10 and _read(path) == rows > 0
+    # A field separator (`;`) is outside pbtext's subset: text_format reads the whole file.
+    odd = _TF.replace('"\n', '";\n', 1)
+    assert _TF.count('"\n') > 1 and odd != _TF
+    path.write_text(odd)
+    with pytest.raises(TraceFormatError, match=r"^TF text protobuf uses syntax outside what tracedb streams \(pbtext\), "
+                                               r"which is parsed whole, and the file is too large for that: \d+ bytes "
+                                               r"is more than the 100 KiB this format reads into memory"):
         _read(path)
+    monkeypatch.delenv("TRACEDB_MAX_WHOLE_FILE_BYTES")
+    assert _read(path) == rows
     monkeypatch.setenv("TRACEDB_MAX_WHOLE_FILE_BYTES", "lots")
     with pytest.raises(TracedbError, match="expected a positive size in bytes"):
         _read(path)

@@ -1,5 +1,5 @@
-"""Issue 13, "every reader streams": the TF binary, XSpace and MegEngine readers, which
-parsed the whole document at once, now stream. Checked here against the whole-document
+"""Issue 13, "every reader streams": the TF binary and text, XSpace and MegEngine readers,
+which parsed the whole document at once, now stream. Checked here against the whole-document
 readers they replaced (tests/whole_readers.py, the oracle): identical Arrow tables on
 every seed and fixture in those formats (plain and gzipped, and with runs cut small so
 every boundary case is met); errors that name the field path and the byte offset; a
@@ -26,7 +26,7 @@ from tracedb.errors import TraceFormatError
 from tracedb.formats import megengine, pbwire, tf_stepstats, xspace
 from tracedb.formats.base import ReadContext
 from tracedb.proto import run_metadata_pb2, step_stats_pb2, xplane_pb2
-from whole_readers import megengine_whole, whole_protobuf
+from whole_readers import megengine_whole, whole_protobuf, whole_tf_text
 
 ROOT = Path(__file__).resolve().parent.parent
 XSPACE = scenario("xspace_jax_h200")
@@ -75,6 +75,84 @@ def test_protobuf_streaming_equals_the_whole_document_reader(tmp_path, monkeypat
         for t in want:
             assert got[t].equals(want[t]), (path.name, t)
         assert got_meta == want_meta, path.name
+
+
+def _tf_text_inputs(tmp: Path) -> list[Path]:
+    """Every TF text seed, plain and gzipped, plus variants: non-ASCII text (characters cut
+    by the chunks), syntax outside pbtext's subset in the last device (text_format takes
+    over after some devices streamed), bad UTF-8 late in the file, a truncated gzip."""
+    out = []
+    for name in TF_TEXT:
+        text = scenario(name).read_text()
+        variants = {
+            "": text,
+            "_utf8": text.replace('timeline_label: "', 'timeline_label: "é✓𝄞 ', 40),
+            "_hex": text[: text.rindex("all_end_rel_micros: ")] + "all_end_rel_micros: 0x7"
+            + text[text.rindex("all_end_rel_micros: ") + len("all_end_rel_micros: 1"):],
+        }
+        for var, body in variants.items():
+            assert var == "" or body != text
+            data = body.encode()
+            for suffix, blob in ((".txt", data), (".txt.gz", gzip.compress(data))):
+                (tmp / (name + var + suffix)).write_bytes(blob)
+                out.append(tmp / (name + var + suffix))
+        data = text.encode()
+        at = data.rindex(b'node_name: "') + 12
+        (tmp / (name + "_bad_utf8.txt")).write_bytes(data[:at] + b"\xff" + data[at:])
+        (tmp / (name + "_cut.txt.gz")).write_bytes(gzip.compress(data)[:-100])
+        out += [tmp / (name + "_bad_utf8.txt"), tmp / (name + "_cut.txt.gz")]
+    return out
+
+
+def _tables_or_error(path: Path) -> tuple:
+    try:
+        return tables(tf_stepstats.read, path)
+    except TraceFormatError as e:
+        return str(e), None
+
+
+@pytest.mark.parametrize("chunk", [tf_stepstats.CHUNK_BYTES, 4099, pytest.param(3, marks=pytest.mark.slow)])
+def test_tf_text_in_chunks_equals_the_whole_text_reader(tmp_path, monkeypatch, chunk):
+    """Small and odd chunk sizes cut tokens, lines and UTF-8 characters (3 bytes: every
+    2- and 4-byte character); the tables (or the error message) are those of the
+    whole-text reader. (tests/test_pbtext_chunks.py cuts pbtext's input at every char.)"""
+    monkeypatch.setattr(tf_stepstats, "CHUNK_BYTES", chunk)
+    errors = 0
+    for path in _tf_text_inputs(tmp_path):
+        got = _tables_or_error(path)
+        with whole_tf_text():
+            assert tf_stepstats._text_chunks.__name__ == "_whole_text_chunks"  # the oracle is the one reading
+            want = _tables_or_error(path)
+        if want[1] is None:
+            errors += 1
+            assert got == want, path.name
+            continue
+        assert got[0].keys() == want[0].keys() and sum(t.num_rows for t in got[0].values()) > 0, path.name
+        for t in want[0]:
+            assert got[0][t].equals(want[0][t]), (path.name, t)
+        assert got[1] == want[1], path.name
+    assert errors == 4  # bad UTF-8 and the cut gzip, of each seed
+
+
+def test_tf_text_chunks_decode_like_the_whole_text(tmp_path, monkeypatch):
+    """UTF-8 characters cut by chunks of 1-5 bytes decode whole; bad bytes get the message
+    `bytes.decode` gives for the whole file (position counted from its start)."""
+    good = "dev_stats { device: \"é✓𝄞\" }\n".encode() * 20
+    cases = [good, good[:-3] + b"\xff" + good[-3:], good + "✓".encode()[:2], good[:100] + b"\xc3(" + good[100:]]
+    for data in cases:
+        path = tmp_path / "t.txt"
+        path.write_bytes(data)
+        try:
+            want = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            want = f"bad or truncated TF text protobuf: {e}"
+        for chunk in range(1, 6):
+            monkeypatch.setattr(tf_stepstats, "CHUNK_BYTES", chunk)
+            try:
+                got = "".join(tf_stepstats._text_chunks(path))
+            except TraceFormatError as e:
+                got = str(e)
+            assert got == want, (chunk, data[-8:])
 
 
 def _rebuild(spec: pbwire.Spec, node: pbwire.Node, streamed: dict) -> object:
@@ -259,10 +337,10 @@ def _peak(mod: str, path: Path, warm: Path) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mod", ["xspace", "tf_stepstats", "megengine"])
+@pytest.mark.parametrize("mod", ["xspace", "tf_stepstats", "tf_text", "megengine"])
 def test_peak_memory_does_not_grow_with_the_file(tmp_path, mod):
     """A trace 4-8x larger (10 -> 40 MB XSpace (the slowest to read), 10 -> 80 MB for the
-    others; gzipped to 0.1-10 MB; real events
+    others (TF text: the seed's devices repeated); gzipped to 0.1-10 MB; real events
     repeated, or for MegEngine, whose rows join the whole graph, the seed padded with
     whitespace) reads in the same memory: peak RSS grows by a small fraction of the added
     bytes, and stays under half the file (which the whole-document readers held, plus
@@ -275,6 +353,11 @@ def test_peak_memory_does_not_grow_with_the_file(tmp_path, mod):
         src = scenario("tf_stepstats_gpu_streams")
         bigtrace.step_stats(src, warm, 2)
         (small_bytes, _), (big_bytes, _) = (bigtrace.step_stats(src, p, mb) for p, mb in ((small, 10), (big, 80)))
+    elif mod == "tf_text":
+        src = scenario("tf_stepstats_gpu_streams")
+        bigtrace.step_stats_text(src, warm, 2)
+        (small_bytes, _), (big_bytes, _) = (bigtrace.step_stats_text(src, p, mb) for p, mb in ((small, 10), (big, 80)))
+        mod = "tf_stepstats"
     else:
         text = scenario("megengine_graph_profile").read_bytes()
         bigtrace.padded_json(text, warm, 2)

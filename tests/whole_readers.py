@@ -5,6 +5,8 @@ costs (bench/bench_stream.py).
 - `whole_protobuf()`: while active, `pbwire.index` / `pbwire.stream` parse the whole
   file with `ParseFromString` and hand out its messages, so the TF binary and XSpace
   readers run their row code on what protobuf itself parsed.
+- `whole_tf_text()`: while active, the TF text reader decodes the whole file into one
+  string and hands it to `pbtext` at once, as it did before it read in chunks.
 - `megengine_whole`: the MegEngine reader before streaming, verbatim (`json.loads`).
 """
 
@@ -19,7 +21,7 @@ import pyarrow as pa
 
 from tracedb.devices import normalize
 from tracedb.errors import TraceFormatError
-from tracedb.formats import pbwire
+from tracedb.formats import pbwire, tf_stepstats
 from tracedb.formats.base import BatchBuilder, ReadContext, read_all
 from tracedb.formats.megengine import _int_id, _ns, _var_dtype, _var_shape
 
@@ -57,6 +59,26 @@ def whole_protobuf() -> Iterator[None]:
         yield
     finally:
         pbwire.index, pbwire.stream = saved
+
+
+def _whole_text_chunks(path: Path) -> str:
+    """The reader's text as it was: `read_all` then one decode (a str: pbtext reads it as
+    one piece)."""
+    data = read_all(path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"bad or truncated TF text protobuf: {e}") from e
+
+
+@contextlib.contextmanager
+def whole_tf_text() -> Iterator[None]:
+    saved = tf_stepstats._text_chunks
+    tf_stepstats._text_chunks = _whole_text_chunks
+    try:
+        yield
+    finally:
+        tf_stepstats._text_chunks = saved
 
 
 def _section(obj: dict, key: str, path: str) -> dict:

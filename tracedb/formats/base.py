@@ -18,14 +18,16 @@ what one file may decompress to, so a gzip bomb (an 18 MB `.gz` of 18 GB) stops 
 error naming the limit instead of filling memory:
 
 - `TRACEDB_MAX_DECOMPRESSED_BYTES` (default 16 GiB): decompressed bytes of any gzipped
-  trace. Every reader but TF text streams (Chrome trace, Kineto, node dumps and lists
-  through bounded buffers; TF binary and XSpace walked on the wire by `pbwire`, one run
-  of elements at a time; MegEngine JSON entry by entry by `jsonstream.ObjectStream`), so
-  for them this bounds only time: a 40 MB XSpace or TF StepStats reads in the memory of
-  a 10 MB one (tests/test_streaming.py; bench/bench_stream.py for 100 MB).
-- `TRACEDB_MAX_WHOLE_FILE_BYTES` (default 2 GiB): TF text protobuf, the one format still
-  read as one string (`pbtext` matches lines of it; `text_format.Parse`, its fallback,
-  needs it whole), reads at most this much, compressed or not.
+  trace. Every reader streams (Chrome trace, Kineto, node dumps and lists through
+  bounded buffers; TF binary and XSpace walked on the wire by `pbwire`, one run of
+  elements at a time; TF text fed to `pbtext` 1 MiB at a time, one DeviceStepStats
+  held; MegEngine JSON entry by entry by `jsonstream.ObjectStream`), so this bounds
+  only time: a 40 MB XSpace or an 80 MB TF StepStats reads in the memory of a 10 MB one
+  (tests/test_streaming.py; bench/bench_stream.py for 100 MB).
+- `TRACEDB_MAX_WHOLE_FILE_BYTES` (default 2 GiB): what `read_all` reads into memory,
+  compressed or not. Only TF text outside `pbtext`'s subset (`<...>`, `[...]` lists,
+  hex numbers, separators...: `text_format.Parse`, its fallback, needs the whole text)
+  is read whole; a larger such file is an error naming the limit.
 - Line readers read at most `MAX_LINE_BYTES` (16 MiB) per line (`lines`).
 
 Sizes are bytes, optionally with a K/M/G/T suffix (powers of 1024): `TRACEDB_MAX_WHOLE_FILE_BYTES=8G`.
@@ -176,8 +178,8 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
 
 
 def read_all(path: Path) -> bytes:
-    """The whole decompressed trace, for a format parsed as one document in memory (TF
-    text); a truncated gzip is an error, not a short read. At most
+    """The whole decompressed trace, for a parser that needs one document in memory (TF
+    text outside `pbtext`'s subset, for `text_format.Parse`); a truncated gzip is an error, not a short read. At most
     $TRACEDB_MAX_WHOLE_FILE_BYTES (2 GiB), and at most $TRACEDB_MAX_DECOMPRESSED_BYTES
     decompressed."""
     whole = size_limit(MAX_WHOLE_FILE_ENV, DEFAULT_MAX_WHOLE_FILE)

@@ -6,9 +6,13 @@
 they are skipped and every GPU activity lands once.
 
 Text is read by `pbtext` (the descriptors of our .proto files, one regex match a line,
-one DeviceStepStats at a time): 17 MB of StepStats text parses ~7x faster than with
-`text_format.Parse`, which stays the fallback for anything outside the common subset
-and so gives the same messages and the same errors (bench/bench_tf_text.py).
+one DeviceStepStats at a time), fed 1 MiB of decoded text at a time (`_text_chunks`):
+17 MB of StepStats text parses ~7x faster than with `text_format.Parse`, and reads
+into Arrow ~4x faster (bench/bench_tf_text.py); an 80 MB text reads in the memory of a
+10 MB one (tests/test_streaming.py). `text_format.Parse` stays the fallback for
+anything outside the common subset and so gives the same messages and the same errors;
+it needs the whole text, so only files under $TRACEDB_MAX_WHOLE_FILE_BYTES (2 GiB) take
+it (a larger one is an error naming the limit).
 
 Binary is read by `pbwire`: pass 1 walks RunMetadata -> StepStats -> DeviceStepStats on
 the wire and parses each device's own fields (`device`, and `thread_names`, which come
@@ -27,6 +31,7 @@ message costs more than the rest of a row.
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from json.encoder import c_make_encoder, encode_basestring_ascii
@@ -131,31 +136,26 @@ def _dev_stats(path: Path) -> Iterator[tuple[Any, Any]]:
 
     Binary: `pbwire` walks the outer messages and parses the NodeExecStats a run at a time
     (the device's other fields, thread_names included, are read first), so memory holds
-    one run, not the file. Text goes through `pbtext` (descriptor-driven, one
-    DeviceStepStats at a time, ~4x text_format.Parse); where it gives up,
-    `text_format.Parse` reads the whole text and the elements not yet yielded come from
-    it: the same messages, and text_format's error for bad input.
+    one run, not the file. Text goes through `pbtext` in chunks (descriptor-driven, one
+    DeviceStepStats at a time, ~5x text_format.Parse); where it gives up,
+    `text_format.Parse` reads the whole text (if under $TRACEDB_MAX_WHOLE_FILE_BYTES) and
+    the elements not yet yielded come from it: the same messages, and text_format's
+    error for bad input.
     """
     head = read_head(path)
     kind = _text_kind(head[:HEAD_BYTES])
     if kind is None:
         yield from _binary(path, head)
         return
-    data = read_all(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TraceFormatError(f"bad or truncated TF text protobuf: {e}") from e
-    del data
     root = run_metadata_pb2.RunMetadata() if kind == "step_stats" else step_stats_pb2.StepStats()
     done = any_nodes = 0
     try:
-        for dev in pbtext.iter_stream(text, root, _STREAM):
+        for dev in pbtext.iter_stream(_text_chunks(path), root, _STREAM):
             any_nodes = any_nodes or len(dev.node_stats)
             done += 1
             yield dev, dev.node_stats
     except pbtext.Unsupported:
-        stats = _parse_text(text, root.__class__())
+        stats = _parse_text(_whole_text(path), root.__class__())
         rest = list(stats.dev_stats)[done:]
         any_nodes = any_nodes or any(d.node_stats for d in rest)
         if not any_nodes:
@@ -165,6 +165,51 @@ def _dev_stats(path: Path) -> Iterator[tuple[Any, Any]]:
         return
     if not any_nodes:
         raise TraceFormatError("TF step stats have no node_stats")
+
+
+CHUNK_BYTES = 1 << 20  # text read (and decoded) at a time
+
+
+def _text_chunks(path: Path) -> Iterator[str]:
+    """The decoded text, CHUNK_BYTES at a time (at most $TRACEDB_MAX_DECOMPRESSED_BYTES if
+    gzipped). Bad UTF-8 gives the message `bytes.decode` gives for the whole text."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    try:
+        with open_trace(path) as f:
+            while data := f.read(CHUNK_BYTES):
+                yield _decode(decoder, data, offset, False)
+                offset += len(data)
+            yield _decode(decoder, b"", offset, True)
+    except (OSError, EOFError) as e:  # gzip.BadGzipFile is an OSError
+        raise TraceFormatError(f"truncated or corrupt gzip: {e}") from e
+
+
+def _decode(decoder: Any, data: bytes, offset: int, final: bool) -> str:
+    """decoder.decode(data); bad UTF-8 -> the error `bytes.decode` gives for the whole text
+    (positions count from the file's start; `offset`: bytes given to the decoder before)."""
+    pending = len(decoder.getstate()[0])  # bytes of a character cut by the last chunk
+    try:
+        return decoder.decode(data, final)
+    except UnicodeDecodeError as e:
+        start, end = e.start + offset - pending, e.end + offset - pending
+        where = (f"byte 0x{e.object[e.start]:02x} in position {start}" if end == start + 1
+                 else f"bytes in position {start}-{end - 1}")
+        raise TraceFormatError(f"bad or truncated TF text protobuf: '{e.encoding}' codec can't decode "
+                               f"{where}: {e.reason}") from e
+
+
+def _whole_text(path: Path) -> str:
+    """The whole text for `text_format.Parse`: only files under $TRACEDB_MAX_WHOLE_FILE_BYTES."""
+    try:
+        data = read_all(path)
+    except TraceFormatError as e:
+        raise TraceFormatError(f"TF text protobuf uses syntax outside what tracedb streams (pbtext), "
+                               f"which is parsed whole, and the file is too large for that: {e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceFormatError(f"bad or truncated TF text protobuf: {e}") from e
 
 
 def _parse_text(text: str, msg: Any) -> step_stats_pb2.StepStats:
