@@ -186,8 +186,9 @@ def _read_one(job: _Job) -> FileResult:
         res.error = str(e)
     except MemoryError:
         writer.abort()  # the reader's frames are gone: the memory is back, the batch goes on
-        res.error = ("out of memory while reading (raise the machine's memory or lower "
-                     "TRACEDB_MAX_WHOLE_FILE_BYTES to refuse such files quickly)")
+        res.error = ("out of memory while reading (every reader streams; what is held whole is one "
+                     "element - a device's step stats, a MegEngine graph - or a file parsed whole under "
+                     "TRACEDB_MAX_WHOLE_FILE_BYTES: lower it, or give the machine more memory)")
     except KeyboardInterrupt:
         writer.abort()
         raise
