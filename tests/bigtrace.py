@@ -10,16 +10,8 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
+from tracedb.formats.pbwire import varint_bytes as _varint
 from tracedb.proto import step_stats_pb2, xplane_pb2
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 def _field(fn: int, payload_len: int) -> bytes:

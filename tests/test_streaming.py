@@ -275,13 +275,13 @@ def test_corrupt_element_names_its_index_and_offset(tmp_path):
 def _bomb_xspace(pad_mb: int) -> bytes:
     """The fixture plus an unknown field of `pad_mb` MB of zeros: a valid XSpace that
     gzips to well under 1 MB."""
-    pad = (15 << 3 | 2).to_bytes(1, "little") + pbwire._varint_bytes(pad_mb << 20)
+    pad = (15 << 3 | 2).to_bytes(1, "little") + pbwire.varint_bytes(pad_mb << 20)
     return gzip.compress(XSPACE.read_bytes() + pad + bytes(pad_mb << 20), compresslevel=9)
 
 
 @pytest.mark.parametrize("mod,blob", [
     (xspace, lambda: _bomb_xspace(64)),
-    (tf_stepstats, lambda: gzip.compress(_binary("tf_stepstats_gpu_streams") + b"\x7a" + pbwire._varint_bytes(64 << 20)
+    (tf_stepstats, lambda: gzip.compress(_binary("tf_stepstats_gpu_streams") + b"\x7a" + pbwire.varint_bytes(64 << 20)
                                          + bytes(64 << 20), compresslevel=9)),
 ])
 def test_binary_gzip_bomb_stops_at_the_decompressed_limit(tmp_path, monkeypatch, mod, blob):

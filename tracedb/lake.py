@@ -58,7 +58,6 @@ tables) takes ~0.3 s; files are written once (no staging copy).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -128,13 +127,8 @@ def sql_str(value: str) -> str:
 
 
 def size_and_hash(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    size = 0
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
+        return storage.sha256_of(f)
 
 
 @dataclass
@@ -250,8 +244,7 @@ class Lake:
         """Latest Delta version of each table, read from the log folder listing (cheap)."""
         out = {}
         for table in schema.ALL_TABLES:
-            names = self.storage.names(f"{table}/_delta_log")
-            out[table] = max((int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()), default=-1)
+            out[table] = storage.latest_log_version(self.storage.names(f"{table}/_delta_log"))
         return out
 
     @contextmanager

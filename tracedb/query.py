@@ -18,7 +18,6 @@ definition of a metric that a canned query and the ingest-time rollups both run
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime

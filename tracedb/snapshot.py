@@ -30,12 +30,12 @@ CATALOG = "catalog.duckdb"
 
 def log_version(table_dir: Path) -> int:
     """The latest Delta version of a table from its log folder listing (as `Lake.versions`)."""
+    from tracedb.storage import latest_log_version
+
     try:
-        names = os.listdir(table_dir / "_delta_log")
+        return latest_log_version(os.listdir(table_dir / "_delta_log"))
     except OSError:
         return -1
-    return max((int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()),
-               default=-1)
 
 
 def lake_state(root: Path) -> dict:

@@ -80,6 +80,12 @@ def open_storage(loc: Path | str) -> LocalStorage | ObjectStorage:
     return ObjectStorage(loc) if is_remote(loc) else LocalStorage(Path(loc))
 
 
+def latest_log_version(names: list[str]) -> int:
+    """The latest Delta version among a table's `_delta_log` file names (-1: none)."""
+    return max((int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()),
+               default=-1)
+
+
 def sha256_of(f) -> tuple[int, str]:
     h = hashlib.sha256()
     size = 0

@@ -36,7 +36,6 @@ Sizes are bytes, optionally with a K/M/G/T suffix (powers of 1024): `TRACEDB_MAX
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import re
 import zlib

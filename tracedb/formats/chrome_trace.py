@@ -42,8 +42,8 @@ import pyarrow as pa
 
 from tracedb.devices import canonical, match_tf_device
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import (DecodedTrace, EventStream, decode_whole, dumps_compact, gc_frozen, gc_paused,
-                                        located, need, num, us_to_ns)
+from tracedb.formats.jsonstream import (DecodedTrace, EventStream, dumps_compact, gc_paused,
+                                        located, need, num, rows_decoded_once, us_to_ns)
 
 NAME = "chrome_trace"
 DESCRIPTION = "Chrome-trace JSON (TF timeline, generic traceEvents), optionally gzipped"
@@ -150,12 +150,8 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
 
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    whole = decode_whole(path)  # decoded once when small enough, else two streaming passes
-    if whole is None:
-        yield from _rows(path, ctx, None)
-        return
-    with gc_frozen():  # the decoded events live until the last row
-        yield from _rows(path, ctx, whole)
+    # decoded once when small enough, else two streaming passes
+    return rows_decoded_once(path, "exact", lambda whole: _rows(path, ctx, whole))
 
 
 def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[tuple[str, pa.RecordBatch]]:

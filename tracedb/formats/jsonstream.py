@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from json.encoder import c_make_encoder, encode_basestring_ascii
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import msgspec
 
@@ -629,6 +629,18 @@ def decode_whole(path: Path, floats: str = "exact", limit: int | None = None) ->
         return _decode_doc(data, _msgspec_decoder(_float_type(floats)))
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
+
+
+def rows_decoded_once(path: Path, floats: str, rows: Callable[[DecodedTrace | None], Iterator[Any]]) -> Iterator[Any]:
+    """A reader's rows from its trace decoded once (`decode_whole`; the decoded events live,
+    kept out of the GC's collections by `gc_frozen`, until the last row), or from
+    `rows(None)`, which streams, when the trace is too large or odd for that."""
+    whole = decode_whole(path, floats=floats)
+    if whole is None:
+        yield from rows(None)
+        return
+    with gc_frozen():
+        yield from rows(whole)
 
 
 def _decode_doc(data: bytes, decode: Any) -> DecodedTrace | None:

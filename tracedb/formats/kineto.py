@@ -78,8 +78,8 @@ import pyarrow.compute as pc
 
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import (DecodedTrace, EventStream, decode_whole, dumps_compact, gc_frozen, gc_paused,
-                                        located, need, num, plain, us_to_ns)
+from tracedb.formats.jsonstream import (DecodedTrace, EventStream, dumps_compact, gc_paused,
+                                        located, need, num, plain, rows_decoded_once, us_to_ns)
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
@@ -508,12 +508,8 @@ class _Out:
 
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    whole = decode_whole(path, floats="decimal")  # None: too large or odd, so it streams
-    if whole is None:
-        yield from _rows(path, ctx, None)
-        return
-    with gc_frozen():  # the decoded events live until the last row
-        yield from _rows(path, ctx, whole)
+    # decoded once when small enough, else two streaming passes
+    return rows_decoded_once(path, "decimal", lambda whole: _rows(path, ctx, whole))
 
 
 def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[tuple[str, pa.RecordBatch]]:

@@ -191,7 +191,8 @@ class _Reader:
             n -= got
 
 
-def _varint_bytes(v: int) -> bytes:
+def varint_bytes(v: int) -> bytes:
+    """`v` as a protobuf varint (the tests' trace builders use it too)."""
     out = bytearray()
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
@@ -203,7 +204,7 @@ def _varint_bytes(v: int) -> bytes:
 def _scalar(r: _Reader, wt: int, fn: int) -> bytes:
     """The payload of a non-length-delimited field (wire types 0, 1, 5; groups skipped)."""
     if wt == 0:
-        return _varint_bytes(r.varint())
+        return varint_bytes(r.varint())
     if wt == 1:
         return r.take(8)
     if wt == 5:
@@ -302,11 +303,11 @@ def _index(r: _Reader, spec: Spec, end: int | None, path: str) -> Node:
         elif wt == 2:
             n = r.stop - r.pos
             if spec.keep:
-                parts += [_varint_bytes(fn << 3 | 2), _varint_bytes(n), r.take(n)]
+                parts += [varint_bytes(fn << 3 | 2), varint_bytes(n), r.take(n)]
         else:
             payload = _scalar(r, wt, fn)
             if spec.keep and wt != 3:
-                parts += [_varint_bytes(fn << 3 | wt), payload]
+                parts += [varint_bytes(fn << 3 | wt), payload]
     if parts:
         node.header = _parse(spec.cls, b"".join(parts), r, f"{path or spec.cls.DESCRIPTOR.name}", start)
     return node
@@ -340,7 +341,7 @@ def _stream(r: _Reader, spec: Spec, node: Node, end: int | None,
             if not pending:
                 first = start
             key = fn << 3 | 2
-            pending.append(_varint_bytes(key) + _varint_bytes(n) + r.take(n))
+            pending.append(varint_bytes(key) + varint_bytes(n) + r.take(n))
             extra, more = r.run(key, end, CHUNK_BYTES)
             pending.append(more)
             r.stop, r.extra = r.pos, extra
