@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import duckdb
@@ -85,7 +86,7 @@ def test_schema1_warehouse_is_converted_to_delta_lake_in_place(tmp_path):
     want = _schema1_facts(wh)
     with pytest.raises(TracedbError, match="0004_delta_lake"):
         catalog.connect(wh)
-    assert catalog_migrate(wh) == ["0004_delta_lake", "0005_pytorch_depth", "0006_rollups"]
+    assert catalog_migrate(wh) == ["0004_delta_lake", "0005_pytorch_depth", "0006_rollups", "0007_rollup_collectives"]
     con = catalog.connect(wh)
     for table in ("nodes", "kernels", "tensors", "allocations"):
         assert con.execute(f"SELECT run_id, device, count(*) FROM {table} GROUP BY ALL ORDER BY ALL").fetchall() == want[table]
@@ -178,7 +179,7 @@ def test_schema2_lake_gains_the_pytorch_tables_and_columns(tmp_path):
         names += list(zip(t.column("name").to_pylist(), t.column("kind").to_pylist()))
     with pytest.raises(TracedbError, match="0005_pytorch_depth"):
         catalog.connect(wh)
-    assert catalog_migrate(wh) == ["0005_pytorch_depth", "0006_rollups"]
+    assert catalog_migrate(wh) == ["0005_pytorch_depth", "0006_rollups", "0007_rollup_collectives"]
     con = catalog.connect(wh)
     assert dict(con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1").fetchall()) == before
     assert con.execute("SELECT count(*) FROM kernels WHERE kernel_type IS NULL").fetchone()[0] == 0
@@ -212,7 +213,7 @@ def test_schema3_lake_gains_rollups_that_match_the_raw_queries(tmp_path):
     shutil.copytree(FROZEN_SCHEMA3, wh)
     with pytest.raises(TracedbError, match="0006_rollups"):
         catalog.connect(wh)
-    assert catalog_migrate(wh) == ["0006_rollups"]
+    assert catalog_migrate(wh) == ["0006_rollups", "0007_rollup_collectives"]
     con = catalog.connect(wh)
     assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
         ("nccl", 2358), ("streams", 755), ("torch", 1202)]
@@ -240,3 +241,77 @@ def test_schema3_lake_gains_rollups_that_match_the_raw_queries(tmp_path):
     con = catalog.connect(wh)
     assert con.execute("SELECT streams FROM rollup_stream_overlap WHERE run_id = 'torch' AND kind IS NULL").fetchall() == [(3,)]
     assert same(con) > 50
+
+
+FROZEN_SCHEMA4 = DATA / "frozen_warehouse_schema4"
+COLLECTIVE = re.compile(r"nccl|all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all")
+
+
+def _raw_collectives(*traces) -> dict:
+    """(device, name) -> [instances, total_ns, overlapped_ns] from raw Kineto traces: each
+    collective's time under the union of the device's other (compute) kernels."""
+    import rawtrace
+
+    out = {}
+    for path in traces:
+        kernels = [k for k in rawtrace.kineto(rawtrace.load_kineto_json(path)).kernels if k.kind == "kernel"]
+        for device in {k.device for k in kernels}:
+            mine = [k for k in kernels if k.device == device]
+            compute = rawtrace.union((k.start, k.end) for k in mine if not COLLECTIVE.search(k.name.lower()))
+            for k in mine:
+                if COLLECTIVE.search(k.name.lower()):
+                    r = out.setdefault((device, k.name), [0, 0, 0])
+                    r[0] += 1
+                    r[1] += k.dur
+                    r[2] += rawtrace.intersect((k.start, k.end), compute)
+    return out
+
+
+def test_schema4_lake_gains_the_collectives_rollup(tmp_path):
+    """Migration 0007 on a frozen schema-4 lake (made with the code before it: a Kineto run
+    ingested twice, a TF run, a one-rank all-reduce and a two-rank NCCL job): every run's
+    collectives rollup fills from its live kernels with the figures the raw traces give;
+    `collectives`, which reads it without name_like or a step range, gives the old text's
+    rows for the fleet and every run and device; the other rollups are untouched; migrating
+    again does nothing; a re-ingest replaces a run's rollup."""
+    from tracedb import query as q
+
+    wh = tmp_path / "wh"
+    shutil.copytree(FROZEN_SCHEMA4, wh)
+    with pytest.raises(TracedbError, match="0007_rollup_collectives"):
+        catalog.connect(wh)
+    before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in ("kernels", "rollup_stream_overlap")}
+    assert catalog_migrate(wh) == ["0007_rollup_collectives"]
+    assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
+    con = catalog.connect(wh)
+    assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("allreduce", 3774), ("nccl", 2358), ("streams", 755), ("torch", 399)]
+    got = {(r, d, n): [i, t, o] for r, d, n, i, t, o in con.execute(
+        "SELECT run_id, device, name, instances, total_ns, overlapped_ns FROM rollup_collectives").fetchall()}
+    want = {("allreduce", *k): v for k, v in _raw_collectives(DATA / "hta_nccl_allreduce" / "rank-0.json.gz").items()}
+    want |= {("nccl", *k): v for k, v in _raw_collectives(*sorted((DATA / "hta_nccl_two_ranks").glob("*.json.gz"))).items()}
+    assert got == want
+    assert len(want) == 4 and sum(i for i, _, _ in want.values()) == 41
+    assert any(0 < o < t for _, t, o in want.values())  # collectives partly overlapped by compute
+
+    new, old = q.load("collectives"), q.load(str(BEFORE_ISSUE12 / "collectives.sql"))
+
+    def same(con) -> int:
+        seen = 0
+        for run in (None, "allreduce", "nccl", "streams", "torch"):
+            for device in (None, "GPU:0", "GPU:1"):
+                values = q.bind(new, {"run_id": run, "device": device})
+                want, got = q.execute(con, old, values), q.execute(con, new, values)
+                assert got.equals(want), (run, device)
+                seen += got.num_rows
+        return seen
+
+    assert same(con) == 4 * 4  # four rows, each seen fleet-wide, in its run, on its device, both
+    con.close()
+    assert catalog_migrate(wh) == []
+    assert ingest([DATA / "hta_nccl_allreduce"], wh, run_id="streams").ok  # streams is an all-reduce run now
+    assert ingest([scenario("kineto_h200_fp32")], wh, run_id="nccl").ok  # and nccl has no collectives
+    con = catalog.connect(wh)
+    assert con.execute("SELECT run_id, sum(instances) FROM rollup_collectives GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("allreduce", 21), ("streams", 21)]
+    assert same(con) == 4 * 4  # four rows again (two runs of two collectives, all on GPU:0)

@@ -159,6 +159,19 @@ def test_fleet_wide_reads_the_rollup_not_the_activity_rows(name, fleet):
     assert ("/kernels/" in ranged) == (name == "stream_overlap")
 
 
+def test_collectives_fleet_wide_reads_the_rollup_not_the_kernels(fleet):
+    """Without name_like or a step range (the fleet, a run, a device) `collectives` reads
+    `rollup_collectives` and no `kernels` file; with either it reads the raw rows."""
+    con = catalog.connect(fleet)
+    cq = q.load("collectives")
+    for values in ({}, {"device": "GPU:1"}, {"run_id": "hta_nccl_two_ranks", "device": "GPU:0"}):
+        plan = _scanned(con, cq, q.bind(cq, values))
+        assert "/rollup_collectives/" in plan and "/kernels/" not in plan, values
+    for values in ({"name_like": "%gemm%"}, {"step_from": 1}, {"run_id": "hta_nccl_allreduce", "step_to": 3}):
+        assert "/kernels/" in _scanned(con, cq, q.bind(cq, values)), values
+    assert q.execute(con, cq, q.bind(cq, {})).num_rows == 4  # the NCCL runs' four (device, name) pairs
+
+
 def test_rollups_follow_the_runs_live_version(tmp_path):
     """A re-ingest replaces the run's rollup rows with the new version's (the old ones go
     with the old files); a run whose ingest fails keeps its old rollup; a run without GPU

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006)
+SCHEMA_VERSION = 5  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
+# 5: rollup_collectives (0007)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -231,6 +232,18 @@ ROLLUP_STREAM_OVERLAP = pa.schema([
     _f("mean_active_streams", pa.float64(), "time-weighted mean of active streams while busy, 3 decimals"),
 ])
 
+# No `kind`: collectives are kernels (`kind = 'kernel'`) by definition.
+ROLLUP_COLLECTIVES = pa.schema([
+    _COMMON[0], _COMMON[1],
+    _f("name", pa.string(), "the collective kernel's name (NCCL/RCCL, all-reduce, all-gather, reduce-scatter, all-to-all)"),
+    _f("instances", pa.int64(), "times it ran on the device"),
+    _f("total_ns", pa.int64(), "their summed duration, ns"),
+    _f("kernel_time_pct", pa.float64(), "100 * total_ns / all kernel time of the device, 2 decimals"),
+    _f("overlapped_ns", pa.int64(), "time non-collective kernels ran at the same time (other streams), ns"),
+    _f("exposed_ns", pa.int64(), "total_ns - overlapped_ns"),
+    _f("overlap_pct", pa.float64(), "100 * overlapped_ns / total_ns, 2 decimals"),
+])
+
 # Tables the readers fill, in the order readers and docs list them.
 SOURCE_TABLES: dict[str, pa.Schema] = {
     "nodes": NODES,
@@ -243,10 +256,11 @@ SOURCE_TABLES: dict[str, pa.Schema] = {
     "events": EVENTS,
 }
 # Rollup table -> the metric (sql/metrics/<metric>.sql, and the canned query of that name).
-ROLLUPS: dict[str, str] = {"rollup_gpu_busy_idle": "gpu_busy_idle", "rollup_stream_overlap": "stream_overlap"}
+ROLLUPS: dict[str, str] = {"rollup_gpu_busy_idle": "gpu_busy_idle", "rollup_stream_overlap": "stream_overlap",
+                           "rollup_collectives": "collectives"}
 # Parquet-backed (partitioned) tables: the readers' and the rollups.
 TABLES: dict[str, pa.Schema] = {**SOURCE_TABLES, "rollup_gpu_busy_idle": ROLLUP_GPU_BUSY_IDLE,
-                                "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP}
+                                "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP, "rollup_collectives": ROLLUP_COLLECTIVES}
 
 # The tables of schema version 1, which every format fills; the others (runtime_calls,
 # annotations, steps, events) are Kineto's so far.
@@ -317,6 +331,7 @@ TABLE_DOCS: dict[str, str] = {
     "events": "other profiler events: syncs, instants, flows and categories tracedb has no table for, with args",
     "rollup_gpu_busy_idle": "rollup, per run, rank, device, step window and kind: what `gpu_busy_idle` reports, computed at ingest",
     "rollup_stream_overlap": "rollup, per run, device and kind: what `stream_overlap` reports for the whole run, computed at ingest",
+    "rollup_collectives": "rollup, per run, device and collective name: what `collectives` reports for the whole run without `name_like`, computed at ingest",
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",

@@ -23,7 +23,7 @@ import duckdb
 # repeated here without pyarrow; tests/test_startup.py keeps them equal. Were one to
 # drift, the recorded state would not match and every query would take the slow path.
 TABLES = ("nodes", "kernels", "tensors", "allocations", "runtime_calls", "annotations", "steps", "events",
-          "rollup_gpu_busy_idle", "rollup_stream_overlap", "runs", "files", "ingest_log", "checksums")
+          "rollup_gpu_busy_idle", "rollup_stream_overlap", "rollup_collectives", "runs", "files", "ingest_log", "checksums")
 LAKE_JSON = "_tracedb/lake.json"
 CATALOG = "catalog.duckdb"
 
