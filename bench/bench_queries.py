@@ -1,13 +1,16 @@
 """Every canned query on a fleet warehouse: whole fleet and one run, plus memory and fixed costs.
 
     python bench/bench_queries.py WAREHOUSE [--repeat 3] [--run RUN_ID] [--queries a,b] [--rss a,b]
+                                  [--old issue12|raw] [--params '{"name_like": "%"}']
 
 Prints one row per canned query: best-of --repeat seconds over the whole fleet
 (run_id NULL) and filtered to one run (a Kineto run, or --run), on one open connection;
 for the queries rewritten for issue 12 (each one with its old text in
 tests/data/sql_before_issue12: top_kernels, top_ops, megengine_op_types, kernel_summary,
 collectives, gpu_busy_idle, stream_overlap) also the old text timed interleaved with the
-new one, as the ratio old / new. Then: peak RSS of fleet-wide top_kernels, gpu_busy_idle,
+new one, as the ratio old / new (--old raw: the old text is instead the metric's raw-row
+text `sql/metrics/<query>.sql`, for the queries with a per-run rollup: what they computed
+before the rollup). Then: peak RSS of fleet-wide top_kernels, gpu_busy_idle,
 stream_overlap and collectives (--rss), old and new, each in a fresh subprocess; the cost of opening the warehouse (views) and of a one-run count(*); and the
 start-up of `python -m tracedb.cli --help` against `python -c pass`.
 """
@@ -50,8 +53,8 @@ def interleaved(fns: dict, repeat: int) -> dict[str, float]:
     return out
 
 
-def params_for(cq, run: str | None, runs: list[str]) -> dict:
-    values: dict = {}
+def params_for(cq, run: str | None, runs: list[str], extra: dict | None = None) -> dict:
+    values: dict = {k: v for k, v in (extra or {}).items() if any(p.name == k for p in cq.params)}
     others = iter(r for r in runs if r != run)
     for p in cq.params:
         if p.name == "run_id":
@@ -63,16 +66,16 @@ def params_for(cq, run: str | None, runs: list[str]) -> dict:
     return q.bind(cq, values)
 
 
-def rss_of(warehouse: Path, sql_path: Path) -> tuple[float, float]:
+def rss_of(warehouse: Path, sql_path: Path, params: dict | None = None) -> tuple[float, float]:
     code = (
         "import sys, time; sys.path.insert(0, %r)\n"
         "from pathlib import Path\nfrom tracedb import query as q\n"
         "cq = q.load(Path(%r)); t = time.perf_counter()\n"
-        "q.run_query(cq, {}, Path(%r))\n"
+        "q.run_query(cq, %r, Path(%r))\n"
         # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent
         "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
         "print(time.perf_counter() - t, int(hwm) / 1024)\n"
-    ) % (str(ROOT), str(sql_path), str(warehouse))
+    ) % (str(ROOT), str(sql_path), params or {}, str(warehouse))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     secs, mb = out.stdout.splitlines()[-1].split()[-2:]  # after any DuckDB progress bar
     return float(secs), float(mb)
@@ -90,8 +93,14 @@ def main() -> None:
     ap.add_argument("--queries", default=None, help="comma-separated names (default: every canned query)")
     ap.add_argument("--rss", default="top_kernels,gpu_busy_idle,stream_overlap,collectives",
                     help="queries (with an old text) whose fleet-wide peak RSS to measure, new and old; '' for none")
+    ap.add_argument("--old", choices=("issue12", "raw"), default="issue12",
+                    help="old text: the query before issue 12 (tests/data/sql_before_issue12), or the "
+                         "metric's raw-row text (sql/metrics/) for the queries with a per-run rollup")
+    ap.add_argument("--params", type=json.loads, default={},
+                    help="JSON object of further parameters for every query that has them")
     args = ap.parse_args()
     wh = args.warehouse
+    before = BEFORE if args.old == "issue12" else ROOT / "sql" / "metrics"
     t = time.perf_counter()
     con = catalog.connect(wh)
     connect_s = time.perf_counter() - t
@@ -109,14 +118,14 @@ def main() -> None:
         queries = [c for c in queries if c.name in args.queries.split(",")]
     for cq in queries:
         row = {}
-        olds = BEFORE / f"{cq.name}.sql"
+        olds = before / f"{cq.name}.sql"
         old = q.load(olds) if olds.is_file() else None
         for scope, r in (("fleet", None), ("one", run)):
             if scope == "one" and not any(p.name == "run_id" for p in cq.params):
                 row[scope] = row["fleet"]
                 row["old_" + scope] = row.get("old_fleet")
                 continue
-            values = params_for(cq, r, runs)
+            values = params_for(cq, r, runs, args.params)
             texts = {scope: cq} if old is None else {scope: cq, "old_" + scope: old}
             for key, t in interleaved({k: (lambda c=c: q.execute(con, c, values)) for k, c in texts.items()},
                                       args.repeat).items():
@@ -135,8 +144,9 @@ def main() -> None:
 
     print()
     for name in args.rss.split(",") if args.rss else ():
-        new_s, new_mb = rss_of(wh, ROOT / "sql" / f"{name}.sql")
-        old_s, old_mb = rss_of(wh, BEFORE / f"{name}.sql")
+        params = {k: v for k, v in args.params.items() if any(p.name == k for p in q.load(name).params)}
+        new_s, new_mb = rss_of(wh, ROOT / "sql" / f"{name}.sql", params)
+        old_s, old_mb = rss_of(wh, before / f"{name}.sql", params)
         print(f"{name} fleet-wide, fresh process: new {new_s:.2f} s peak RSS {new_mb:.0f} MB; "
               f"old {old_s:.2f} s {old_mb:.0f} MB (ratio old/new: time {old_s / new_s:.2f}, memory {old_mb / new_mb:.2f})")
 

@@ -3,10 +3,12 @@
     python bench/build_fleet.py OUT --runs 1000 [--kernels 10000] [--jobs 2] [--seed 0]
 
 writes OUT/traces/<run_id>/ (trace + run.json labels) and ingests them into OUT/wh with
-`tracedb.ingest.ingest(..., jobs=--jobs)`. Nine runs in ten are Kineto (the H200 fixture
-and the six `fleet_dev` nightly traces, rotated); the tenth is, in turn, the TF RunMetadata
-text, the TF StepStats text, the MegEngine profile or the JAX XSpace, so the fleet mixes
-formats as a real one does. --kernels is the GPU kernel rows per Kineto run: the base
+`tracedb.ingest.ingest(..., jobs=--jobs)`. Nine runs in ten are Kineto: eight the H200
+fixture and the six `fleet_dev` nightly traces, rotated; one (run index 4 of each ten) a
+distributed job with NCCL kernels, in turn HTA's one-rank all-reduce trace and its two-rank
+job (one file per rank), so `collectives` and `nccl_bandwidth` have real communication to
+read. The tenth is, in turn, the TF RunMetadata text, the TF StepStats text, the MegEngine
+profile or the JAX XSpace, so the fleet mixes formats as a real one does. --kernels is the GPU kernel rows per Kineto run (shared by a job's ranks): the base
 trace's GPU activity (kernels, memcpy, memset) is repeated as further steps after its end
 until the run holds about that many (1000 runs x 10,500 = 10 M kernel rows: 9.6 M at 10,000; host ops
 stay one copy, so the node rows do not grow with it).
@@ -53,6 +55,17 @@ def kineto_bases() -> list[tuple[str, dict]]:
     return [(p.parent.name, json.load(gzip.open(p))) for p in paths]
 
 
+NCCL = [  # (folder in tests/data, its ranks' files): HTA's NCCL traces
+    ("hta_nccl_allreduce", ["rank-0.json.gz"]),
+    ("hta_nccl_two_ranks", ["rank-0.json.gz", "rank-1.json.gz"]),
+]
+
+
+def nccl_bases() -> list[tuple[str, list[tuple[str, dict]]]]:
+    return [(folder, [(f.removesuffix(".gz"), json.load(gzip.open(DATA / folder / f))) for f in files])
+            for folder, files in NCCL]
+
+
 def vary(base: dict, rng: random.Random, kernels: int, slow_name: str | None) -> dict:
     events = base["traceEvents"]
     gpu = [e for e in events if e.get("cat") in GPU_CATS and e.get("ph") == "X"]
@@ -87,7 +100,8 @@ def build(out: Path, runs: int, kernels: int, seed: int) -> Path:
     shutil.rmtree(traces, ignore_errors=True)
     traces.mkdir(parents=True)
     bases = kineto_bases()
-    kineto_i = other_i = 0
+    jobs = nccl_bases()
+    kineto_i = other_i = nccl_i = 0
     for i in range(runs):
         rng = random.Random(seed * 1_000_003 + i)
         run = traces / f"run{i:05d}"
@@ -99,6 +113,12 @@ def build(out: Path, runs: int, kernels: int, seed: int) -> Path:
             folder, name = OTHER[other_i % len(OTHER)]
             other_i += 1
             shutil.copy(DATA / folder / name, run / name)
+            labels["model"] = folder
+        elif i % 10 == 4:
+            folder, ranks = jobs[nccl_i % len(jobs)]
+            nccl_i += 1
+            for name, base in ranks:
+                (run / name).write_text(json.dumps(vary(base, rng, kernels // len(ranks), None)))
             labels["model"] = folder
         else:
             bname, base = bases[kineto_i % len(bases)]

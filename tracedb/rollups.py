@@ -51,7 +51,9 @@ def metric_path(metric: str) -> Path:
 
 
 # The `kernels` columns the metrics read (a metric reading another fails loudly: add it here).
-COLUMNS = ("run_id", "rank", "device", "step", "stream", "kind", "name", "start_ns", "duration_ns")
+COLUMNS = ("run_id", "rank", "device", "step", "stream", "kind", "start_ns", "duration_ns")
+# ... and those the metrics without a `kind` parameter read besides
+WHOLE_COLUMNS = ("name",)
 
 
 class Writer:
@@ -87,37 +89,52 @@ class Writer:
         window, join and group (it answers for a whole fleet), so each such "run" comes
         out exactly as the metric with run_id and $kind bound computes it. (Per run and
         kind, 8 executions a run cost ~0.2 s under load on 2 cores; per run ~0.1 s; for a
-        commit group of runs a few ms a run beyond the rows' own cost.)"""
+        commit group of runs a few ms a run beyond the rows' own cost.) A metric without
+        a `kind` parameter (collectives) reads the `<i>*` rows only, straight from the
+        sources (`WHOLE_COLUMNS`: kernel names are not copied into memory)."""
+        from tracedb import query as q
+
+        todo = [(t, cq, v) for t, (cq, v) in self.metrics.items() if tables is None or t in tables]
+        split = [m for m in todo if any(p.name == "kind" for p in m[1].params)]
+        whole = [m for m in todo if m not in split]
+        out: list[dict[str, pa.Table]] = [{} for _ in sources]
+        if split:
+            rows_of = self._rows_of(sources, COLUMNS)
+            self.con.execute(f"""CREATE OR REPLACE TEMP TABLE kernels AS
+                WITH k AS ({rows_of})
+                SELECT k.* EXCLUDE (_source) REPLACE (_source || coalesce('=' || s.kind, '*') AS run_id)
+                FROM k JOIN (SELECT NULL AS kind UNION ALL SELECT DISTINCT kind FROM k WHERE kind IS NOT NULL) s
+                  ON s.kind IS NULL OR k.kind = s.kind""")
+            for table, cq, values in split:
+                self._split(table, q.execute(self.con, cq, values), out)
+            self.con.execute("DROP TABLE kernels")
+        if whole:
+            self.con.execute(f"""CREATE OR REPLACE TEMP VIEW kernels AS
+                SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
+                FROM ({self._rows_of(sources, COLUMNS + WHOLE_COLUMNS)})""")
+            for table, cq, values in whole:
+                self._split(table, q.execute(self.con, cq, values), out)
+            self.con.execute("DROP VIEW kernels")
+        return [{t: o[t] for t in schema.ROLLUPS if t in o} for o in out]
+
+    @staticmethod
+    def _rows_of(sources: list[str], columns: tuple[str, ...]) -> str:
+        cols = ", ".join(columns)
+        return " UNION ALL ".join(f"SELECT {cols}, {i} AS _source FROM {src}" for i, src in enumerate(sources))
+
+    @staticmethod
+    def _split(table: str, rows: pa.Table, out: list[dict[str, pa.Table]]) -> None:
+        """A metric's rows for every source (run ids `<i>*` / `<i>=<kind>`) into `out[i][table]`,
+        with the kind column filled."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from tracedb import query as q
-
-        cols = ", ".join(COLUMNS)
-        rows_of = " UNION ALL ".join(f"SELECT {cols}, {i} AS _source FROM {src}" for i, src in enumerate(sources))
-        self.con.execute(f"""CREATE OR REPLACE TEMP TABLE rollup_input AS
-            WITH k AS ({rows_of})
-            SELECT k.* EXCLUDE (_source) REPLACE (_source || coalesce('=' || s.kind, '*') AS run_id)
-            FROM k JOIN (SELECT NULL AS kind UNION ALL SELECT DISTINCT kind FROM k WHERE kind IS NOT NULL) s
-              ON s.kind IS NULL OR k.kind = s.kind""")
-        out: list[dict[str, pa.Table]] = [{} for _ in sources]
-        for table, (cq, values) in self.metrics.items():
-            if tables is not None and table not in tables:
-                continue
-            # a metric without a `kind` parameter (collectives: kernels only) runs on the
-            # all-activity rows `<i>*` alone, not once more per kind
-            where = "" if any(p.name == "kind" for p in cq.params) else " WHERE ends_with(run_id, '*')"
-            self.con.execute(f"CREATE OR REPLACE TEMP VIEW kernels AS SELECT * FROM rollup_input{where}")
-            rows = q.execute(self.con, cq, values)
-            keys = [re.fullmatch(r"(\d+)(\*|=(.*))", k, re.S).groups() for k in rows.column("run_id").to_pylist()]
-            source = pa.array([int(i) for i, _, _ in keys], pa.int64())
-            rows = rows.append_column("kind", pa.array([kind for _, _, kind in keys], pa.string()))
-            rows = rows.select([n for n in schema.TABLES[table].names if n != "run_id"])
-            for i in range(len(sources)):
-                out[i][table] = rows.filter(pc.equal(source, i))
-        self.con.execute("DROP VIEW kernels")
-        self.con.execute("DROP TABLE rollup_input")
-        return out
+        keys = [re.fullmatch(r"(\d+)(\*|=(.*))", k, re.S).groups() for k in rows.column("run_id").to_pylist()]
+        source = pa.array([int(i) for i, _, _ in keys], pa.int64())
+        rows = rows.append_column("kind", pa.array([kind for _, _, kind in keys], pa.string()))
+        rows = rows.select([n for n in schema.TABLES[table].names if n != "run_id"])
+        for i in range(len(out)):
+            out[i][table] = rows.filter(pc.equal(source, i))
 
     def write_runs(self, root: Path | str, runs: list[tuple[str, str, list[str]]],
                    tables: list[str] | None = None, tag: str = "rollup") -> list[DataFile]:
