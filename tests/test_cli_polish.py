@@ -122,7 +122,7 @@ def test_ingest_on_a_terminal_shows_a_progress_bar(tmp_path):
     assert "found 8 run(s), 8 file(s)" in text
     assert re.search(r"ingest\s.*━", text), text  # the bar
     assert re.search(r"\d+/8 runs, \d+/8 files", text), text  # runs and files done
-    assert "MB" in text and re.search(r"\d+(\.\d+)? [kM]?B/s", text), text  # size and rate
+    assert "MB" in text and re.search(r"\d+(\.\d+)? [kMG]?B/s", text), text  # size and rate
     # and the summary table after it
     assert re.search(r"│ dump\s+│\s+1/1 │\s+178 │", text), text
 
