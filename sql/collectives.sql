@@ -5,6 +5,7 @@
 -- param: name_like VARCHAR NULL Also count kernels whose name matches this LIKE pattern as collectives
 -- param: step_from BIGINT NULL Only kernels launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only kernels launched in steps <= this (NULL: to the last)
+-- scope: run_id
 WITH k AS NOT MATERIALIZED (
     SELECT run_id, device, stream, name, start_ns, start_ns + duration_ns AS end_ns, duration_ns
     FROM kernels

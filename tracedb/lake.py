@@ -287,6 +287,11 @@ class Lake:
     def live_files(self, table: str, published: dict[str, str] | None = None) -> tuple[list[str], bool]:
         """Files holding the live rows of `table` (relative paths), and whether any of them
         also holds rows of another ingest (then readers must filter on ingest_id)."""
+        files, mixed = self.live_files_by_run(table, published)
+        return sorted(path for _run, path in files), mixed
+
+    def live_files_by_run(self, table: str, published: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], bool]:
+        """`live_files` as (run_id, relative path) pairs, unsorted."""
         published = self.published() if published is None else published
         files, mixed = [], False
         for r in self.add_actions(table).to_pylist():
@@ -294,11 +299,11 @@ class Lake:
             if live is None or r["min_ingest"] is None:
                 continue
             if r["min_ingest"] == r["max_ingest"] == live:
-                files.append(r["path"])
+                files.append((r["run_id"], r["path"]))
             elif r["min_ingest"] <= live <= r["max_ingest"]:
-                files.append(r["path"])
+                files.append((r["run_id"], r["path"]))
                 mixed = True
-        return sorted(files), mixed
+        return files, mixed
 
     # -- committing ---------------------------------------------------------------------
     def commit(self, runs: list[RunCommit]) -> None:

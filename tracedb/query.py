@@ -14,6 +14,12 @@ A line `-- include: metrics/NAME.sql` in a query's body is replaced, when the qu
 loaded, by that file of the library's `sql/` folder (its header comments dropped): the one
 definition of a metric that a canned query and the ingest-time rollups both run
 (`tracedb.rollups`). Every consumer (DuckDB, `--dialect`, the report) sees the expanded text.
+
+A line `-- scope: run_id` (or several names: `-- scope: baseline candidate`) says the
+query reads only the rows of the runs those parameters name, when all of them are given:
+tracedb then runs it against views over those runs' files alone
+(`tracedb.snapshot.scope_to_runs`), so a one-run query costs the same at 10 runs as at
+10,000. Leave it out of a query that compares a run with the rest of the fleet.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ if TYPE_CHECKING:
 
 TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
 DIALECTS = ("duckdb", "spark", "trino", "postgres", "bigquery", "snowflake", "databricks", "clickhouse")
-_HEADER = re.compile(r"^--\s*(title|description|param):\s*(.*)$")
+_HEADER = re.compile(r"^--\s*(title|description|param|scope):\s*(.*)$")
 # `name TYPE DEFAULT description`; TYPE may carry a lower bound (BIGINT>0, BIGINT>=0) or,
 # for VARCHAR, the allowed values (VARCHAR{time,flops,memory}).
 _PARAM = re.compile(
@@ -79,6 +85,7 @@ class CannedQuery:
     params: list[Param] = field(default_factory=list)
     path: Path | None = None
     has_header: bool = False
+    scope: tuple[str, ...] = ()  # `-- scope:` parameters naming the only runs it reads
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -165,9 +172,21 @@ def parse(text: str, name: str, path: Path | None = None) -> CannedQuery:
         key, value = m[1], m[2].strip()
         if key == "param":
             q.params.append(_parse_param(value, where))
+        elif key == "scope":
+            q.scope = tuple(n for n in re.split(r"[\s,]+", value) if n)
         else:
             setattr(q, key, value)
+    unknown = [n for n in q.scope if q.param(n) is None or q.param(n).type != "VARCHAR"]
+    if unknown:
+        raise TracedbError(f"{where}: scope names {', '.join(unknown)}, not a VARCHAR parameter of the query")
     return q
+
+
+def scoped_runs(query: CannedQuery, values: dict[str, Any]) -> list[str] | None:
+    """The runs a query reads alone with these values (its `-- scope:` parameters, all
+    given), or None: it may read every run."""
+    runs = [values.get(n) for n in query.scope]
+    return runs if runs and None not in runs else None
 
 
 def list_queries() -> list[CannedQuery]:
@@ -254,6 +273,10 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
     rows=True: a `tracedb.output.Rows` when `fetch` allows, without importing pyarrow."""
     import duckdb
 
+    from tracedb import snapshot
+
+    runs = scoped_runs(query, values)
+    made = snapshot.scope_to_runs(con, runs, query.sql) if runs else []
     try:
         if rows:
             return fetch(con.sql(query.sql, params=values or None))
@@ -267,6 +290,8 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
         ) from e
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+    finally:
+        snapshot.unscope(con, made)
 
 
 # DuckDB types whose Python values (fetchall) print exactly as their Arrow values do after
