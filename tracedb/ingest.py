@@ -54,6 +54,11 @@ from tracedb import workers
 # A commit lands at most this many runs, and at least every this many seconds.
 COMMIT_EVERY_RUNS = 50
 COMMIT_EVERY_SECONDS = 10.0
+# With workers, the caller rolls up (`tracedb.rollups`) the runs read so far while it would
+# wait for the next file, once this many are waiting: one rollup computation costs ~23 ms
+# plus ~5 ms a run, so a few runs a batch, and the last commit's are no longer all serial
+# (24 shipped traces: 0.21 s of rollups after the last read before this).
+ROLLUP_EVERY_RUNS = 4
 
 
 @dataclass
@@ -330,17 +335,19 @@ def ingest(
     parallel = min(jobs, n_files) > 1
     if parallel:
         workers.start()  # the forkserver's imports (~0.5 s) overlap ours and discovery
-    # A new warehouse's Delta tables (~0.3 s of delta-rs, and pandas, which pyarrow imports
-    # on first use) are created while the workers read; an existing lake opens at once
-    # (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
-    later = (parallel and not storage.is_remote(warehouse) and not (warehouse / lake.LAKE_JSON).exists()
+    # A new warehouse's Delta tables (0.04-0.1 s of delta-rs, ~0.25 s with its import in a
+    # fresh process) and the rollups' DuckDB connection are made in a thread while the
+    # files are read (by the workers, or by this process: delta-rs releases the GIL; the
+    # 17 MB TF text ingest, bench_tf_text.py, was ~40 ms faster so); an existing lake opens
+    # at once (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
+    later = (not storage.is_remote(warehouse) and not (warehouse / lake.LAKE_JSON).exists()
              and not (warehouse / catalog.CATALOG).exists())
     store = None if later else _open_lake(warehouse)
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     summaries: list[RunSummary] = []
     with timing.phase("start pool"):
         pool = workers.Workers(min(jobs, n_files)) if parallel else None
-    opening = None
+    opening = roll_future = None
     pending: list[tuple[lake.RunCommit, RunSummary]] = []
     roll = None  # rollups.Writer, from the first commit on
     try:
@@ -351,6 +358,7 @@ def ingest(
         if later:
             opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
             store_future = opening.submit(_open_lake, warehouse)
+            roll_future = opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
         sniffs = iter(range(n_files))
         for run in runs:
             sniffed = ([pool.result(f"sniff-{next(sniffs):06d}") for _ in run.files] if pool
@@ -362,25 +370,36 @@ def ingest(
                             lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
             planned.append((run, run_jobs))
         last_commit = time.monotonic()
+        rolled = 0  # pending[:rolled] have their rollup files
+
+        def roll_up() -> None:
+            nonlocal roll, rolled
+            if rolled < len(pending):
+                with timing.phase("rollups"):
+                    roll = roll or (roll_future.result() if roll_future else rollups.Writer())
+                    _add_rollups(roll, warehouse, [c for c, _ in pending[rolled:]])
+                rolled = len(pending)
 
         def commit() -> None:
-            nonlocal last_commit, store, roll
+            nonlocal last_commit, store, rolled
             if pending:
                 store = store or store_future.result()  # the lake is needed from here on only
-                roll = roll or rollups.Writer()
-                _add_rollups(roll, warehouse, [c for c, _ in pending])
+                roll_up()
                 _commit(store, [c for c, _ in pending])
                 for _, summary in pending:
                     summaries.append(summary)
                     if on_run:
                         on_run(summary)
                 pending.clear()
+                rolled = 0
             last_commit = time.monotonic()
 
         for run, run_jobs in planned:
             start = time.perf_counter()
             results = []
             for job in run_jobs:
+                if pool and len(pending) - rolled >= ROLLUP_EVERY_RUNS and not pool.ready(job.file_tag):
+                    roll_up()  # the caller would only wait: it rolls up the runs read so far meanwhile
                 r = pool.result(job.file_tag) if pool else _read_one(job)
                 if on_file:
                     on_file(r)
@@ -435,6 +454,8 @@ def ingest(
                 pool.close()
         if opening:
             opening.shutdown()
+            if roll is None and not roll_future.cancelled() and roll_future.exception() is None:
+                roll = roll_future.result()  # made, never used (an interrupted ingest)
         if roll:
             roll.close()
     return IngestSummary(warehouse, summaries)
