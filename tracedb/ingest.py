@@ -322,8 +322,9 @@ def ingest(
     for problems with the request itself (no such path, warehouse cannot be opened).
     `on_plan` sees the runs found before anything is read; `on_file` each file as it is
     read, `on_run` each run as it lands (progress reporting)."""
-    from tracedb import catalog  # here: the workers, which import this module, need no duckdb
-
+    # No catalog (DuckDB) import before the first read: the lake's opener thread imports it
+    # (~50-75 ms of the caller's start-up before; the workers, which import this module,
+    # need no DuckDB at all).
     warehouse = storage.location(warehouse)
     with timing.phase("discover"):
         runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
@@ -341,7 +342,7 @@ def ingest(
     # 17 MB TF text ingest, bench_tf_text.py, was ~40 ms faster so); an existing lake opens
     # at once (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
     later = (not storage.is_remote(warehouse) and not (warehouse / lake.LAKE_JSON).exists()
-             and not (warehouse / catalog.CATALOG).exists())
+             and not (warehouse / lake.CATALOG).exists())
     store = None if later else _open_lake(warehouse)
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     summaries: list[RunSummary] = []

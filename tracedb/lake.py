@@ -76,6 +76,7 @@ from tracedb.errors import TracedbError, WarehouseError
 META_DIR = "_tracedb"
 LAKE_JSON = f"{META_DIR}/lake.json"
 LOCK_FILE = f"{META_DIR}/commit.lock"
+CATALOG = "catalog.duckdb"  # the DuckDB snapshot of the lake (tracedb.catalog)
 PARTITIONS = ["run_id", "device"]
 INGEST_ID = pa.field("ingest_id", pa.string(), metadata={"doc": "ingest that wrote the row; a run's live ingest is runs.ingest_id"})
 # Files removed from the log stay on disk this long, so open snapshots keep working.
