@@ -15,20 +15,24 @@ that imported the readers once (`set_forkserver_preload`), so a worker starts in
 ms instead of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each under
 `spawn`, which made `--jobs 2` no faster than `--jobs 1`); and unlike a plain fork of the
 caller, no DuckDB or Arrow thread's lock can be inherited mid-use. Workers get the
-caller's environment at the start of each ingest. The forkserver also preloads pandas
-(pyarrow imports it on a process's first table: ~0.25 s of CPU per worker otherwise), and
-the workers import no duckdb (this module imports the catalog where used). A new
-warehouse's Delta tables are created in a thread while the workers read (~0.3 s of
-delta-rs, before the first read until now); the caller waits for them only at its first
-commit. Reads are queued run by run as their sniffs come back (queueing each group's
-largest files first balanced the workers no better on the bench and held every read back
-until all sniffs were in, so progress came in one burst). Commits go on in the caller
-while the workers read the next runs. A commit and its snapshot cost
-~0.18 s of CPU whether they land 1 run or 24 (`TRACEDB_TIMING`), so they are not split
-further: the last one is the serial tail either way. A worker that dies (out-of-memory
-kill, a crash in native code) costs only the file it was reading: the pool is rebuilt,
-the files it held are re-read one at a time, and the one that kills its process again
-gets a one-line error. Measured with `bench/bench_jobs.py --phases` (see bench/RESULTS.md).
+caller's environment at the start of each ingest. The forkserver's pyarrow, and so every
+worker's, is told pandas is absent (`workers.arrow_without_pandas`: pyarrow imports it on
+a process's first table, ~0.25 s of CPU per process), and the workers import no duckdb.
+A new warehouse's Delta tables are created in a thread while the files are read, by the
+workers or by the caller itself; the caller waits for them only at its first commit.
+Reads are queued run by run as their sniffs come back (queueing each group's largest
+files first balanced the workers no better on the bench and held every read back until
+all sniffs were in, so progress came in one burst). Commits go on in the caller while
+the workers read the next runs, and so do the rollups: whenever the caller would wait
+for a file and ROLLUP_EVERY_RUNS runs are read but not rolled up, it rolls them up then
+(24 shipped traces: 0.21 s of rollups after the last read before, ~0.05 s now). A
+commit and its snapshot cost ~0.15 s whether they land 1 run or 24 (`TRACEDB_TIMING`),
+so they are not split further: the last one is the serial tail either way; within a
+commit the Delta commits of different tables run in threads (`lake.concurrently`). The
+CLI then exits without the interpreter's teardown (0.12-0.2 s, `cli.main`). A worker that
+dies (out-of-memory kill, a crash in native code) costs only the file it was reading:
+the pool is rebuilt, the files it held are re-read one at a time, and the one that kills
+its process again gets a one-line error. Measured with `bench/bench_jobs.py --phases` (see bench/RESULTS.md).
 """
 
 from __future__ import annotations
