@@ -88,14 +88,19 @@ class Writer:
 
         cols = ", ".join(COLUMNS)
         rows_of = " UNION ALL ".join(f"SELECT {cols}, {i} AS _source FROM {src}" for i, src in enumerate(sources))
-        self.con.execute(f"""CREATE OR REPLACE TEMP TABLE kernels AS
+        # A table of the in-memory database (not TEMP, which is one connection's): each
+        # metric runs on its own cursor, at once (DuckDB releases the GIL; the two metrics
+        # of one 17 MB TF run: compute 42-44 -> 32-38 ms, medians of 8 at load ~8).
+        self.con.execute(f"""CREATE OR REPLACE TABLE kernels AS
             WITH k AS ({rows_of})
             SELECT k.* EXCLUDE (_source) REPLACE (_source || coalesce('=' || s.kind, '*') AS run_id)
             FROM k JOIN (SELECT NULL AS kind UNION ALL SELECT DISTINCT kind FROM k WHERE kind IS NOT NULL) s
               ON s.kind IS NULL OR k.kind = s.kind""")
         out: list[dict[str, pa.Table]] = [{} for _ in sources]
-        for table, (cq, values) in self.metrics.items():
-            rows = q.execute(self.con, cq, values)
+        from tracedb.lake import concurrently
+
+        results = concurrently([lambda cq=cq, values=values: self._run(cq, values) for cq, values in self.metrics.values()])
+        for table, rows in zip(self.metrics, results):
             keys = [re.fullmatch(r"(\d+)(\*|=(.*))", k, re.S).groups() for k in rows.column("run_id").to_pylist()]
             source = pa.array([int(i) for i, _, _ in keys], pa.int64())
             rows = rows.append_column("kind", pa.array([kind for _, _, kind in keys], pa.string()))
@@ -104,6 +109,15 @@ class Writer:
                 out[i][table] = rows.filter(pc.equal(source, i))
         self.con.execute("DROP TABLE kernels")
         return out
+
+    def _run(self, cq, values) -> pa.Table:
+        from tracedb import query as q
+
+        cur = self.con.cursor()
+        try:
+            return q.execute(cur, cq, values)
+        finally:
+            cur.close()
 
     def write_runs(self, root: Path | str, runs: list[tuple[str, str, list[str]]],
                    tables: list[str] | None = None, tag: str = "rollup") -> list[DataFile]:
