@@ -94,6 +94,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--run", default=None)
     ap.add_argument("--queries", default=None, help="comma-separated names (default: every canned query)")
+    ap.add_argument("--no-old", action="store_true", help="skip the old texts (tests/data/sql_before_issue12)")
     ap.add_argument("--one-run-only", action="store_true", help="time only the one-run column (no fleet-wide runs)")
     ap.add_argument("--rss", default="top_kernels,gpu_busy_idle,stream_overlap,collectives",
                     help="queries (with an old text) whose fleet-wide peak RSS to measure, new and old; '' for none")
@@ -117,7 +118,7 @@ def main() -> None:
     for cq in queries:
         row = {}
         olds = BEFORE / f"{cq.name}.sql"
-        old = q.load(olds) if olds.is_file() else None
+        old = q.load(olds) if olds.is_file() and not args.no_old else None
         for scope, r in (("fleet", None), ("one", run)):
             if scope == "fleet" and args.one_run_only:
                 row["fleet"] = None
