@@ -142,3 +142,37 @@ def test_a_snapshot_an_older_tracedb_wrote_is_rebuilt_once(two_runs):
     con = duckdb.connect(str(path), read_only=True)
     runs = con.execute("SELECT DISTINCT run_id FROM tracedb_live_files ORDER BY 1").fetchall()
     assert runs == [("a",), ("b",)]
+
+
+def test_ad_hoc_sql_limited_to_runs(two_runs):
+    """`runs=`: the data views show only those runs; `runs`, `files` and `ingest_log` stay
+    whole. Counts are the unscoped per-run counts."""
+    import tracedb
+
+    wh = tracedb.Warehouse(two_runs)
+    per_run = "SELECT run_id, count(*) AS n FROM kernels GROUP BY run_id ORDER BY run_id"
+    whole = {r["run_id"]: r["n"] for r in wh.sql(per_run).to_pylist()}
+    assert set(whole) == {"a", "b"} and whole["a"] > 0
+    assert wh.sql(per_run, runs=["b"]).to_pylist() == [{"run_id": "b", "n": whole["b"]}]
+    assert wh.sql(per_run, runs=["a", "b"]).to_pylist() == wh.sql(per_run).to_pylist()
+    assert wh.sql("SELECT count(*) AS n FROM runs", runs=["a"]).to_pylist() == [{"n": 2}]
+    # a canned query too: top_kernels has no run column; limited to run a it counts a's kernels
+    top = wh.query("top_kernels", runs=["a"], limit=100000)
+    assert sum(top.column("instances").to_pylist()) == wh.sql(
+        "SELECT count(*) AS n FROM kernels WHERE run_id = 'a' AND kind = 'kernel'").to_pylist()[0]["n"]
+    with pytest.raises(TracedbError, match=r"^no run 'nope' in the warehouse \(--run"):
+        wh.sql(per_run, runs=["a", "nope"])
+
+
+def test_cli_run_option(two_runs):
+    from typer.testing import CliRunner
+
+    from tracedb.cli import app
+
+    res = CliRunner().invoke(app, ["query", "-", "--run", "a", "--format", "csv", "--warehouse", str(two_runs)],
+                             input="SELECT DISTINCT run_id FROM kernels\n")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines() == ['"run_id"', '"a"']  # CSV quotes strings, as pyarrow's writer
+    res = CliRunner().invoke(app, ["query", "-", "--run", "zz", "--warehouse", str(two_runs)],
+                             input="SELECT 1\n")
+    assert res.exit_code == 2 and "no run 'zz'" in res.output

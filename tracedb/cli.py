@@ -144,12 +144,14 @@ def query(
     dialect: Optional[str] = typer.Option(None, "--dialect", metavar="DIALECT", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it; --param values (and defaults) are inlined as literals, else parameters stay the engine's placeholders"),
     inline: bool = typer.Option(False, "--inline", help="With --dialect: inline the defaults even when no --param is given"),
     allow_external: bool = typer.Option(False, "--allow-external", help="Lift the sandbox: let the SQL read other files and URLs, write files (COPY), attach databases"),
+    run: List[str] = typer.Option([], "--run", "-r", metavar="RUN_ID", show_default=False, help="Only this run's rows in the data views (nodes, kernels, ...), its files alone read; repeatable"),
     warehouse: Optional[str] = WarehouseOpt,
 ):
     """Run a canned or ad-hoc SQL query over the warehouse views (sandboxed: reads only the warehouse's data).
 
     Example: tracedb query top_kernels --param run_id=resnet50 --format csv
     Example: echo "select count(*) from kernels" | tracedb query - --format ndjson
+    Example: echo "select name, count(*) from kernels group by all" | tracedb query - --run resnet50
     """
     from tracedb import output as out
     from tracedb import query as q
@@ -169,7 +171,8 @@ def query(
         return
     # Text formats print DuckDB's own Python values where they print the same (no pyarrow
     # import: ~110 ms of start-up, issue 12 item 6); Parquet needs Arrow.
-    result = wh.query(canned, output="arrow" if fmt == "parquet" else "rows", allow_external=allow_external, **params)
+    result = wh.query(canned, output="arrow" if fmt == "parquet" else "rows", allow_external=allow_external,
+                      runs=run or None, **params)
     out.write(result, fmt, output)
 
 

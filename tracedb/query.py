@@ -268,15 +268,23 @@ def bind(query: CannedQuery, given: dict[str, Any], con: duckdb.DuckDBPyConnecti
 
 
 def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str, Any],
-            rows: bool = False) -> pa.Table | Rows:
+            rows: bool = False, runs: list[str] | None = None) -> pa.Table | Rows:
     """Run a query with values from `bind` (validated, typed) on an open connection.
-    rows=True: a `tracedb.output.Rows` when `fetch` allows, without importing pyarrow."""
+    rows=True: a `tracedb.output.Rows` when `fetch` allows, without importing pyarrow.
+    runs: the data views show only these runs' rows (their files alone are bound), as
+    the query's own `-- scope:` does when its run parameters are given."""
     import duckdb
 
     from tracedb import snapshot
 
-    runs = scoped_runs(query, values)
-    made = snapshot.scope_to_runs(con, runs, query.sql) if runs else []
+    made = []
+    if runs:
+        made = snapshot.scope_to_runs(con, list(runs), query.sql)
+        if made is None:
+            raise TracedbError(f"{query.name}: this connection's snapshot does not list its files by run, "
+                               "so it cannot be limited to runs (reopen the warehouse: the snapshot is rebuilt)")
+    elif scoped_runs(query, values):
+        made = snapshot.scope_to_runs(con, scoped_runs(query, values), query.sql) or []
     try:
         if rows:
             return fetch(con.sql(query.sql, params=values or None))
@@ -396,7 +404,8 @@ def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.Duc
 
 
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
-              warehouse: Path | str | None = None, output: str = "arrow", allow_external: bool = False):
+              warehouse: Path | str | None = None, output: str = "arrow", allow_external: bool = False,
+              runs: list[str] | None = None):
     """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
 
     The query runs sandboxed (`sandbox`, `check_statements`): it reads only the
@@ -404,6 +413,9 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     Returns an Arrow table; output="pandas" or "polars" converts when installed;
     output="rows" gives `tracedb.output.Rows` where `fetch` allows (what
     `tracedb.output.write` prints without importing pyarrow: the CLI's fast path).
+    runs: limit the data views (nodes, kernels, ...; not runs, files, ingest_log) to
+    these runs, whose files alone are then bound: ad-hoc SQL about a few runs costs the
+    same however many runs the warehouse holds. Each must exist.
     """
     import duckdb
 
@@ -428,7 +440,9 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
             con = catalog.connect(warehouse)
         if not allow_external:
             sandbox(con, warehouse)
-        table = execute(con, query, values, rows=output == "rows")
+        if runs:
+            _check_runs_exist(con, list(runs))
+        table = execute(con, query, values, rows=output == "rows", runs=runs)
         if table.num_rows == 0:
             _check_run_ids(con, values)
     finally:
@@ -444,6 +458,13 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
 
 # Parameters that name a run: an empty result for an id the warehouse lacks is a typo.
 RUN_PARAMS = ("run_id", "run_a", "run_b", "baseline", "candidate")
+
+
+def _check_runs_exist(con: duckdb.DuckDBPyConnection, runs: list[str]) -> None:
+    known = {r for (r,) in con.execute("SELECT run_id FROM runs WHERE list_contains(?, run_id)", [runs]).fetchall()}
+    missing = [r for r in runs if r not in known]
+    if missing:
+        raise TracedbError(f"no run {', '.join(map(repr, missing))} in the warehouse (--run; `tracedb runs` lists them)")
 
 
 def _check_run_ids(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:

@@ -98,19 +98,19 @@ def view_sql(columns: str, paths: list[str], mixed: bool) -> str:
             "hive_types = {'run_id': VARCHAR, 'device': VARCHAR})" + where)
 
 
-def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> list[str]:
+def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> list[str] | None:
     """Shadow the snapshot's data views that `sql` names with TEMP views over these runs'
     live files only (see the module docstring); returns the views made, for `unscope`.
-    Nothing is made (an empty list) on a connection without the snapshot's record of live
-    files: an older snapshot, or a connection over other files (`tracedb.rollups`)."""
+    None (nothing made) on a connection without the snapshot's record of live files: an
+    older snapshot, or a connection over other files (`tracedb.rollups`)."""
     try:
         parts = con.execute("SELECT value FROM tracedb_meta WHERE key = 'view_parts'").fetchall()  # not fetchone: DuckDB 2.0.1 keeps its result open
         if not parts:
-            return []
+            return None
         listed = con.execute("SELECT table_name, path FROM tracedb_live_files WHERE list_contains(?, run_id) "
                              "ORDER BY table_name, path", [runs]).fetchall()
     except duckdb.CatalogException:
-        return []
+        return None
     files: dict[str, list[str]] = {}
     for table, path in listed:
         files.setdefault(table, []).append(path)
