@@ -282,14 +282,14 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
         # A lost file would make DuckDB refuse the whole view (and so every later commit):
         # leave it out, and let `tracedb check` name its run.
         present = lake.storage.files_under(table) if lake.remote else None  # one listing, not a HEAD a file
-        files = []
+        files = []  # absolute paths (URLs on object storage)
         for run, f in sorted(listed, key=lambda rf: rf[1]):
             if f in present if lake.remote else (lake.root / f).is_file():
-                files.append(f)
-                live.append((table, run, lake.storage.absolute(f)))
+                files.append(lake.storage.absolute(f))
+                live.append((table, run, files[-1]))
             else:
                 missing.append(f)
-        con.execute(f"CREATE VIEW {table} AS {_table_view_sql(lake, table, files, mixed)}")
+        con.execute(f"CREATE VIEW {table} AS {_table_view_sql(table, files, mixed)}")
         parts[table] = {"columns": _columns(table), "mixed": mixed, "empty": _empty_select(schema.TABLES[table])}
     # what snapshot.scope_to_runs needs to make a run's own views
     names = ("table_name", "run_id", "path")
@@ -313,10 +313,10 @@ def _columns(table: str) -> str:
     return ", ".join(_ident(f.name) for f in schema.TABLES[table])
 
 
-def _table_view_sql(lake: lake_mod.Lake, table: str, files: list[str], mixed: bool) -> str:
-    if not files:
+def _table_view_sql(table: str, paths: list[str], mixed: bool) -> str:
+    if not paths:
         return _empty_select(schema.TABLES[table])
-    return view_sql(_columns(table), [lake.storage.absolute(p) for p in files], mixed)
+    return view_sql(_columns(table), paths, mixed)
 
 
 def label_path(key: str) -> str:
