@@ -617,18 +617,41 @@ def decode_whole(path: Path, floats: str = "exact", limit: int | None = None) ->
     streams, which also gives the exact error. msgspec refuses what the standard library
     decodes differently or not at all (NaN, lone surrogates, control characters, invalid
     UTF-8, a BOM): those documents stream too. `limit` defaults to WHOLE_DECODE_BYTES."""
+    data = _small_document(path, limit)
+    if data is None:
+        return None
+    try:
+        return _decode_doc(data, _msgspec_decoder(_float_type(floats)))
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def decode_structs(path: Path, event_type: type, float_hook: type | None = None) -> DecodedTrace | None:
+    """`decode_whole` with each event decoded into `event_type`, a msgspec.Struct of the
+    fields a reader uses (the decoder skips the others, and fills a missing one with its
+    default): no dict per event, and numbers native (floats as float: a field typed
+    `msgspec.Raw` keeps its source text, for exact times). None where `decode_whole`
+    would give None, or an event is no object of that type's fields. `float_hook` as
+    msgspec's: what a float (its source text) of an untyped field decodes to."""
+    data = _small_document(path, None)
+    if data is None:
+        return None
+    try:
+        return _decode_doc(data, msgspec.json.Decoder(list[event_type], float_hook=float_hook).decode,
+                           event_type)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def _small_document(path: Path, limit: int | None) -> bytes | None:
+    """The (decompressed) bytes of a document of at most `limit` (WHOLE_DECODE_BYTES)."""
     limit = WHOLE_DECODE_BYTES if limit is None else limit
     try:
         with open_trace(path) as f:
             data = f.read(limit + 1)
     except Exception:  # noqa: BLE001 - the stream reads it again and reports it
         return None
-    if len(data) > limit:
-        return None
-    try:
-        return _decode_doc(data, _msgspec_decoder(_float_type(floats)))
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
+    return None if len(data) > limit else data
 
 
 def rows_decoded_once(path: Path, floats: str, rows: Callable[[DecodedTrace | None], Iterator[Any]]) -> Iterator[Any]:
@@ -643,7 +666,7 @@ def rows_decoded_once(path: Path, floats: str, rows: Callable[[DecodedTrace | No
         yield from rows(whole)
 
 
-def _decode_doc(data: bytes, decode: Any) -> DecodedTrace | None:
+def _decode_doc(data: bytes, decode: Any, kind: type = dict) -> DecodedTrace | None:
     start = _JSON_WS.match(data).end()
     first = data[start:start + 1]
     if first == b"[":
@@ -657,6 +680,6 @@ def _decode_doc(data: bytes, decode: Any) -> DecodedTrace | None:
         events = decode(raw)
     else:
         return None
-    if type(events) is not list or (events and set(map(type, events)) != _DICT):
+    if type(events) is not list or (events and set(map(type, events)) != {kind}):
         return None
     return DecodedTrace(events, meta)
