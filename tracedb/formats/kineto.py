@@ -375,14 +375,19 @@ class _Ev(msgspec.Struct):
 _EV_FIELDS = _Ev.__struct_fields__
 
 
-def _as_dict(ev: _Ev) -> dict:
-    """The event as the general path decodes it (`floats="decimal"`), for the row functions."""
-    d = {k: v for k, v in zip(_EV_FIELDS, msgspec.structs.astuple(ev)) if v is not UNSET}
-    for k in ("ts", "dur"):
-        raw = d.pop(k)
-        if raw:
-            d[k] = _DECIMAL_DECODE(raw)
-    return d
+def _decimal_times(events: list[dict]) -> None:
+    """Each event's `ts` / `dur` (source text, from `_Ev`) decoded as the general path
+    decodes them (`floats="decimal"`), in one msgspec call; a missing one is dropped."""
+    slots, raws = [], []
+    for d in events:
+        for k in ("ts", "dur"):
+            raw = d.pop(k)
+            if raw:
+                slots.append((d, k))
+                raws.append(raw)
+    if raws:
+        for (d, k), v in zip(slots, _DECIMAL_DECODE(b"[" + b",".join(raws) + b"]")):
+            d[k] = v
 
 
 class _Index:
@@ -505,6 +510,10 @@ class _Index:
         names, tids, shapes, dtypes, exts, params = ([] for _ in range(6))
         step_ops: list[tuple[int, int, Any, int]] = []  # (op position, N, tid, seq)
         rest: list[tuple[int, dict]] = []
+        others: list[tuple[int, dict, Any]] = []  # the X events of `rest`, for pass 1
+        astuple = msgspec.structs.astuple
+        dtype_names = dict(_TORCH_DTYPES)  # grows by the names seen that map to themselves
+        dtype_of = dtype_names.__getitem__
         threads, name_ix, add_name, old_cats = self._threads, self._name_ix, self.name, _OLD_CATS
         ops_keys, sorted_keys = self.ops.keys, True
         for i, ev in enumerate(events):
@@ -513,14 +522,10 @@ class _Index:
             if ph != "X" or cat != "cpu_op":
                 if ph != "X" and (ph == "M" or cat in _FLOW_CATS):
                     continue  # not stored, not linked
-                d = _as_dict(ev)
+                d = {k: v for k, v in zip(_EV_FIELDS, astuple(ev)) if v is not UNSET}
                 rest.append((i, d))
                 if ph == "X":
-                    args = d.get("args")
-                    if type(args) is dict and (isinstance(args.get("size"), float)
-                                               or isinstance(args.get("device"), float)):
-                        raise _Slow  # pass 1 links these by their text (`_text`): not kept here
-                    self._other(i, d, cat)
+                    others.append((i, d, cat))
                 continue
             name, args, tid, pid = ev.name, ev.args, ev.tid, ev.pid
             if type(name) is not str or not ev.ts or not ev.dur:
@@ -556,11 +561,22 @@ class _Index:
             names.append(name)
             shape = _shapes(args.get("Input Dims"))
             shapes.append(shape)
-            dtypes.append(_dtypes(args.get("Input type")))
+            types = args.get("Input type")
+            try:  # _dtypes, for a list of dtype names (C); mapped: only str keys
+                dtypes.append(list(map(dtype_of, types)) if type(types) is list else None)
+            except (KeyError, TypeError):
+                dtypes.append(_dtypes(types))
+                dtype_names.update((d, d) for d in types if type(d) is str and d not in dtype_names)
             tid_int = type(tid) is int
             tids.append(tid if tid_int else None)
             params.append(_params(args, _NODE_ARGS if shape is None or None not in shape else _NODE_ARGS_NESTED,
                                   None if tid_int else {"tid": tid}, _dumps_fast))
+        _decimal_times([d for _, d in rest])
+        for i, d, cat in others:  # pass 1 of the other X events, in file order
+            args = d.get("args")
+            if type(args) is dict and (isinstance(args.get("size"), float) or isinstance(args.get("device"), float)):
+                raise _Slow  # pass 1 links these by their text (`_text`): not kept here
+            self._other(i, d, cat)
         self.kineto_events += len(names)
         starts, durs = _ns(ts_raw), _ns(dur_raw)
         ends = _int64s(pc.add_checked(_arrow(starts), _arrow(durs)))
@@ -700,11 +716,10 @@ class _Out:
                   "steps": BatchBuilder("steps", BATCH_ROWS, _STEP_COLS),
                   "events": BatchBuilder("events", BATCH_ROWS, _EVENT_COLS)}
 
-    def add(self, table: str, row: tuple) -> Iterator[tuple[str, pa.RecordBatch]]:
-        b = self.b[table]
-        b.rows.append(row)
-        if len(b.rows) >= BATCH_ROWS:
-            yield from b.flush()
+    def flush_full(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        for b in self.b.values():
+            if len(b.rows) >= BATCH_ROWS:
+                yield from b.flush()
 
     def flush(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         for b in self.b.values():
@@ -745,7 +760,7 @@ def _fast_rows(whole: DecodedTrace, ctx: ReadContext) -> Iterator[tuple[str, pa.
     p2 = _Pass2(index, ctx, out)
     for i, ev in rest:
         cat = ev.get("cat")
-        yield from p2.add(i, ev, ev.get("ph"), _OLD_CATS.get(cat, cat))
+        p2.add(i, ev, ev.get("ph"), _OLD_CATS.get(cat, cat))
     if nodes["node_name"]:
         yield "nodes", _node_batch(index, nodes, p2.base, p2.rank)
     yield from p2.finish()
@@ -785,7 +800,9 @@ def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[
                 yield from out.b["nodes"].flush()
                 node_rows = out.b["nodes"].rows
             continue
-        yield from p2.add(i, ev, ph, cat)
+        p2.add(i, ev, ph, cat)
+        if not i & 1023:  # a table's rows wait for at most BATCH_ROWS + 1023 events
+            yield from out.flush_full()
     yield from (p2 or _Pass2(index, ctx, out)).finish()  # (no events at all: metadata still)
 
 
@@ -804,30 +821,27 @@ class _Pass2:
         self.base, self.rank = _metadata(index, ctx)
         self.call_pos = 0  # runtime calls come in pass 1's order: the n-th is index.calls[n]
         self.device_work: dict[int, list[int]] = {}  # step -> [first start, last end, count]
-        self.kernel_rows = out.b["kernels"].rows
 
-    def add(self, i: int, ev: dict, ph: Any, cat: Any) -> Iterator[tuple[str, pa.RecordBatch]]:
-        base, rank, index, out = self.base, self.rank, self.index, self.out
+    def add(self, i: int, ev: dict, ph: Any, cat: Any) -> None:
+        """The event's row, appended to its builder (the caller flushes: `_Out.flush_full`)."""
+        base, rank, index, b = self.base, self.rank, self.index, self.out.b
         if ph == "X":
             if cat in _ACTIVITY_CATS:
                 row = _kernel(ev, cat, i, base, rank, index)
-                self.kernel_rows.append(row)
+                b["kernels"].rows.append(row)
                 _count_work(self.device_work, row)
-                if len(self.kernel_rows) >= BATCH_ROWS:
-                    yield from out.b["kernels"].flush()
-                    self.kernel_rows = out.b["kernels"].rows
                 return
             if _is_runtime(cat):
-                yield from out.add("runtime_calls", _call(ev, cat, i, base, rank, index, self.call_pos))
+                b["runtime_calls"].rows.append(_call(ev, cat, i, base, rank, index, self.call_pos))
                 self.call_pos += 1
                 return
             if cat in _ANNOTATION_CATS:
-                yield from out.add("annotations", _annotation(ev, cat, i, base, rank, index))
+                b["annotations"].rows.append(_annotation(ev, cat, i, base, rank, index))
                 return
         elif ph == "M" or cat in _FLOW_CATS:
             return
         elif (ph == "i" or ph == "I") and ev.get("name") == "[memory]":
-            yield from out.add("allocations", _allocation(ev, i, base, rank, index))
+            b["allocations"].rows.append(_allocation(ev, i, base, rank, index))
             return
         if cat not in _KNOWN:
             self.ctx.warn(f"unknown event category {str(cat)[:60]!r} (kept in events)")
@@ -835,7 +849,7 @@ class _Pass2:
         if row is None:
             self.ctx.warn("event without 'ts' (skipped)")
         else:
-            yield from out.add("events", row)
+            b["events"].rows.append(row)
 
     def finish(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         """The step rows, then every builder flushed."""
