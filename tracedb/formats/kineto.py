@@ -176,7 +176,9 @@ class _F(float):
 
 def _json_float(o: Any) -> msgspec.Raw:
     if type(o) is _F:
-        return msgspec.Raw(dumps_compact(float(o)).encode())  # repr, or NaN / Infinity
+        if o - o == 0.0:  # finite: json writes its repr
+            return msgspec.Raw(float.__repr__(o).encode())
+        return msgspec.Raw(dumps_compact(float(o)).encode())  # NaN, Infinity
     raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
@@ -328,7 +330,6 @@ def _take(a: array, positions: array) -> array:
 
 
 _NS_TYPE = pa.decimal128(19, 3)  # Chrome-trace µs with up to 3 decimals: exactly ns
-_THOUSAND = pa.scalar(Decimal(1000), pa.decimal128(4, 0))
 _DECIMAL_DECODE = msgspec.json.Decoder(float_hook=Decimal).decode  # as decode_whole(floats="decimal")
 
 
@@ -343,7 +344,8 @@ def _ns(raws: list[msgspec.Raw]) -> array:
         parts = b"\n".join(raws).decode("ascii").split("\n")
         if len(parts) == len(raws):
             dec = pa.array(parts, pa.string()).cast(_NS_TYPE)
-            return _int64s(pc.multiply(dec, _THOUSAND).cast(pa.int64()))
+            # (a scalar built here, not at import: pyarrow's first Python conversion imports pandas)
+            return _int64s(pc.multiply(dec, pa.scalar(1000, pa.int32())).cast(pa.int64()))
     except (pa.ArrowInvalid, UnicodeDecodeError):
         pass
     return array("q", [us_to_ns(_DECIMAL_DECODE(r)) for r in raws])
