@@ -154,6 +154,28 @@ def test_the_kineto_fast_path_is_taken_and_steps_aside(tmp_path):
         assert ctx.metadata == {} and ctx.warnings == {}, name
 
 
+@pytest.mark.parametrize("texts", [
+    ["26", "4796273132357.979", "4796273132395.79", "-1.5", "0", "1e3", "1.5e-1", "1790857026123456.789"],
+    ["1.2345", "1.2335", "2.0005", "7"],  # more than 3 decimals: Arrow refuses, each rounds half-even
+    ["99999999999999999999.5", "1"],  # past decimal(19, 3): converted one by one
+])
+def test_kineto_bulk_ns_is_exact(texts):
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    import msgspec
+
+    from tracedb.formats.kineto import _ns
+
+    raws = [msgspec.json.decode(b"[" + t.encode() + b"]", type=list[msgspec.Raw])[0] for t in texts]
+    expected = [int((Decimal(t) * 1000).to_integral_value(ROUND_HALF_EVEN)) for t in texts]
+    if max(abs(e) for e in expected) >= 1 << 63:
+        with pytest.raises(OverflowError):
+            _ns(raws)
+        return
+    assert list(_ns(raws)) == expected
+    assert expected[:2] == {"26": [26000, 4796273132357979], "1.2345": [1234, 1234]}[texts[0]]
+
+
 def kineto_traces() -> list[Path]:
     from tracedb.formats import detect
 

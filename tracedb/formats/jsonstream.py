@@ -42,6 +42,10 @@ timestamps); a msgspec Struct of only the fields pass 1 reads decodes in 8 ms, b
 need a second decoding of every event for the rows. `decode_whole` decodes a document of
 up to WHOLE_DECODE_BYTES in one call, so a reader's two passes walk the same events
 (each event decoded once); larger documents stream as above (`_bulk` uses msgspec too).
+`decode_structs` decodes such a document into a Struct per event of every field a
+reader reads (Kineto's fast path: `ts`/`dur` as `msgspec.Raw` source text, other numbers
+native): 22 ms for the fixture, freeing included, against 34 ms for dicts with Decimal
+numbers.
 """
 
 from __future__ import annotations

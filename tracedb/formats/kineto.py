@@ -45,22 +45,39 @@ Two passes: pass 1 keeps compact maps (step spans, launch calls by correlation, 
 External id, every op's and call's interval per thread for the enclosing-op sweep,
 activities by correlation); pass 2 emits rows. Two passes because Kineto writes the CPU
 ops before the ProfilerStep spans and the GPU events after, and top-level keys (base
-time, rank) may follow `traceEvents`. A file of up to `jsonstream.WHOLE_DECODE_BYTES`
-(8 MiB of JSON) is decoded once by msgspec (`decode_whole`, numbers with a fraction as
-Decimal) and both passes walk the same events; a larger one streams twice
-(`EventStream`, bounded memory): pass 1 reading numbers as text (it needs only
-`ts`/`dur`), pass 2 as Decimal. Either way exact and decoded in C; pass 1 reads a
-fractional `size` / `device` arg as its text in both cases (`_text`), so the links are
-the same. Pass 2 takes a cpu_op's start and end from pass 1's arrays (the same ops in
-the same order). Decimals become floats where they reach a row (`plain`, the params
-encoder). Rows are tuples in `_*_COLS` order, built into batches column-wise.
+time, rank) may follow `traceEvents`.
 
-Measured on one rank of the H200 fixture (4.1 MB, 13,317 events; CPU time, best of 7,
-on the shared 2-core machine at load ~8): read 138 ms = decode 34 (msgspec, once) +
-pass 1 33 + rows and Arrow batches 71; before (commit 8e74452: two standard-library
-streaming decodes of ~40 ms each, every ts/dur converted twice) 196 ms. A whole ingest
-pays ~185 ms a rank (hash, checks, Parquet) against ~262 ms before; the 8-rank job
-against HTA is in bench/RESULTS.md.
+Fast path (`_fast`), for a usual file of up to `jsonstream.WHOLE_DECODE_BYTES` (8 MiB of
+JSON; one rank of the H200 fixture is 4.1 MB): msgspec decodes each event into a Struct
+of the fields read here (`_Ev`: the rest skipped, `ts`/`dur` kept as their source text
+and converted to ns exactly and in bulk by Arrow's decimal parser, other floats plain
+floats of the same value); pass 1 builds each cpu_op's node row at once (the op's
+fields are then in the CPU cache; columns built a field at a time over all ops measured
+1.5x slower), with its params encoded by msgspec; a node's step is looked up after the
+loop; the other events (a quarter) become dicts as the general path decodes them and go
+through the same row functions. Anything it does not expect (a missing time, a name that
+is no string, fractional `size`/`device` args, a value Arrow refuses, any error) makes it
+step aside before anything is yielded or put in ctx: the general path then reads the
+file, with its exact errors. Tests check both paths give the same tables on every Kineto
+trace.
+
+General path: a file of up to 8 MiB is decoded once by msgspec into dicts
+(`decode_whole`, numbers with a fraction as Decimal) and both passes walk the same
+events; a larger one streams twice (`EventStream`, bounded memory): pass 1 reading
+numbers as text (it needs only `ts`/`dur`), pass 2 as Decimal. Either way exact and
+decoded in C; pass 1 reads a fractional `size` / `device` arg as its text in both cases
+(`_text`), so the links are the same. Pass 2 takes a cpu_op's start and end from pass
+1's arrays (the same ops in the same order). Decimals become floats where they reach a
+row (`plain`, the params encoder). Rows are tuples in `_*_COLS` order, built into
+batches column-wise.
+
+Measured on one rank of the H200 fixture (4.1 MB, 13,317 events, 7,245 of them cpu_ops;
+CPU time, best of 7-11, interleaved, on the shared 2-core machine at load 5-9,
+2026-11-26 11:00 UTC): the general path 142-153 ms (decode 28 + pass 1 35 + rows and
+batches ~85); the fast path 116-126 ms: decode into Structs 21, pass 1 with the node
+rows 47-52 (of which op params 7, op shapes 3), the other rows 21, the node batch 10,
+the other batches 5, freeing it all 12. On a 7.5 MB rank 288 -> 244 ms. The whole
+8-rank job against HTA is in bench/RESULTS.md.
 """
 
 from __future__ import annotations
