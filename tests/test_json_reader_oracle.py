@@ -184,6 +184,14 @@ def kineto_traces() -> list[Path]:
 
 @pytest.mark.parametrize("path", kineto_traces(), ids=_key)
 def test_kineto_fast_path_matches_the_general_path(path, request):
+    from tracedb.formats import kineto
+    from tracedb.formats.base import ReadContext, open_trace
+    from tracedb.formats.jsonstream import WHOLE_DECODE_BYTES
+
+    with open_trace(path) as f:
+        small = len(f.read()) <= WHOLE_DECODE_BYTES
+    # every small Kineto trace here is a usual one: the fast path reads it (hta_nccl_allreduce, 9.3 MB, streams)
+    assert (kineto._fast(path, ReadContext("r", "f")) is not None) == small
     fast = digest(path)
     request.getfixturevalue("general_path")
     assert digest(path) == fast
