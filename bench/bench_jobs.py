@@ -1,6 +1,6 @@
 """`tracedb ingest --jobs 2` against `--jobs 1` on 24 runs (issue 12 item 5).
 
-    python bench/bench_jobs.py [--runs 24] [--repeat 3] [--jobs 2] [--runs-dir DIR]
+    python bench/bench_jobs.py [--runs 24] [--repeat 3] [--jobs 2] [--runs-dir DIR] [--base DIR] [--phases]
 
 Builds --runs run folders from the shipped real traces (tests/data: Kineto H200, TF
 StepStats with GPU streams, MegEngine, XSpace, TF RunMetadata text, in turn; one trace
@@ -10,6 +10,8 @@ with --jobs 1 and --jobs N interleaved --repeat times, and prints each round's r
 the median. The machine may be shared: only the interleaved ratios mean anything.
 --runs-dir DIR ingests an existing runs folder instead, e.g. 24 fleet runs
 (`bench/build_fleet.py OUT --runs 24 --kernels 3000`, then --runs-dir OUT/traces).
+--base DIR times another checkout's four commands in the same rounds (before/after).
+One untimed warm-up round first; bytecode is cached privately (see `bench_env`).
 
 --phases also runs each side once more with TRACEDB_TIMING (tracedb.timing) and prints
 where the time went, measured inside the processes rather than as a ratio of two loaded
@@ -53,12 +55,26 @@ def build(out: Path, runs: int) -> Path:
     return out
 
 
-def ingest(runs: Path, wh: Path, jobs: int, env: dict) -> float:
+def ingest(runs: Path, wh: Path, jobs: int, env: dict, root: Path = ROOT) -> float:
+    """One whole `tracedb ingest` of the checkout at `root` (this one, or --base)."""
     shutil.rmtree(wh, ignore_errors=True)
+    env = {**env, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "tracedb.cli", "ingest", str(runs), "--warehouse", str(wh),
-                    "--jobs", str(jobs), "--quiet"], env=env, check=True, cwd=ROOT)
+                    "--jobs", str(jobs), "--quiet"], env=env, check=True, cwd=root)
     return time.perf_counter() - t
+
+
+def bench_env(tmp: Path) -> dict:
+    """The processes' environment: with PYTHONDONTWRITEBYTECODE set (as on the bench
+    machine), every process would compile tracedb from source (~40 ms each for the caller
+    and the forkserver) where an installed tracedb has its bytecode: compile once into a
+    private PYTHONPYCACHEPREFIX instead (the warm-up round)."""
+    env = dict(os.environ)
+    if env.get("PYTHONDONTWRITEBYTECODE") and not env.get("PYTHONPYCACHEPREFIX"):
+        env.pop("PYTHONDONTWRITEBYTECODE")
+        env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    return env
 
 
 def caller_cpu(fn, *args) -> tuple[object, float]:
@@ -114,28 +130,39 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--runs-dir", type=Path, help="ingest this runs folder instead of building one")
     ap.add_argument("--phases", action="store_true", help="also trace one run of each side (TRACEDB_TIMING)")
+    ap.add_argument("--base", type=Path, help="another checkout (e.g. `git worktree add /tmp/base main`): "
+                    "its --jobs 1 and --jobs N are timed in the same rounds, interleaved")
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     tmp = Path(tempfile.mkdtemp(prefix="tracedb-jobs-"))
+    env = bench_env(tmp)
+    sides = {"now": ROOT, **({"base": args.base.resolve()} if args.base else {})}
     try:
         runs = args.runs_dir.resolve() if args.runs_dir else build(tmp / "runs", args.runs)
         mb = sum(f.stat().st_size for f in runs.rglob("*") if f.is_file()) / 1e6
         n = sum(1 for d in runs.iterdir() if d.is_dir())
         print(f"{n} runs in {runs}, {mb:.1f} MB of traces; {os.cpu_count()} cores, "
-              f"load average {os.getloadavg()[0]:.1f} at start")
-        print(f"{'round':>5} {'--jobs 1 s':>10} {f'--jobs {args.jobs} s':>10} {'ratio':>6}")
-        ratios, one, many = [], [], []
+              f"load average {os.getloadavg()[0]:.1f} at start, {time.strftime('%H:%M UTC', time.gmtime())}")
+        for root in sides.values():  # warm-up, untimed: bytecode compiled, files in the page cache
+            for j in (1, args.jobs):
+                ingest(runs, tmp / "wh", j, env, root)
+        print(f"{'round':>5} " + " ".join(f"{k + ' -j1 s':>11} {k + f' -j{args.jobs} s':>11} {'ratio':>6}" for k in sides))
+        times = {(k, j): [] for k in sides for j in (1, args.jobs)}
         for r in range(args.repeat):
-            # alternate which goes first, so a load swing hurts both alike
-            order = (1, args.jobs) if r % 2 == 0 else (args.jobs, 1)
-            t = {j: ingest(runs, tmp / f"wh{j}", j, env) for j in order}
-            ratios.append(t[1] / t[args.jobs])
-            one.append(t[1])
-            many.append(t[args.jobs])
-            print(f"{r + 1:5d} {t[1]:10.2f} {t[args.jobs]:10.2f} {ratios[-1]:6.2f}")
-        print(f"median ratio --jobs 1 / --jobs {args.jobs}: {statistics.median(ratios):.2f}x "
-              f"(best times: {min(one):.2f} s / {min(many):.2f} s = {min(one) / min(many):.2f}x); "
-              f"load average {os.getloadavg()[0]:.1f} at end")
+            # alternate the order, so a load swing hurts every side alike
+            order = list(times)
+            if r % 2:
+                order.reverse()
+            for k, j in order:
+                times[(k, j)].append(ingest(runs, tmp / "wh", j, env, sides[k]))
+            print(f"{r + 1:5d} " + " ".join(f"{times[(k, 1)][-1]:11.2f} {times[(k, args.jobs)][-1]:11.2f} "
+                                            f"{times[(k, 1)][-1] / times[(k, args.jobs)][-1]:6.2f}" for k in sides))
+        for k in sides:
+            one, many = times[(k, 1)], times[(k, args.jobs)]
+            ratios = [a / b for a, b in zip(one, many)]
+            print(f"{k}: median ratio --jobs 1 / --jobs {args.jobs}: {statistics.median(ratios):.2f}x "
+                  f"(medians {statistics.median(one):.2f} s / {statistics.median(many):.2f} s; best times: "
+                  f"{min(one):.2f} s / {min(many):.2f} s = {min(one) / min(many):.2f}x)")
+        print(f"load average {os.getloadavg()[0]:.1f} at end, {time.strftime('%H:%M UTC', time.gmtime())}")
         if args.phases:
             for j in (1, args.jobs):
                 phases(runs, tmp / f"wh{j}", j, env, tmp / f"timing{j}.jsonl")

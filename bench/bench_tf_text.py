@@ -11,6 +11,8 @@ so the concatenation is one valid StepStats), then times, interleaved, best of -
   read_whole  tf_stepstats.read as before it streamed: the whole file decoded to one string
   read        tf_stepstats.read: file -> Arrow batches, the text read 1 MiB at a time
   ingest      tracedb.ingest.ingest into a fresh warehouse (parquet + catalog)
+  ingest_more the same into an existing warehouse as a new run (a nightly job's case:
+              the lake's tables exist; each repetition adds a run, so its snapshot grows by one)
 and prints each as MB/s and as speed-up over the baseline (higher is better).
 """
 
@@ -78,8 +80,14 @@ def run(path: Path, repeat: int) -> dict[str, float]:
         shutil.rmtree(wh, ignore_errors=True)
         assert ingest([path], wh, run_id="bench").ok
 
+    more = iter(range(1 << 30))
+    assert ingest([SEED], work / "existing", run_id="seed").ok  # made once, untimed
+
+    def ingest_more():
+        assert ingest([path], work / "existing", run_id=f"bench{next(more)}").ok
+
     fns = {"baseline": baseline, "pbtext": fast, "pbtext_cut": fast_chunks, "read_whole": read_whole,
-           "read": read, "ingest": whole_ingest}
+           "read": read, "ingest": whole_ingest, "ingest_more": ingest_more}
     best = {k: float("inf") for k in fns}
     for _ in range(repeat):  # interleaved, so load on the machine hits all alike
         for k, fn in fns.items():

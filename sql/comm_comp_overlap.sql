@@ -3,6 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: step_from BIGINT NULL Only activity of steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity of steps <= this (NULL: to the last)
+-- scope: run_id
 WITH k AS (
     SELECT run_id, rank, device, kernel_type, start_ns AS s, start_ns + duration_ns AS e
     FROM kernels

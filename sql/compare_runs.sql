@@ -4,6 +4,7 @@
 -- param: candidate VARCHAR REQUIRED Candidate run id
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: limit BIGINT>=0 1000 Rows to return
+-- scope: baseline candidate
 WITH b AS (
     SELECT kind, name, count(*) AS instances, CAST(sum(duration_ns) AS BIGINT) AS total_ns
     FROM kernels

@@ -5,6 +5,7 @@
 -- param: kind VARCHAR NULL Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
 -- param: step_from BIGINT NULL Only windows of steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only windows of steps <= this (NULL: to the last)
+-- scope: run_id
 -- Fleet-wide, this would order every activity row (13.7 s at 9.6 M kernel rows): it reads
 -- the per-run rollup instead, which the ingest computes from each run's own rows with the
 -- metric's one definition, sql/metrics/gpu_busy_idle.sql (tracedb.rollups). Every window

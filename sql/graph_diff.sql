@@ -2,6 +2,7 @@
 -- description: Nodes added in run_b, removed from run_a, and those whose output shapes changed, matched by node name.
 -- param: run_a VARCHAR REQUIRED Baseline run
 -- param: run_b VARCHAR REQUIRED Run compared with the baseline
+-- scope: run_a run_b
 WITH ranked AS (
     -- A node may appear once per step: keep its first appearance (row_number rather than
     -- first(... ORDER BY), which Spark and Trino cannot express).

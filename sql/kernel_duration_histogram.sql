@@ -4,6 +4,7 @@
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: kind VARCHAR 'kernel' Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
 -- param: bucket_ns BIGINT>0 NULL Fixed bucket width in ns (NULL: power-of-two buckets)
+-- scope: run_id
 WITH k AS (
     SELECT run_id, device, duration_ns,
            -- log2 of a double may land a hair off at exact powers of two: correct by one.

@@ -3,6 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: limit BIGINT>=0 1000 Rows to return
+-- scope: run_id
 SELECT
     run_id,
     device,
@@ -21,5 +22,5 @@ WHERE kind = 'kernel'
   AND ($run_id IS NULL OR run_id = $run_id)
   AND ($device IS NULL OR device = $device)
 GROUP BY run_id, device, name, grid, block, registers_per_thread, shared_memory_bytes
-ORDER BY total_ns DESC, run_id, device, name
+ORDER BY total_ns DESC, run_id, device, name, grid, block, registers_per_thread, shared_memory_bytes
 LIMIT $limit

@@ -6,6 +6,7 @@
 -- param: step_to BIGINT NULL Only launches of steps <= this (NULL: to the last)
 -- param: runtime_cutoff_ns BIGINT>=0 50000 A launch call longer than this is flagged (HTA: 50 us)
 -- param: launch_delay_cutoff_ns BIGINT>=0 100000 A launch delay longer than this is flagged (HTA: 100 us)
+-- scope: run_id
 WITH l AS (
     SELECT c.run_id, c.rank, k.device, c.step, c.correlation_id, c.name AS launch_call, k.name AS kernel,
            k.kind, c.start_ns AS call_start_ns, c.duration_ns AS cpu_duration_ns,

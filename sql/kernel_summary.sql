@@ -4,6 +4,7 @@
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: kind VARCHAR 'kernel' Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
 -- param: limit BIGINT>=0 1000 Rows to return
+-- scope: run_id
 WITH k AS (
     SELECT run_id, device, kind, name, duration_ns
     FROM kernels

@@ -3,6 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
+-- scope: run_id
 WITH k AS (
     SELECT run_id, rank, device, kernel_type, start_ns AS s, start_ns + duration_ns AS e
     FROM kernels
@@ -52,4 +53,4 @@ SELECT run_id, rank, device,
        time_ns,
        round(100.0 * time_ns / sum(time_ns) OVER (PARTITION BY run_id, rank, device), 2) AS pct
 FROM by_state
-ORDER BY run_id, rank, device, time_ns DESC
+ORDER BY run_id, rank, device, time_ns DESC, kernel_types

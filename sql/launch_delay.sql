@@ -4,6 +4,7 @@
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
+-- scope: run_id
 WITH d AS (
     SELECT run_id, device, kind, start_ns - launch_start_ns AS delay_ns
     FROM kernels

@@ -3,6 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: order_by VARCHAR{time,flops,memory} 'time' Sort key: time (total device time), flops (total FLOPs) or memory (total memory traffic)
 -- param: limit BIGINT>=0 50 Rows to return
+-- scope: run_id
 WITH k AS (
     SELECT run_id, source_file, node_name,
            count(*) AS executions, CAST(sum(duration_ns) AS BIGINT) AS device_ns, max(duration_ns) AS max_ns

@@ -2,6 +2,7 @@
 -- description: The MegEngine operators that took the most device time, with their type, share of their run's device time, FLOPs and achieved GFLOP/s and GB/s.
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: limit BIGINT>=0 20 Rows to return
+-- scope: run_id
 WITH k AS (
     -- One operator may run on several comp nodes; sum them per operator.
     SELECT run_id, source_file, node_name, name AS op_type,

@@ -2,6 +2,7 @@
 -- description: GPU memcpy and memset per run, device, kind and direction (HtoD, DtoH, DtoD, ...): operations, total bytes, total time and achieved GB/s (Nsight Systems cuda_gpu_mem_size_sum / cuda_gpu_mem_time_sum).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
+-- scope: run_id
 SELECT
     run_id,
     device,

@@ -3,6 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: step_from BIGINT NULL Only copies launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only copies launched in steps <= this (NULL: to the last)
+-- scope: run_id
 WITH c AS (
     SELECT run_id, rank, device,
            CASE WHEN kind = 'memset' THEN 'Memset' ELSE 'Memcpy ' || coalesce(copy_kind, 'Unknown') END AS copy_type,

@@ -6,6 +6,7 @@
 -- param: bucket_ns BIGINT>0 NULL Bucket width in ns (NULL: one row per event timestamp)
 -- param: step_from BIGINT NULL Only events of steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only events of steps <= this (NULL: to the last)
+-- scope: run_id
 WITH ev AS (
     SELECT run_id, device, allocator, ts_ns, count(*) AS events, sum(bytes) AS delta_bytes
     FROM allocations

@@ -3,6 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: step_from BIGINT NULL Only collectives launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only collectives launched in steps <= this (NULL: to the last)
+-- scope: run_id
 WITH c AS (
     SELECT run_id, rank, device, duration_ns,
            lower(json_extract_string(params, '$."Collective name"')) AS collective,
@@ -40,4 +41,4 @@ SELECT run_id, rank, collective, dtype, message_bytes, group_size,
        round(sum(message_bytes) / sum(duration_ns) * max(bus_factor), 3) AS busbw_gbps  -- one value per group
 FROM sized
 GROUP BY run_id, rank, collective, dtype, message_bytes, group_size
-ORDER BY run_id, rank, total_ns DESC
+ORDER BY run_id, rank, total_ns DESC, collective, dtype, message_bytes, group_size

@@ -3,6 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: node_name VARCHAR NULL Only this op (NULL: every op)
 -- param: limit BIGINT>=0 1000 Rows to return
+-- scope: run_id
 WITH ops AS (
     -- An op's node name is its key within a run; its nodes may sit on the host (Kineto)
     -- or on the GPU (TF), so match on run and name, not device.
@@ -33,5 +34,5 @@ SELECT
     round(100.0 * k.gpu_ns / nullif(sum(k.gpu_ns) OVER (PARTITION BY k.run_id, k.device, k.node_name), 0), 2) AS op_time_pct
 FROM k
 LEFT JOIN ops ON ops.run_id = k.run_id AND ops.node_name = k.node_name
-ORDER BY op_gpu_ns DESC, k.run_id, k.device, k.node_name, k.gpu_ns DESC, k.name
+ORDER BY op_gpu_ns DESC, k.run_id, k.device, k.node_name, k.gpu_ns DESC, k.name, k.kind
 LIMIT $limit

@@ -2,6 +2,7 @@
 -- description: Per run, device and op type: executions, distinct nodes, total and average duration and share of that run and device's op time (HTA / XProf op type breakdown).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
+-- scope: run_id
 WITH g AS (
     SELECT
         run_id,

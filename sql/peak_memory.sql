@@ -2,6 +2,7 @@
 -- description: Per run, device and allocator: peak live bytes, replaying allocation and free events in time order (events at one timestamp net out first), when it was first reached and what is still live at the end; planned chunks without a timestamp (MegEngine) count as live throughout and add to the peak; reported_peak_bytes is the largest allocator total the source itself wrote (XProf memory profile, PyTorch memory events).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
+-- scope: run_id
 WITH a AS (
     SELECT run_id, device, allocator, ts_ns, bytes, total_allocated_bytes
     FROM allocations

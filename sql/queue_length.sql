@@ -4,6 +4,7 @@
 -- param: rank BIGINT NULL Only this rank (NULL: every rank)
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
+-- scope: run_id
 WITH a AS (
     SELECT run_id, source_file, rank, device, stream, launch_start_ns, start_ns
     FROM kernels

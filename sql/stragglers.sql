@@ -3,6 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: step_from BIGINT NULL Only steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only steps <= this (NULL: to the last)
+-- scope: run_id
 WITH comm AS (
     SELECT run_id, rank, step, stream, name, start_ns,
            row_number() OVER (PARTITION BY run_id, rank, step, stream, name ORDER BY start_ns) AS nth

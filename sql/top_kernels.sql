@@ -2,6 +2,7 @@
 -- description: Per kernel name across runs: instances, total, average, median, min, max, standard deviation and share of all kernel time, largest first (Nsight Systems cuda_gpu_kern_sum).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: limit BIGINT>=0 50 Rows to return
+-- scope: run_id
 SELECT
     name,
     count(*) AS instances,

@@ -3,6 +3,7 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: limit BIGINT>=0 50 Rows to return
+-- scope: run_id
 WITH g AS (
     SELECT
         run_id,

@@ -339,13 +339,14 @@ def test_the_forkserver_preloads_every_reader():
     from tracedb import formats, workers
 
     assert workers.PRELOAD == ["tracedb.ingest"] + [f"tracedb.formats.{m}" for m in formats.FORMAT_MODULES]
-    assert workers.preload() == workers.PRELOAD + ["pandas"]  # installed with the test extra
+    assert workers.preload() == ["tracedb.arrow_no_pandas"] + workers.PRELOAD  # first, before any table
 
 
 def test_a_worker_reads_without_importing_anything_more(tmp_path):
     """What a worker needs is imported once, in the forkserver: a worker's first file costs
-    no import (pandas, which pyarrow pulls in on first use, cost ~0.25 s of CPU each), and
-    none of the caller's duckdb or deltalake."""
+    no import (pandas, which pyarrow pulls in on first use where installed, cost ~0.25 s of
+    CPU each: neither the forkserver nor a worker imports it), and none of the caller's
+    duckdb or deltalake."""
     import concurrent.futures
 
     from tracedb import ingest as ing
@@ -363,9 +364,77 @@ def test_a_worker_reads_without_importing_anything_more(tmp_path):
     finally:
         pool.shutdown()
     assert res.ok and res.rows["kernels"] > 0, res.error
-    assert {"pandas", "pyarrow", "tracedb"} <= before
+    assert {"pyarrow", "tracedb"} <= before
     assert after - before <= {"gzip", "_compression", "zlib"}, after - before
-    assert not {"duckdb", "deltalake"} & after
+    assert not {"duckdb", "deltalake", "pandas"} & after
+
+
+def test_arrow_without_pandas_converts_and_leaves_pandas_importable():
+    """tracedb's ingest processes tell pyarrow pandas is absent: Python values still convert
+    (the lake's rows, a reader's tables: the same Arrow data), pandas is never imported, and
+    a later `import pandas` still works. Where pandas is imported already, nothing changes."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("pandas")
+    code = """if True:
+        import datetime, sys
+        from tracedb.workers import arrow_without_pandas
+        import pyarrow as pa
+        arrow_without_pandas()
+        when = datetime.datetime(2026, 11, 26, 10, 0, tzinfo=datetime.timezone.utc)
+        t = pa.Table.from_pylist([{"a": 1, "b": "x", "c": when, "d": [1.5, None]}])
+        assert t.to_pylist() == [{"a": 1, "b": "x", "c": when, "d": [1.5, None]}], t.to_pylist()
+        assert "pandas" not in sys.modules
+        import pandas
+        assert "pandas" in sys.modules and not any(type(f).__name__ == "_Refuse" for f in sys.meta_path)
+        print("ok")
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+    code = """if True:
+        import pandas, pyarrow as pa
+        from tracedb.workers import arrow_without_pandas
+        arrow_without_pandas()
+        assert pa.table({"a": [1, None]}).to_pandas()["a"].tolist()[0] == 1
+        print("ok")
+    """
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+
+
+def test_the_ingest_command_exits_without_teardown_with_its_output_and_status(tmp_path):
+    """`tracedb ingest` ends with os._exit once done (no interpreter teardown): its summary
+    still reaches a pipe, the exit status is 0 or 1 as before, the lake is complete, and
+    multiprocessing's temporary folder of the forkserver is removed (atexit still runs)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    runs = tmp_path / "runs"
+    for i, name in enumerate(["node_shape_dump", "tf_runmetadata_text"]):
+        (runs / f"r{i}").mkdir(parents=True)
+        shutil.copy(scenario(name), runs / f"r{i}" / scenario(name).name)
+    mp_tmp = tmp_path / "mp"
+    mp_tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "TMPDIR": str(mp_tmp)}
+    wh = tmp_path / "wh"
+    proc = subprocess.run([sys.executable, "-m", "tracedb.cli", "ingest", str(runs), "--warehouse", str(wh),
+                           "--jobs", "2"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith("ingested 2 run(s), 2 file(s), 1083 rows, 0 error(s)"), proc.stdout
+    assert counts(wh)["nodes"] == 178 + 292
+    assert list(mp_tmp.iterdir()) == [], list(mp_tmp.iterdir())  # pymp-* removed by atexit
+    (runs / "r2").mkdir()
+    (runs / "r2" / "bad.json").write_text("{not json")
+    proc = subprocess.run([sys.executable, "-m", "tracedb.cli", "ingest", str(runs), "--warehouse", str(wh),
+                           "--jobs", "1"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("1 error(s); see"), proc.stderr
+    assert tempfile.gettempdir() != str(mp_tmp)
 
 
 def test_parallel_ingest_writes_nothing_into_a_warehouse_that_needs_migrating(tmp_path):
@@ -391,8 +460,9 @@ def test_timing_names_each_phase_of_a_parallel_ingest(tmp_path, monkeypatch):
     assert ingest([make_runs(tmp_path)], tmp_path / "wh", jobs=2).ok  # two files
     lines = timing.read(log)
     mine = [x["phase"] for x in lines if x["pid"] == os.getpid()]
-    assert set(mine) == {"discover", "open lake", "start pool", "wait", "commit", "publish", "close pool"}
+    assert set(mine) == {"discover", "open lake", "start pool", "wait", "rollups", "commit", "publish", "close pool"}
     assert mine.count("wait") == 4 and mine.count("commit") == 1  # 2 sniffs and 2 reads; one group
+    assert mine.count("rollups") == 1  # 2 runs: fewer than ROLLUP_EVERY_RUNS, rolled up at the commit
     theirs = [x for x in lines if x["pid"] != os.getpid()]
     assert sorted(x["phase"] for x in theirs if x["phase"] != "worker") == ["read_one", "read_one", "sniff", "sniff"]
     assert {x["pid"] for x in theirs if x["phase"] == "worker"} == {x["pid"] for x in theirs}
@@ -414,3 +484,38 @@ def test_killed_parallel_ingest_leaves_no_workers_behind(tmp_path):
                            str(tmp_path / "wh"), "--jobs", "2", "--quiet"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == -9, proc.stderr
+
+
+def test_runs_rolled_up_while_the_workers_read_match_their_raw_rows(tmp_path, monkeypatch):
+    """With workers, the caller rolls up the runs read so far in batches while it waits
+    (ROLLUP_EVERY_RUNS), not all at the commit: each run's rollup rows still equal the
+    metric computed from its raw kernel rows (the queries' text before the rollups)."""
+    from tracedb import query as q
+    from tracedb import timing, workers
+    from tracedb import ingest as ing
+
+    monkeypatch.setattr(ing, "ROLLUP_EVERY_RUNS", 2)
+    monkeypatch.setattr(workers.Workers, "ready", lambda self, key: False)  # the caller always catches up
+    log = tmp_path / "timing.jsonl"
+    monkeypatch.setenv("TRACEDB_TIMING", str(log))
+    runs = tmp_path / "runs"
+    names = ["kineto_h200_fp32", "tf_stepstats_gpu_streams", "megengine_graph_profile"]
+    for i in range(7):
+        src = scenario(names[i % 3])
+        (runs / f"r{i}").mkdir(parents=True)
+        shutil.copy(src, runs / f"r{i}" / src.name)
+    wh = tmp_path / "wh"
+    assert ingest([runs], wh, jobs=2).ok
+    phases = [x["phase"] for x in timing.read(log) if x["phase"] in ("rollups", "commit")]
+    assert phases == ["rollups"] * 4 + ["commit"], phases  # 2 + 2 + 2 while reading, the last at the commit
+    before = Path(__file__).parent / "data" / "sql_before_issue12"
+    con = catalog.connect(wh)
+    try:
+        for name in ("gpu_busy_idle", "stream_overlap"):
+            new, old = q.load(name), q.load(before / f"{name}.sql")
+            values = q.bind(new, {})
+            got, want = q.execute(con, new, values), q.execute(con, old, values)
+            assert got.equals(want), name
+            assert set(got.column("run_id").to_pylist()) == {f"r{i}" for i in range(7)}, name  # every trace has GPU activity
+    finally:
+        con.close()

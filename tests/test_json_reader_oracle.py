@@ -100,15 +100,101 @@ def test_tables_identical_to_the_reader_before_the_change(path):
     assert gc.get_freeze_count() == 0  # the decoded events were frozen only while read
 
 
-def test_an_abandoned_read_unfreezes():
+def test_an_abandoned_read_unfreezes(monkeypatch):
     from tracedb.formats import kineto
     from tracedb.formats.base import ReadContext
 
-    reader = kineto.read(DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz", ReadContext("r", "f"))
+    fixture = DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
+    reader = kineto.read(fixture, ReadContext("r", "f"))
+    next(reader)  # the fast path (kineto._fast) has read the whole file: nothing left frozen
+    assert gc.get_freeze_count() == 0
+    reader.close()
+    monkeypatch.setattr(kineto, "_fast", lambda path, ctx: None)  # the general path freezes
+    reader = kineto.read(fixture, ReadContext("r", "f"))
     next(reader)
     assert gc.get_freeze_count() > 0
     reader.close()
     assert gc.get_freeze_count() == 0
+
+
+@pytest.fixture
+def general_path(monkeypatch):
+    """The Kineto reader without its fast path (`kineto._fast`): decoded once into dicts
+    (Decimal numbers) when small, else streamed."""
+    from tracedb.formats import kineto
+
+    monkeypatch.setattr(kineto, "_fast", lambda path, ctx: None)
+
+
+def test_the_kineto_fast_path_is_taken_and_steps_aside(tmp_path):
+    from tracedb.formats import kineto
+    from tracedb.formats.base import ReadContext
+
+    fixture = DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
+    ctx = ReadContext("r", "f")
+    batches = kineto._fast(fixture, ctx)
+    assert batches is not None
+    assert sum(b.num_rows for t, b in batches if t == "nodes") == 7245  # the fixture's cpu_op events
+    assert ctx.metadata["kineto"]["baseTimeNanoseconds"] == 1790857026000000000
+    odd = {  # the general path words each one's error, or reads what the fast one does not keep
+        "no_ts": '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "dur": 1}]}',
+        "name_not_text": '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": 5, "ts": 1, "dur": 1}]}',
+        "args_list": '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1, "dur": 1, "args": [1]}]}',
+        "float_size": '{"traceEvents": [{"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpy", "ts": 1, "dur": 1, '
+                      '"args": {"size": 1.5}}]}',
+        "no_kineto": '{"traceEvents": [{"ph": "X", "cat": "mine", "name": "op", "ts": 1, "dur": 1}]}',
+        "big": '{"baseTimeNanoseconds": 9223372036854775000, "traceEvents": [{"ph": "X", "cat": "cpu_op", '
+               '"name": "op", "ts": 1, "dur": 1}]}',
+    }
+    for name, text in odd.items():
+        p = tmp_path / f"{name}.json"
+        p.write_text(text, encoding="utf-8")
+        ctx = ReadContext("r", "f")
+        assert kineto._fast(p, ctx) is None, name
+        assert ctx.metadata == {} and ctx.warnings == {}, name
+
+
+@pytest.mark.parametrize("texts", [
+    ["26", "4796273132357.979", "4796273132395.79", "-1.5", "0", "1e3", "1.5e-1", "1790857026123456.789"],
+    ["1.2345", "1.2335", "2.0005", "7"],  # more than 3 decimals: Arrow refuses, each rounds half-even
+    ["99999999999999999999.5", "1"],  # past decimal(19, 3): converted one by one
+])
+def test_kineto_bulk_ns_is_exact(texts):
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    import msgspec
+
+    from tracedb.formats.kineto import _ns
+
+    raws = [msgspec.json.decode(b"[" + t.encode() + b"]", type=list[msgspec.Raw])[0] for t in texts]
+    expected = [int((Decimal(t) * 1000).to_integral_value(ROUND_HALF_EVEN)) for t in texts]
+    if max(abs(e) for e in expected) >= 1 << 63:
+        with pytest.raises(OverflowError):
+            _ns(raws)
+        return
+    assert list(_ns(raws)) == expected
+    assert expected[:2] == {"26": [26000, 4796273132357979], "1.2345": [1234, 1234]}[texts[0]]
+
+
+def kineto_traces() -> list[Path]:
+    from tracedb.formats import detect
+
+    return [p for p in json_traces() if detect(p).NAME == "kineto"]
+
+
+@pytest.mark.parametrize("path", kineto_traces(), ids=_key)
+def test_kineto_fast_path_matches_the_general_path(path, request):
+    from tracedb.formats import kineto
+    from tracedb.formats.base import ReadContext, open_trace
+    from tracedb.formats.jsonstream import WHOLE_DECODE_BYTES
+
+    with open_trace(path) as f:
+        small = len(f.read()) <= WHOLE_DECODE_BYTES
+    # every small Kineto trace here is a usual one: the fast path reads it (hta_nccl_allreduce, 9.3 MB, streams)
+    assert (kineto._fast(path, ReadContext("r", "f")) is not None) == small
+    fast = digest(path)
+    request.getfixturevalue("general_path")
+    assert digest(path) == fast
 
 
 @pytest.mark.parametrize("path", json_traces(), ids=_key)
@@ -155,6 +241,8 @@ def test_odd_documents_read_the_same_either_way(tmp_path, doc, request):
     p = tmp_path / "t.json"
     p.write_text(doc, encoding="utf-8")
     fast = digest(p)
+    request.getfixturevalue("general_path")
+    assert digest(p) == fast
     request.getfixturevalue("stdlib_only")
     assert digest(p) == fast
 

@@ -24,7 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 import tracedb
-from tracedb import catalog, lake, storage
+from tracedb import catalog, lake, snapshot, storage
 from tracedb import query as q
 from tracedb.cli import app
 from tracedb.errors import TracedbError, WarehouseError
@@ -270,10 +270,17 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
     for cq in q.list_queries():
         runs = iter(["day3", "day4"])
         params = {p.name: next(runs) for p in cq.params if p.required}
-        got, expected = _query_rows(con_remote, cq, params), _query_rows(con_local, cq, params)
-        assert got == expected, cq.name
-        nonempty += bool(expected)
-    assert nonempty >= 20
+        # and one run: the query then reads views over that run's objects alone (`-- scope:`)
+        for values in [params] + ([{**params, "run_id": "day4"}] if cq.param("run_id") else []):
+            got, expected = _query_rows(con_remote, cq, values), _query_rows(con_local, cq, values)
+            assert got == expected, (cq.name, values)
+            nonempty += bool(expected)
+    assert nonempty >= 40
+    made = snapshot.scope_to_runs(con_remote, ["day4"], "SELECT * FROM kernels")  # the remote snapshot lists each run's objects
+    assert "kernels" in made
+    [(sql,)] = con_remote.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = 'kernels'").fetchall()
+    assert f"{url}/kernels/run_id=day4/" in sql and "run_id=day3" not in sql
+    snapshot.unscope(con_remote, made)
     con_remote.close()
     con_local.close()
 

@@ -125,3 +125,17 @@ def test_lazy_package_attributes_still_resolve(attr):
     import tracedb
 
     assert getattr(tracedb, attr) is not None
+
+
+def test_ingest_off_a_terminal_imports_no_rich(tmp_path):
+    """A nightly job's ingest (stderr a pipe) prints lines, no bar: rich stays unimported
+    (~29 ms of start-up); the run still lands and its line is printed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "tracedb.cli", "ingest",
+                           str(scenario("tf_runmetadata_text")), "--warehouse", str(tmp_path / "wh"), "--jobs", "1"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in proc.stderr.splitlines()
+             if line.startswith("import time:") and line.count("|") == 2}
+    assert "tracedb" in names and "rich" not in names
+    assert "ingested 1 run(s)" in proc.stdout

@@ -100,26 +100,32 @@ class Warehouse:
         return query.list_queries()
 
     def query(self, name: str | query.CannedQuery, output: str = "arrow", allow_external: bool = False,
-              **params: Any):
+              runs: list[str] | None = None, **params: Any):
         """Run a canned query (name, .sql path or parsed query); parameters as keyword
         arguments (strings are converted to the parameter's type). `output`: arrow,
         pandas (nullable integer columns), polars, or rows (`tracedb.output.Rows` of plain
         Python values where the column types allow, else arrow: what `tracedb query`
-        prints). Sandboxed like `sql` unless allow_external=True."""
+        prints). `runs`: the data views show only these runs (as `sql`). Sandboxed like
+        `sql` unless allow_external=True."""
         from tracedb import query
 
-        return query.run_query(name, params, self.path, output=output, allow_external=allow_external)
+        return query.run_query(name, params, self.path, output=output, allow_external=allow_external, runs=runs)
 
-    def sql(self, sql: str, output: str = "arrow", allow_external: bool = False, **params: Any):
+    def sql(self, sql: str, output: str = "arrow", allow_external: bool = False,
+            runs: list[str] | None = None, **params: Any):
         """Run ad-hoc SQL over the views; `$name` placeholders bound from keyword arguments.
 
+        `runs=["r1", ...]`: the data views (nodes, kernels, tensors, ...; not runs, files,
+        ingest_log) show only these runs' rows, and only their files are bound, so a
+        question about a few runs costs the same in a warehouse of 10 or 10,000 runs
+        (`wh.sql("SELECT count(*) FROM kernels", runs=["r1"])`).
         The SQL runs sandboxed: it reads only this warehouse's data and cannot write files,
         attach databases or read other files (`/etc/passwd`, URLs); allow_external=True
         lifts that for SQL you trust (e.g. joining a CSV of your own)."""
         from tracedb import query
 
         return query.run_query(query.parse(sql, "sql"), params, self.path, output=output,
-                               allow_external=allow_external)
+                               allow_external=allow_external, runs=runs)
 
     def transpile(self, name: str | query.CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
         """A canned query's SQL for another engine (spark, trino, ...), header kept: with

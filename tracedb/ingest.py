@@ -15,20 +15,24 @@ that imported the readers once (`set_forkserver_preload`), so a worker starts in
 ms instead of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each under
 `spawn`, which made `--jobs 2` no faster than `--jobs 1`); and unlike a plain fork of the
 caller, no DuckDB or Arrow thread's lock can be inherited mid-use. Workers get the
-caller's environment at the start of each ingest. The forkserver also preloads pandas
-(pyarrow imports it on a process's first table: ~0.25 s of CPU per worker otherwise), and
-the workers import no duckdb (this module imports the catalog where used). A new
-warehouse's Delta tables are created in a thread while the workers read (~0.3 s of
-delta-rs, before the first read until now); the caller waits for them only at its first
-commit. Reads are queued run by run as their sniffs come back (queueing each group's
-largest files first balanced the workers no better on the bench and held every read back
-until all sniffs were in, so progress came in one burst). Commits go on in the caller
-while the workers read the next runs. A commit and its snapshot cost
-~0.18 s of CPU whether they land 1 run or 24 (`TRACEDB_TIMING`), so they are not split
-further: the last one is the serial tail either way. A worker that dies (out-of-memory
-kill, a crash in native code) costs only the file it was reading: the pool is rebuilt,
-the files it held are re-read one at a time, and the one that kills its process again
-gets a one-line error. Measured with `bench/bench_jobs.py --phases` (see bench/RESULTS.md).
+caller's environment at the start of each ingest. The forkserver's pyarrow, and so every
+worker's, is told pandas is absent (`workers.arrow_without_pandas`: pyarrow imports it on
+a process's first table, ~0.25 s of CPU per process), and the workers import no duckdb.
+A new warehouse's Delta tables are created in a thread while the files are read, by the
+workers or by the caller itself; the caller waits for them only at its first commit.
+Reads are queued run by run as their sniffs come back (queueing each group's largest
+files first balanced the workers no better on the bench and held every read back until
+all sniffs were in, so progress came in one burst). Commits go on in the caller while
+the workers read the next runs, and so do the rollups: whenever the caller would wait
+for a file and ROLLUP_EVERY_RUNS runs are read but not rolled up, it rolls them up then
+(24 shipped traces: 0.21 s of rollups after the last read before, ~0.05 s now). A
+commit and its snapshot cost ~0.15 s whether they land 1 run or 24 (`TRACEDB_TIMING`),
+so they are not split further: the last one is the serial tail either way; within a
+commit the Delta commits of different tables run in threads (`lake.concurrently`). The
+CLI then exits without the interpreter's teardown (0.12-0.2 s, `cli.main`). A worker that
+dies (out-of-memory kill, a crash in native code) costs only the file it was reading:
+the pool is rebuilt, the files it held are re-read one at a time, and the one that kills
+its process again gets a one-line error. Measured with `bench/bench_jobs.py --phases` (see bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -54,6 +58,11 @@ from tracedb import workers
 # A commit lands at most this many runs, and at least every this many seconds.
 COMMIT_EVERY_RUNS = 50
 COMMIT_EVERY_SECONDS = 10.0
+# With workers, the caller rolls up (`tracedb.rollups`) the runs read so far while it would
+# wait for the next file, once this many are waiting: one rollup computation costs ~23 ms
+# plus ~5 ms a run, so a few runs a batch, and the last commit's are no longer all serial
+# (24 shipped traces: 0.21 s of rollups after the last read before this).
+ROLLUP_EVERY_RUNS = 4
 
 
 @dataclass
@@ -317,8 +326,9 @@ def ingest(
     for problems with the request itself (no such path, warehouse cannot be opened).
     `on_plan` sees the runs found before anything is read; `on_file` each file as it is
     read, `on_run` each run as it lands (progress reporting)."""
-    from tracedb import catalog  # here: the workers, which import this module, need no duckdb
-
+    # No catalog (DuckDB) import before the first read: the lake's opener thread imports it
+    # (~50-75 ms of the caller's start-up before; the workers, which import this module,
+    # need no DuckDB at all).
     warehouse = storage.location(warehouse)
     with timing.phase("discover"):
         runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
@@ -330,17 +340,19 @@ def ingest(
     parallel = min(jobs, n_files) > 1
     if parallel:
         workers.start()  # the forkserver's imports (~0.5 s) overlap ours and discovery
-    # A new warehouse's Delta tables (~0.3 s of delta-rs, and pandas, which pyarrow imports
-    # on first use) are created while the workers read; an existing lake opens at once
-    # (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
-    later = (parallel and not storage.is_remote(warehouse) and not (warehouse / lake.LAKE_JSON).exists()
-             and not (warehouse / catalog.CATALOG).exists())
+    # A new warehouse's Delta tables (0.04-0.1 s of delta-rs, ~0.25 s with its import in a
+    # fresh process) and the rollups' DuckDB connection are made in a thread while the
+    # files are read (by the workers, or by this process: delta-rs releases the GIL; the
+    # 17 MB TF text ingest, bench_tf_text.py, was ~40 ms faster so); an existing lake opens
+    # at once (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
+    later = (not storage.is_remote(warehouse) and not (warehouse / lake.LAKE_JSON).exists()
+             and not (warehouse / lake.CATALOG).exists())
     store = None if later else _open_lake(warehouse)
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
     summaries: list[RunSummary] = []
     with timing.phase("start pool"):
         pool = workers.Workers(min(jobs, n_files)) if parallel else None
-    opening = None
+    opening = roll_future = None
     pending: list[tuple[lake.RunCommit, RunSummary]] = []
     roll = None  # rollups.Writer, from the first commit on
     try:
@@ -351,6 +363,7 @@ def ingest(
         if later:
             opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
             store_future = opening.submit(_open_lake, warehouse)
+            roll_future = opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
         sniffs = iter(range(n_files))
         for run in runs:
             sniffed = ([pool.result(f"sniff-{next(sniffs):06d}") for _ in run.files] if pool
@@ -362,25 +375,36 @@ def ingest(
                             lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
             planned.append((run, run_jobs))
         last_commit = time.monotonic()
+        rolled = 0  # pending[:rolled] have their rollup files
+
+        def roll_up() -> None:
+            nonlocal roll, rolled
+            if rolled < len(pending):
+                with timing.phase("rollups"):
+                    roll = roll or (roll_future.result() if roll_future else rollups.Writer())
+                    _add_rollups(roll, warehouse, [c for c, _ in pending[rolled:]])
+                rolled = len(pending)
 
         def commit() -> None:
-            nonlocal last_commit, store, roll
+            nonlocal last_commit, store, rolled
             if pending:
                 store = store or store_future.result()  # the lake is needed from here on only
-                roll = roll or rollups.Writer()
-                _add_rollups(roll, warehouse, [c for c, _ in pending])
+                roll_up()
                 _commit(store, [c for c, _ in pending])
                 for _, summary in pending:
                     summaries.append(summary)
                     if on_run:
                         on_run(summary)
                 pending.clear()
+                rolled = 0
             last_commit = time.monotonic()
 
         for run, run_jobs in planned:
             start = time.perf_counter()
             results = []
             for job in run_jobs:
+                if pool and len(pending) - rolled >= ROLLUP_EVERY_RUNS and not pool.ready(job.file_tag):
+                    roll_up()  # the caller would only wait: it rolls up the runs read so far meanwhile
                 r = pool.result(job.file_tag) if pool else _read_one(job)
                 if on_file:
                     on_file(r)
@@ -435,6 +459,8 @@ def ingest(
                 pool.close()
         if opening:
             opening.shutdown()
+            if roll is None and not roll_future.cancelled() and roll_future.exception() is None:
+                roll = roll_future.result()  # made, never used (an interrupted ingest)
         if roll:
             roll.close()
     return IngestSummary(warehouse, summaries)

@@ -14,6 +14,12 @@ A line `-- include: metrics/NAME.sql` in a query's body is replaced, when the qu
 loaded, by that file of the library's `sql/` folder (its header comments dropped): the one
 definition of a metric that a canned query and the ingest-time rollups both run
 (`tracedb.rollups`). Every consumer (DuckDB, `--dialect`, the report) sees the expanded text.
+
+A line `-- scope: run_id` (or several names: `-- scope: baseline candidate`) says the
+query reads only the rows of the runs those parameters name, when all of them are given:
+tracedb then runs it against views over those runs' files alone
+(`tracedb.snapshot.scope_to_runs`), so a one-run query costs the same at 10 runs as at
+10,000. Leave it out of a query that compares a run with the rest of the fleet.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ if TYPE_CHECKING:
 
 TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
 DIALECTS = ("duckdb", "spark", "trino", "postgres", "bigquery", "snowflake", "databricks", "clickhouse")
-_HEADER = re.compile(r"^--\s*(title|description|param):\s*(.*)$")
+_HEADER = re.compile(r"^--\s*(title|description|param|scope):\s*(.*)$")
 # `name TYPE DEFAULT description`; TYPE may carry a lower bound (BIGINT>0, BIGINT>=0) or,
 # for VARCHAR, the allowed values (VARCHAR{time,flops,memory}).
 _PARAM = re.compile(
@@ -79,6 +85,7 @@ class CannedQuery:
     params: list[Param] = field(default_factory=list)
     path: Path | None = None
     has_header: bool = False
+    scope: tuple[str, ...] = ()  # `-- scope:` parameters naming the only runs it reads
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -165,9 +172,21 @@ def parse(text: str, name: str, path: Path | None = None) -> CannedQuery:
         key, value = m[1], m[2].strip()
         if key == "param":
             q.params.append(_parse_param(value, where))
+        elif key == "scope":
+            q.scope = tuple(n for n in re.split(r"[\s,]+", value) if n)
         else:
             setattr(q, key, value)
+    unknown = [n for n in q.scope if q.param(n) is None or q.param(n).type != "VARCHAR"]
+    if unknown:
+        raise TracedbError(f"{where}: scope names {', '.join(unknown)}, not a VARCHAR parameter of the query")
     return q
+
+
+def scoped_runs(query: CannedQuery, values: dict[str, Any]) -> list[str] | None:
+    """The runs a query reads alone with these values (its `-- scope:` parameters, all
+    given), or None: it may read every run."""
+    runs = [values.get(n) for n in query.scope]
+    return runs if runs and None not in runs else None
 
 
 def list_queries() -> list[CannedQuery]:
@@ -249,11 +268,23 @@ def bind(query: CannedQuery, given: dict[str, Any], con: duckdb.DuckDBPyConnecti
 
 
 def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str, Any],
-            rows: bool = False) -> pa.Table | Rows:
+            rows: bool = False, runs: list[str] | None = None) -> pa.Table | Rows:
     """Run a query with values from `bind` (validated, typed) on an open connection.
-    rows=True: a `tracedb.output.Rows` when `fetch` allows, without importing pyarrow."""
+    rows=True: a `tracedb.output.Rows` when `fetch` allows, without importing pyarrow.
+    runs: the data views show only these runs' rows (their files alone are bound), as
+    the query's own `-- scope:` does when its run parameters are given."""
     import duckdb
 
+    from tracedb import snapshot
+
+    made = []
+    if runs:
+        made = snapshot.scope_to_runs(con, list(runs), query.sql)
+        if made is None:
+            raise TracedbError(f"{query.name}: this connection's snapshot does not list its files by run, "
+                               "so it cannot be limited to runs (reopen the warehouse: the snapshot is rebuilt)")
+    elif scoped_runs(query, values):
+        made = snapshot.scope_to_runs(con, scoped_runs(query, values), query.sql) or []
     try:
         if rows:
             return fetch(con.sql(query.sql, params=values or None))
@@ -267,6 +298,8 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
         ) from e
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+    finally:
+        snapshot.unscope(con, made)
 
 
 # DuckDB types whose Python values (fetchall) print exactly as their Arrow values do after
@@ -371,7 +404,8 @@ def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.Duc
 
 
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
-              warehouse: Path | str | None = None, output: str = "arrow", allow_external: bool = False):
+              warehouse: Path | str | None = None, output: str = "arrow", allow_external: bool = False,
+              runs: list[str] | None = None):
     """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
 
     The query runs sandboxed (`sandbox`, `check_statements`): it reads only the
@@ -379,6 +413,9 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     Returns an Arrow table; output="pandas" or "polars" converts when installed;
     output="rows" gives `tracedb.output.Rows` where `fetch` allows (what
     `tracedb.output.write` prints without importing pyarrow: the CLI's fast path).
+    runs: limit the data views (nodes, kernels, ...; not runs, files, ingest_log) to
+    these runs, whose files alone are then bound: ad-hoc SQL about a few runs costs the
+    same however many runs the warehouse holds. Each must exist.
     """
     import duckdb
 
@@ -403,7 +440,9 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
             con = catalog.connect(warehouse)
         if not allow_external:
             sandbox(con, warehouse)
-        table = execute(con, query, values, rows=output == "rows")
+        if runs:
+            _check_runs_exist(con, list(runs))
+        table = execute(con, query, values, rows=output == "rows", runs=runs)
         if table.num_rows == 0:
             _check_run_ids(con, values)
     finally:
@@ -419,6 +458,13 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
 
 # Parameters that name a run: an empty result for an id the warehouse lacks is a typo.
 RUN_PARAMS = ("run_id", "run_a", "run_b", "baseline", "candidate")
+
+
+def _check_runs_exist(con: duckdb.DuckDBPyConnection, runs: list[str]) -> None:
+    known = {r for (r,) in con.execute("SELECT run_id FROM runs WHERE list_contains(?, run_id)", [runs]).fetchall()}
+    missing = [r for r in runs if r not in known]
+    if missing:
+        raise TracedbError(f"no run {', '.join(map(repr, missing))} in the warehouse (--run; `tracedb runs` lists them)")
 
 
 def _check_run_ids(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:

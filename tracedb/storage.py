@@ -38,6 +38,7 @@ writers whose lease never expires.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -109,7 +110,12 @@ class LocalStorage:
 
     def absolute(self, rel: str) -> str:
         """A file's path as the snapshot's views list it."""
-        return f"{self.root.resolve()}/{rel}"
+        return f"{self._resolved}/{rel}"
+
+    @functools.cached_property
+    def _resolved(self) -> Path:
+        # once: a resolve per file was 0.4 of a 0.75 s snapshot at 1,000 runs (5.8 k files)
+        return self.root.resolve()
 
     def delta_options(self) -> dict | None:
         return None

@@ -25,18 +25,47 @@ from typing import Callable
 
 from tracedb import timing
 
-# What the forkserver imports before forking workers: the readers and what they use, and
-# pandas where installed: pyarrow imports it on its first conversion of Python values (a
-# reader's first table), which cost every worker ~0.25 s of CPU on its first file.
+# What the forkserver imports before forking workers: the readers and what they use.
 PRELOAD = ["tracedb.ingest"] + [f"tracedb.formats.{m}" for m in (
     "tf_stepstats", "megengine", "kineto", "chrome_trace", "xspace", "node_dump", "node_list")]
-PRELOAD_IF_INSTALLED = ["pandas"]
+# Imported first: tells the forkserver's pyarrow that pandas is absent (arrow_without_pandas).
+NO_PANDAS = "tracedb.arrow_no_pandas"
 
 
 def preload() -> list[str]:
-    import importlib.util
+    return [NO_PANDAS] + PRELOAD
 
-    return PRELOAD + [m for m in PRELOAD_IF_INSTALLED if importlib.util.find_spec(m) is not None]
+
+def arrow_without_pandas() -> None:
+    """Make this process's pyarrow treat pandas as not installed, unless pandas is imported
+    already. pyarrow imports pandas (when installed) on a process's first conversion of
+    Python values, a reader's first table or the lake's first row: 0.19-0.40 s of CPU on
+    2 cores, paid once by `tracedb ingest` (before its first read with --jobs 1) and once
+    by the forkserver (while the caller starts). Only for tracedb's own ingest processes,
+    which never hand Arrow data to pandas: in a user's process pyarrow's `to_pandas` would
+    then fail. pyarrow looks for pandas once per process, so refusing the import (as when
+    pandas is missing) for one conversion settles it; a later `import pandas` works."""
+    import sys
+
+    if "pandas" in sys.modules:
+        return
+    import pyarrow as pa
+
+    refuse = _Refuse()
+    sys.meta_path.insert(0, refuse)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(refuse)
+
+
+class _Refuse:
+    """An import finder that refuses pandas, as if it were not installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
 
 
 def context():
@@ -129,6 +158,10 @@ class Workers:
     def submit(self, key: str, fn: Callable, arg, dead: Callable) -> None:
         task = self.tasks[key] = _Task(fn, arg, dead)
         task.future = self.pool.submit(_in_worker, fn, arg, str(self.markers / key))
+
+    def ready(self, key: str) -> bool:
+        """Whether `result(key)` would return without waiting."""
+        return key in self.done or self.tasks[key].future.done()
 
     def result(self, key: str):
         with timing.phase("wait"):

@@ -42,6 +42,10 @@ timestamps); a msgspec Struct of only the fields pass 1 reads decodes in 8 ms, b
 need a second decoding of every event for the rows. `decode_whole` decodes a document of
 up to WHOLE_DECODE_BYTES in one call, so a reader's two passes walk the same events
 (each event decoded once); larger documents stream as above (`_bulk` uses msgspec too).
+`decode_structs` decodes such a document into a Struct per event of every field a
+reader reads (Kineto's fast path: `ts`/`dur` as `msgspec.Raw` source text, other numbers
+native): 22 ms for the fixture, freeing included, against 34 ms for dicts with Decimal
+numbers.
 """
 
 from __future__ import annotations
@@ -617,18 +621,41 @@ def decode_whole(path: Path, floats: str = "exact", limit: int | None = None) ->
     streams, which also gives the exact error. msgspec refuses what the standard library
     decodes differently or not at all (NaN, lone surrogates, control characters, invalid
     UTF-8, a BOM): those documents stream too. `limit` defaults to WHOLE_DECODE_BYTES."""
+    data = _small_document(path, limit)
+    if data is None:
+        return None
+    try:
+        return _decode_doc(data, _msgspec_decoder(_float_type(floats)))
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def decode_structs(path: Path, event_type: type, float_hook: type | None = None) -> DecodedTrace | None:
+    """`decode_whole` with each event decoded into `event_type`, a msgspec.Struct of the
+    fields a reader uses (the decoder skips the others, and fills a missing one with its
+    default): no dict per event, and numbers native (floats as float: a field typed
+    `msgspec.Raw` keeps its source text, for exact times). None where `decode_whole`
+    would give None, or an event is no object of that type's fields. `float_hook` as
+    msgspec's: what a float (its source text) of an untyped field decodes to."""
+    data = _small_document(path, None)
+    if data is None:
+        return None
+    try:
+        return _decode_doc(data, msgspec.json.Decoder(list[event_type], float_hook=float_hook).decode,
+                           event_type)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def _small_document(path: Path, limit: int | None) -> bytes | None:
+    """The (decompressed) bytes of a document of at most `limit` (WHOLE_DECODE_BYTES)."""
     limit = WHOLE_DECODE_BYTES if limit is None else limit
     try:
         with open_trace(path) as f:
             data = f.read(limit + 1)
     except Exception:  # noqa: BLE001 - the stream reads it again and reports it
         return None
-    if len(data) > limit:
-        return None
-    try:
-        return _decode_doc(data, _msgspec_decoder(_float_type(floats)))
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
+    return None if len(data) > limit else data
 
 
 def rows_decoded_once(path: Path, floats: str, rows: Callable[[DecodedTrace | None], Iterator[Any]]) -> Iterator[Any]:
@@ -643,7 +670,7 @@ def rows_decoded_once(path: Path, floats: str, rows: Callable[[DecodedTrace | No
         yield from rows(whole)
 
 
-def _decode_doc(data: bytes, decode: Any) -> DecodedTrace | None:
+def _decode_doc(data: bytes, decode: Any, kind: type = dict) -> DecodedTrace | None:
     start = _JSON_WS.match(data).end()
     first = data[start:start + 1]
     if first == b"[":
@@ -657,6 +684,6 @@ def _decode_doc(data: bytes, decode: Any) -> DecodedTrace | None:
         events = decode(raw)
     else:
         return None
-    if type(events) is not list or (events and set(map(type, events)) != _DICT):
+    if type(events) is not list or (events and set(map(type, events)) != {kind}):
         return None
     return DecodedTrace(events, meta)

@@ -45,27 +45,45 @@ Two passes: pass 1 keeps compact maps (step spans, launch calls by correlation, 
 External id, every op's and call's interval per thread for the enclosing-op sweep,
 activities by correlation); pass 2 emits rows. Two passes because Kineto writes the CPU
 ops before the ProfilerStep spans and the GPU events after, and top-level keys (base
-time, rank) may follow `traceEvents`. A file of up to `jsonstream.WHOLE_DECODE_BYTES`
-(8 MiB of JSON) is decoded once by msgspec (`decode_whole`, numbers with a fraction as
-Decimal) and both passes walk the same events; a larger one streams twice
-(`EventStream`, bounded memory): pass 1 reading numbers as text (it needs only
-`ts`/`dur`), pass 2 as Decimal. Either way exact and decoded in C; pass 1 reads a
-fractional `size` / `device` arg as its text in both cases (`_text`), so the links are
-the same. Pass 2 takes a cpu_op's start and end from pass 1's arrays (the same ops in
-the same order). Decimals become floats where they reach a row (`plain`, the params
-encoder). Rows are tuples in `_*_COLS` order, built into batches column-wise.
+time, rank) may follow `traceEvents`.
 
-Measured on one rank of the H200 fixture (4.1 MB, 13,317 events; CPU time, best of 7,
-on the shared 2-core machine at load ~8): read 138 ms = decode 34 (msgspec, once) +
-pass 1 33 + rows and Arrow batches 71; before (commit 8e74452: two standard-library
-streaming decodes of ~40 ms each, every ts/dur converted twice) 196 ms. A whole ingest
-pays ~185 ms a rank (hash, checks, Parquet) against ~262 ms before; the 8-rank job
-against HTA is in bench/RESULTS.md.
+Fast path (`_fast`), for a usual file of up to `jsonstream.WHOLE_DECODE_BYTES` (8 MiB of
+JSON; one rank of the H200 fixture is 4.1 MB): msgspec decodes each event into a Struct
+of the fields read here (`_Ev`: the rest skipped, `ts`/`dur` kept as their source text
+and converted to ns exactly and in bulk by Arrow's decimal parser, other floats plain
+floats of the same value); pass 1 builds each cpu_op's node row at once (the op's
+fields are then in the CPU cache; columns built a field at a time over all ops measured
+1.5x slower), with its params encoded by msgspec; a node's step is looked up after the
+loop; the other events (a quarter) become dicts as the general path decodes them and go
+through the same row functions. Anything it does not expect (a missing time, a name that
+is no string, fractional `size`/`device` args, a value Arrow refuses, any error) makes it
+step aside before anything is yielded or put in ctx: the general path then reads the
+file, with its exact errors. Tests check both paths give the same tables on every Kineto
+trace.
+
+General path: a file of up to 8 MiB is decoded once by msgspec into dicts
+(`decode_whole`, numbers with a fraction as Decimal) and both passes walk the same
+events; a larger one streams twice (`EventStream`, bounded memory): pass 1 reading
+numbers as text (it needs only `ts`/`dur`), pass 2 as Decimal. Either way exact and
+decoded in C; pass 1 reads a fractional `size` / `device` arg as its text in both cases
+(`_text`), so the links are the same. Pass 2 takes a cpu_op's start and end from pass
+1's arrays (the same ops in the same order). Decimals become floats where they reach a
+row (`plain`, the params encoder). Rows are tuples in `_*_COLS` order, built into
+batches column-wise.
+
+Measured on one rank of the H200 fixture (4.1 MB, 13,317 events, 7,245 of them cpu_ops;
+CPU time, best of 7-11, interleaved, on the shared 2-core machine at load 5-9,
+2026-11-26 11:00 UTC): the general path 142-153 ms (decode 28 + pass 1 35 + rows and
+batches ~85); the fast path 116-126 ms: decode into Structs 21, pass 1 with the node
+rows 47-52 (of which op params 7, op shapes 3), the other rows 21, the node batch 10,
+the other batches 5, freeing it all 12. On a 7.5 MB rank 288 -> 244 ms. The whole
+8-rank job against HTA is in bench/RESULTS.md.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import re
 from array import array
@@ -73,13 +91,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterator
 
+import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
+from msgspec import UNSET
 
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, text_head
-from tracedb.formats.jsonstream import (DecodedTrace, EventStream, dumps_compact, gc_paused,
-                                        located, need, num, plain, rows_decoded_once, us_to_ns)
+from tracedb.formats.jsonstream import (DecodedTrace, EventStream, decode_structs, dumps_compact,
+                                        gc_paused, located, need, num, plain, rows_decoded_once,
+                                        us_to_ns)
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
@@ -154,14 +175,40 @@ def _int(v: Any) -> int | None:
     return int(n) if n is not None else None
 
 
-def _params(args: dict, known: tuple[str, ...], extra: dict | None = None) -> str | None:
+def _params(args: dict, known: tuple[str, ...], extra: dict | None = None, dumps: Any = dumps_compact) -> str | None:
     rest = args.copy()  # then drop the known keys: cheaper than filtering every key
     pop = rest.pop
     for k in known:
         pop(k, None)
     if extra:
         rest.update(extra)
-    return dumps_compact(rest) if rest else None
+    return dumps(rest) if rest else None
+
+
+class _F(float):
+    """A float of the fast path's decoding (`_Ev` args): `_dumps_fast` spells it as json does."""
+
+    __slots__ = ()
+
+
+def _json_float(o: Any) -> msgspec.Raw:
+    if type(o) is _F:
+        if o - o == 0.0:  # finite: json writes its repr
+            return msgspec.Raw(float.__repr__(o).encode())
+        return msgspec.Raw(dumps_compact(float(o)).encode())  # NaN, Infinity
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+_MSGSPEC_ENCODE = msgspec.json.Encoder(enc_hook=_json_float).encode
+
+
+def _dumps_fast(obj: Any) -> str:
+    """`dumps_compact` of the fast path's values (str, int, `_F`, lists, dicts; never a
+    Decimal, which msgspec would write as a string) by msgspec's encoder: 4.3 ms against
+    12.2 for the fixture's 7,245 op params. Where the two can differ (non-ASCII text or
+    DEL, which json escapes), json's."""
+    out = _MSGSPEC_ENCODE(obj)
+    return out.decode() if out.isascii() and b"\x7f" not in out else dumps_compact(obj)
 
 
 class _IntMap:
@@ -288,22 +335,88 @@ def _arrow(a: array) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)])
 
 
+def _int64s(a: pa.Array) -> array:
+    """An int64 Arrow array without nulls as array('q')."""
+    out = array("q")
+    out.frombytes(memoryview(a.buffers()[1])[8 * a.offset: 8 * (a.offset + len(a))])
+    return out
+
+
+def _take(a: array, positions: array) -> array:
+    return _int64s(pc.take(_arrow(a), _arrow(positions)))
+
+
+_NS_TYPE = pa.decimal128(19, 3)  # Chrome-trace µs with up to 3 decimals: exactly ns
+_DECIMAL_DECODE = msgspec.json.Decoder(float_hook=Decimal).decode  # as decode_whole(floats="decimal")
+
+
+def _ns(raws: list[msgspec.Raw]) -> array:
+    """`us_to_ns` of JSON numbers given as their source text, in bulk: Arrow parses the
+    text as decimal µs (an error, never a rounding, where a value has more than 3
+    decimals or does not fit), times 1000 is exactly ns. Where Arrow refuses, each value
+    is decoded as `decode_whole(floats="decimal")` would and converted by `us_to_ns`
+    (which may raise: the caller then steps aside). 7,245 values: 1.4 ms against 5.5 ms
+    for a `us_to_ns` each."""
+    try:
+        parts = b"\n".join(raws).decode("ascii").split("\n")
+        if len(parts) == len(raws):
+            dec = pa.array(parts, pa.string()).cast(_NS_TYPE)
+            # (a scalar built here, not at import: pyarrow's first Python conversion imports pandas)
+            return _int64s(pc.multiply(dec, pa.scalar(1000, pa.int32())).cast(pa.int64()))
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        pass
+    return array("q", [us_to_ns(_DECIMAL_DECODE(r)) for r in raws])
+
+
+class _Slow(Exception):
+    """The fast path steps aside: an event it does not expect (the general path reads it)."""
+
+
+class _Ev(msgspec.Struct):
+    """A Kineto event as the fast path decodes it (`jsonstream.decode_structs`): only the
+    keys the reader reads (the rest are skipped), UNSET where missing; `ts` and `dur`
+    keep their source text (`_ns` converts them exactly); other numbers are ints and `_F`
+    floats (the value `float(Decimal(text))`, what the general path stores)."""
+
+    ph: Any = UNSET
+    cat: Any = UNSET
+    name: Any = UNSET
+    pid: Any = UNSET
+    tid: Any = UNSET
+    ts: msgspec.Raw = msgspec.Raw(b"")
+    dur: msgspec.Raw = msgspec.Raw(b"")
+    args: Any = UNSET
+    id: Any = UNSET
+    s: Any = UNSET
+    bp: Any = UNSET
+
+
+_EV_FIELDS = _Ev.__struct_fields__
+
+
+def _decimal_times(events: list[dict]) -> None:
+    """Each event's `ts` / `dur` (source text, from `_Ev`) decoded as the general path
+    decodes them (`floats="decimal"`), in one msgspec call; a missing one is dropped."""
+    slots, raws = [], []
+    for d in events:
+        for k in ("ts", "dur"):
+            raw = d.pop(k)
+            if raw:
+                slots.append((d, k))
+                raws.append(raw)
+    if raws:
+        for (d, k), v in zip(slots, _DECIMAL_DECODE(b"[" + b",".join(raws) + b"]")):
+            d[k] = v
+
+
 class _Index:
     """Pass 1: what linking rows needs, as ints and interned names (ns relative to base)."""
 
     def __init__(self, stream: EventStream):
-        self.steps: list[tuple[int, int, int, Any, int]] = []  # (start, end, N, tid, seq)
-        self.ops = _IntMap(4)  # cpu_op External id -> (name index, start, end, seq)
-        self.calls = _IntMap(4)  # runtime call seq -> (start, end, thread key, External id)
-        self.call_of = _IntMap(1)  # correlation -> runtime call seq
-        self.acts = _IntMap(3)  # correlation -> (name index, start, device index), file order
-        self.names: list[str] = []
-        self._name_ix: dict[str, int] = {}
-        threads: dict[Any, int] = {}
+        self._start()
         op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
-        call_size = array("q")
+        threads = self._threads
         step_match = _STEP.match
-        self.kineto_events = 0  # events of a Kineto category (else: not a Kineto trace)
         # The loop runs once per event: the cpu_op branch (most events) is written out
         # inline (method calls, _cat/_ext/_need and the zip appends cost ~25% of it).
         name_ix, add_name = self._name_ix, self.name
@@ -316,62 +429,188 @@ class _Index:
                 continue
             cat = ev.get("cat")
             cat = old_cats.get(cat, cat)
-            if cat in _KINETO_CATS or _is_runtime(cat):
-                self.kineto_events += 1
+            if cat != "cpu_op":
+                self._other(i, ev, cat)
+                continue
+            self.kineto_events += 1
             args = ev.get("args") or _NO_ARGS
-            if cat == "cpu_op" or cat == "user_annotation":
-                name, ts = ev.get("name"), ev.get("ts")
-                if name is None or ts is None:
-                    for key in ("name", "ts"):
-                        _need(ev, key, i)
-                start = us_to_ns(ts)
-                m = step_match(name)
-                if m or cat == "cpu_op":
-                    dur = ev.get("dur")
-                    end = start + us_to_ns(dur if dur is not None else _need(ev, "dur", i))
-                if m:
-                    self.steps.append((start, end, int(m[1]), ev.get("tid"), i))
-                if cat == "cpu_op":
-                    ix = name_ix.get(name)
-                    if ix is None:
-                        ix = add_name(name)
-                    op_th(threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads)))
-                    op_start(start)
-                    op_end(end)
-                    op_seq(i)
-                    op_name(ix)
-                    ext = args.get("External id")
-                    if ext is None:
-                        ext = args.get("external id")
-                    if type(ext) is int:  # _IntMap.add, inline
-                        if ops_keys and ext < ops_keys[-1]:
-                            ops._sorted = False
-                        ops_keys.append(ext)
-                        ops_name.append(ix)
-                        ops_start.append(start)
-                        ops_end.append(end)
-                        ops_seq.append(i)
-            elif _is_runtime(cat):
-                start = us_to_ns(_need(ev, "ts", i))
-                end = start + us_to_ns(_need(ev, "dur", i))
-                ext = _ext(args)
-                th = threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads))
-                self.calls.add(i, start, end, th, ext if type(ext) is int else _NONE)
-                call_size.append(_size(_text(args.get("size"))))
-                self.call_of.add(args.get("correlation"), i)
-            elif cat in _ACTIVITY_CATS:
-                name = _need(ev, "name", i)
-                dev = _activity_device(cat, ev, _text_device(args))[0]
-                self.acts.add(args.get("correlation"), self.name(name),
-                              us_to_ns(_need(ev, "ts", i)), self.name(dev))
-        self.meta = stream.meta  # every top-level key, wherever it stood
-        self.call_size = call_size
+            name, ts = ev.get("name"), ev.get("ts")
+            if name is None or ts is None:
+                for key in ("name", "ts"):
+                    _need(ev, key, i)
+            start = us_to_ns(ts)
+            m = step_match(name)
+            dur = ev.get("dur")
+            end = start + us_to_ns(dur if dur is not None else _need(ev, "dur", i))
+            if m:
+                self.steps.append((start, end, int(m[1]), ev.get("tid"), i))
+            ix = name_ix.get(name)
+            if ix is None:
+                ix = add_name(name)
+            op_th(threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads)))
+            op_start(start)
+            op_end(end)
+            op_seq(i)
+            op_name(ix)
+            ext = args.get("External id")
+            if ext is None:
+                ext = args.get("external id")
+            if type(ext) is int:  # _IntMap.add, inline
+                if ops_keys and ext < ops_keys[-1]:
+                    ops._sorted = False
+                ops_keys.append(ext)
+                ops_name.append(ix)
+                ops_start.append(start)
+                ops_end.append(end)
+                ops_seq.append(i)
+        self._finish(op_cols, stream.meta)
+
+    def _start(self) -> None:
+        self.steps: list[tuple[int, int, int, Any, int]] = []  # (start, end, N, tid, seq)
+        self.ops = _IntMap(4)  # cpu_op External id -> (name index, start, end, seq)
+        self.calls = _IntMap(4)  # runtime call seq -> (start, end, thread key, External id)
+        self.call_of = _IntMap(1)  # correlation -> runtime call seq
+        self.acts = _IntMap(3)  # correlation -> (name index, start, device index), file order
+        self.names: list[str] = []
+        self._name_ix: dict[str, int] = {}
+        self._threads: dict[Any, int] = {}
+        self.call_size = array("q")
+        self.kineto_events = 0  # events of a Kineto category (else: not a Kineto trace)
+
+    def _other(self, i: int, ev: dict, cat: Any) -> None:
+        """Pass 1 for an `X` event other than a cpu_op: step spans, launch calls, activities."""
+        if cat in _KINETO_CATS or _is_runtime(cat):
+            self.kineto_events += 1
+        args = ev.get("args") or _NO_ARGS
+        if cat == "user_annotation":
+            name, ts = ev.get("name"), ev.get("ts")
+            if name is None or ts is None:
+                for key in ("name", "ts"):
+                    _need(ev, key, i)
+            start = us_to_ns(ts)
+            m = _STEP.match(name)
+            if m:
+                dur = ev.get("dur")
+                end = start + us_to_ns(dur if dur is not None else _need(ev, "dur", i))
+                self.steps.append((start, end, int(m[1]), ev.get("tid"), i))
+        elif _is_runtime(cat):
+            start = us_to_ns(_need(ev, "ts", i))
+            end = start + us_to_ns(_need(ev, "dur", i))
+            ext = _ext(args)
+            th = self._threads.setdefault((ev.get("pid"), ev.get("tid")), len(self._threads))
+            self.calls.add(i, start, end, th, ext if type(ext) is int else _NONE)
+            self.call_size.append(_size(_text(args.get("size"))))
+            self.call_of.add(args.get("correlation"), i)
+        elif cat in _ACTIVITY_CATS:
+            name = _need(ev, "name", i)
+            dev = _activity_device(cat, ev, _text_device(args))[0]
+            self.acts.add(args.get("correlation"), self.name(name),
+                          us_to_ns(_need(ev, "ts", i)), self.name(dev))
+
+    def _finish(self, op_cols: list[array], meta: dict) -> None:
+        self.meta = meta  # every top-level key, wherever it stood
         for m in (self.ops, self.call_of, self.acts):
             m.finish()
         self.call_op = self._enclosing(op_cols)
         self._op_cols = op_cols
         self.steps.sort()
         self._starts = [s[0] for s in self.steps]
+
+    @classmethod
+    def fused(cls, events: list[_Ev], meta: dict) -> tuple[_Index, dict[str, Any], list[tuple[int, dict]]]:
+        """Pass 1 over a decoded-once file's events (`_Ev`), fused with the nodes' columns:
+        (index, node columns, the other events to row as (seq, dict)). Raises `_Slow`
+        where an event is not what the loop expects (the general path reads the file)."""
+        self = cls.__new__(cls)
+        self._start()
+        op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
+        th_add, seq_add, name_add = op_cols[0].append, op_cols[3].append, op_cols[4].append
+        ts_raw, dur_raw, ext_pos = [], [], array("q")  # ext_pos: ops with an int External id
+        names, tids, shapes, dtypes, exts, params = ([] for _ in range(6))
+        step_ops: list[tuple[int, int, Any, int]] = []  # (op position, N, tid, seq)
+        rest: list[tuple[int, dict]] = []
+        others: list[tuple[int, dict, Any]] = []  # the X events of `rest`, for pass 1
+        astuple = msgspec.structs.astuple
+        dtype_names = dict(_TORCH_DTYPES)  # grows by the names seen that map to themselves
+        dtype_of = dtype_names.__getitem__
+        threads, name_ix, add_name, old_cats = self._threads, self._name_ix, self.name, _OLD_CATS
+        ops_keys, sorted_keys = self.ops.keys, True
+        for i, ev in enumerate(events):
+            ph, cat = ev.ph, ev.cat
+            cat = old_cats.get(cat, cat)
+            if ph != "X" or cat != "cpu_op":
+                if ph != "X" and (ph == "M" or cat in _FLOW_CATS):
+                    continue  # not stored, not linked
+                d = {k: v for k, v in zip(_EV_FIELDS, astuple(ev)) if v is not UNSET}
+                rest.append((i, d))
+                if ph == "X":
+                    others.append((i, d, cat))
+                continue
+            name, args, tid, pid = ev.name, ev.args, ev.tid, ev.pid
+            if type(name) is not str or not ev.ts or not ev.dur:
+                raise _Slow  # the general path words the error
+            if not args or args is UNSET:
+                args = _NO_ARGS
+            elif type(args) is not dict:
+                raise _Slow
+            tid = None if tid is UNSET else tid
+            ix = name_ix.get(name)
+            if ix is None:
+                ix = add_name(name)
+            th_add(threads.setdefault((None if pid is UNSET else pid, tid), len(threads)))
+            seq_add(i)
+            name_add(ix)
+            ts_raw.append(ev.ts)
+            dur_raw.append(ev.dur)
+            if name.startswith("ProfilerStep#"):
+                m = _STEP.match(name)
+                if m:
+                    step_ops.append((len(names), int(m[1]), tid, i))
+            ext = args.get("External id")
+            if ext is None:
+                ext = args.get("external id")
+            if type(ext) is int:
+                if ops_keys and ext < ops_keys[-1]:
+                    sorted_keys = False
+                ops_keys.append(ext)
+                ext_pos.append(len(names))
+                exts.append(ext)
+            else:
+                exts.append(_int(ext))
+            names.append(name)
+            shape = _shapes(args.get("Input Dims"))
+            shapes.append(shape)
+            types = args.get("Input type")
+            try:  # _dtypes, for a list of dtype names (C); mapped: only str keys
+                dtypes.append(list(map(dtype_of, types)) if type(types) is list else None)
+            except (KeyError, TypeError):
+                dtypes.append(_dtypes(types))
+                dtype_names.update((d, d) for d in types if type(d) is str and d not in dtype_names)
+            tid_int = type(tid) is int
+            tids.append(tid if tid_int else None)
+            params.append(_params(args, _NODE_ARGS if shape is None or None not in shape else _NODE_ARGS_NESTED,
+                                  None if tid_int else {"tid": tid}, _dumps_fast))
+        _decimal_times([d for _, d in rest])
+        for i, d, cat in others:  # pass 1 of the other X events, in file order
+            args = d.get("args")
+            if type(args) is dict and (isinstance(args.get("size"), float) or isinstance(args.get("device"), float)):
+                raise _Slow  # pass 1 links these by their text (`_text`): not kept here
+            self._other(i, d, cat)
+        self.kineto_events += len(names)
+        starts, durs = _ns(ts_raw), _ns(dur_raw)
+        ends = _int64s(pc.add_checked(_arrow(starts), _arrow(durs)))
+        op_cols[1], op_cols[2] = starts, ends
+        ops = self.ops
+        ops._sorted = sorted_keys
+        ops.cols = [_take(op_cols[4], ext_pos), _take(starts, ext_pos), _take(ends, ext_pos),
+                    _take(op_cols[3], ext_pos)]
+        for k, n, tid, i in step_ops:
+            self.steps.append((starts[k], ends[k], n, tid, i))
+        self._finish(op_cols, meta)
+        nodes = {"node_name": names, "op_type": names, "duration_ns": _arrow(durs), "thread_id": tids,
+                 "seq": _arrow(op_cols[3]), "input_shapes": shapes, "input_dtypes": dtypes,
+                 "correlation_id": exts, "params": params}
+        return self, nodes, rest
 
     def name(self, name: str) -> int:
         ix = self._name_ix.get(name)
@@ -496,11 +735,10 @@ class _Out:
                   "steps": BatchBuilder("steps", BATCH_ROWS, _STEP_COLS),
                   "events": BatchBuilder("events", BATCH_ROWS, _EVENT_COLS)}
 
-    def add(self, table: str, row: tuple) -> Iterator[tuple[str, pa.RecordBatch]]:
-        b = self.b[table]
-        b.rows.append(row)
-        if len(b.rows) >= BATCH_ROWS:
-            yield from b.flush()
+    def flush_full(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        for b in self.b.values():
+            if len(b.rows) >= BATCH_ROWS:
+                yield from b.flush()
 
     def flush(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         for b in self.b.values():
@@ -508,73 +746,140 @@ class _Out:
 
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    batches = _fast(path, ctx)  # a usual file of up to WHOLE_DECODE_BYTES
+    if batches is not None:
+        yield from batches
+        return
     # decoded once when small enough, else two streaming passes
-    return rows_decoded_once(path, "decimal", lambda whole: _rows(path, ctx, whole))
+    yield from rows_decoded_once(path, "decimal", lambda whole: _rows(path, ctx, whole))
+
+
+def _fast(path: Path, ctx: ReadContext) -> list[tuple[str, pa.RecordBatch]] | None:
+    """Every batch of a file of up to WHOLE_DECODE_BYTES read the fast way (module
+    docstring), or None where it steps aside (a larger or odd file, an event it does not
+    expect, any error): the general path then reads the file, with its exact errors.
+    Nothing reaches `ctx` unless it succeeds."""
+    whole = decode_structs(path, _Ev, _F)
+    if whole is None:
+        return None
+    scratch = dataclasses.replace(ctx, metadata=dict(ctx.metadata), warnings=dict(ctx.warnings))
+    try:
+        batches = list(_fast_rows(whole, scratch))
+    except Exception:  # noqa: BLE001 - _Slow, or an error the general path words
+        return None
+    ctx.metadata.update(scratch.metadata)
+    ctx.warnings.update(scratch.warnings)
+    return batches
+
+
+def _fast_rows(whole: DecodedTrace, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    index, nodes, rest = _Index.fused(whole.events, whole.meta)
+    _check_kineto(index)
+    out = _Out()
+    p2 = _Pass2(index, ctx, out)
+    for i, ev in rest:
+        cat = ev.get("cat")
+        p2.add(i, ev, ev.get("ph"), _OLD_CATS.get(cat, cat))
+    if nodes["node_name"]:
+        yield "nodes", _node_batch(index, nodes, p2.base, p2.rank)
+    yield from p2.finish()
+
+
+def _node_batch(index: _Index, cols: dict[str, Any], base: int, rank: int | None) -> pa.RecordBatch:
+    """The nodes of pass 1's columns (`_Index.fused`): the rows `_node` makes."""
+    starts = index._op_cols[1]
+    n = len(starts)
+    cols = {**cols, "device": pa.repeat(pa.scalar("CPU:0"), n), "device_raw": pa.repeat(pa.scalar("CPU"), n),
+            "rank": pa.repeat(pa.scalar(rank, pa.int32()), n), "step": [index.step_at(s) for s in starts],
+            "start_ns": pc.add_checked(_arrow(starts), pa.scalar(base, pa.int64()))}
+    schema = BatchBuilder("nodes").schema
+    return pa.RecordBatch.from_arrays(
+        [pa.array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema],
+        schema=schema)
 
 
 def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[tuple[str, pa.RecordBatch]]:
     index = _Index(whole or EventStream(path, floats="text"))
+    _check_kineto(index)
+    stream = whole or EventStream(path, floats="decimal")
+    out = _Out()
+    node_rows = out.b["nodes"].rows
+    p2 = None
+    op_k = 0  # cpu_ops come in pass 1's order: the n-th is index._op_cols[...][n]
+    for i, ev in enumerate(stream):
+        if p2 is None:  # header is complete once the first event arrives
+            p2 = _Pass2(index, ctx, out)
+        ph = ev.get("ph")
+        cat = ev.get("cat")
+        cat = _OLD_CATS.get(cat, cat)  # _cat, inline
+        if ph == "X" and cat == "cpu_op":
+            node_rows.append(_node(ev, i, p2.base, p2.rank, index, op_k))
+            op_k += 1
+            if len(node_rows) >= BATCH_ROWS:
+                yield from out.b["nodes"].flush()
+                node_rows = out.b["nodes"].rows
+            continue
+        p2.add(i, ev, ph, cat)
+        if not i & 1023:  # a table's rows wait for at most BATCH_ROWS + 1023 events
+            yield from out.flush_full()
+    yield from (p2 or _Pass2(index, ctx, out)).finish()  # (no events at all: metadata still)
+
+
+def _check_kineto(index: _Index) -> None:
     if not index.kineto_events and not index.meta.get("baseTimeNanoseconds"):
         # Claimed by a top-level key, but not one event is Kineto's: the generic
         # Chrome-trace reader reads such a file better (formats.read falls back).
         raise TraceFormatError("no Kineto events (no cpu_op, kernel, runtime or annotation category)")
-    stream = whole or EventStream(path, floats="decimal")
-    out = _Out()
-    node_rows, kernel_rows = out.b["nodes"].rows, out.b["kernels"].rows
-    base = rank = None
-    call_pos = 0  # runtime calls come in pass 1's order: the n-th is index.calls[n]
-    op_k = 0  # and so do cpu_ops: the n-th is index._op_cols[...][n]
-    device_work: dict[int, list[int]] = {}  # step -> [first start, last end, count]
-    for i, ev in enumerate(stream):
-        if base is None:  # header is complete once the first event arrives
-            base, rank = _metadata(index, ctx)
-        ph = ev.get("ph")
-        cat = ev.get("cat")
-        cat = _OLD_CATS.get(cat, cat)  # _cat, inline
+
+
+class _Pass2:
+    """Pass 2 for every event but a cpu_op: its row into its table's builder; then steps."""
+
+    def __init__(self, index: _Index, ctx: ReadContext, out: _Out):
+        self.index, self.ctx, self.out = index, ctx, out
+        self.base, self.rank = _metadata(index, ctx)
+        self.call_pos = 0  # runtime calls come in pass 1's order: the n-th is index.calls[n]
+        self.device_work: dict[int, list[int]] = {}  # step -> [first start, last end, count]
+
+    def add(self, i: int, ev: dict, ph: Any, cat: Any) -> None:
+        """The event's row, appended to its builder (the caller flushes: `_Out.flush_full`)."""
+        base, rank, index, b = self.base, self.rank, self.index, self.out.b
         if ph == "X":
-            if cat == "cpu_op":
-                node_rows.append(_node(ev, i, base, rank, index, op_k))
-                op_k += 1
-                if len(node_rows) >= BATCH_ROWS:
-                    yield from out.b["nodes"].flush()
-                    node_rows = out.b["nodes"].rows
-                continue
             if cat in _ACTIVITY_CATS:
                 row = _kernel(ev, cat, i, base, rank, index)
-                kernel_rows.append(row)
-                _count_work(device_work, row)
-                if len(kernel_rows) >= BATCH_ROWS:
-                    yield from out.b["kernels"].flush()
-                    kernel_rows = out.b["kernels"].rows
-                continue
+                b["kernels"].rows.append(row)
+                _count_work(self.device_work, row)
+                return
             if _is_runtime(cat):
-                yield from out.add("runtime_calls", _call(ev, cat, i, base, rank, index, call_pos))
-                call_pos += 1
-                continue
+                b["runtime_calls"].rows.append(_call(ev, cat, i, base, rank, index, self.call_pos))
+                self.call_pos += 1
+                return
             if cat in _ANNOTATION_CATS:
-                yield from out.add("annotations", _annotation(ev, cat, i, base, rank, index))
-                continue
+                b["annotations"].rows.append(_annotation(ev, cat, i, base, rank, index))
+                return
         elif ph == "M" or cat in _FLOW_CATS:
-            continue
+            return
         elif (ph == "i" or ph == "I") and ev.get("name") == "[memory]":
-            yield from out.add("allocations", _allocation(ev, i, base, rank, index))
-            continue
+            b["allocations"].rows.append(_allocation(ev, i, base, rank, index))
+            return
         if cat not in _KNOWN:
-            ctx.warn(f"unknown event category {str(cat)[:60]!r} (kept in events)")
+            self.ctx.warn(f"unknown event category {str(cat)[:60]!r} (kept in events)")
         row = _event(ev, cat, i, base, rank, index)
         if row is None:
-            ctx.warn("event without 'ts' (skipped)")
+            self.ctx.warn("event without 'ts' (skipped)")
         else:
-            yield from out.add("events", row)
-    if base is None:  # no events at all
-        base, rank = _metadata(index, ctx)
-    for start, end, n, tid, seq in index.steps:
-        work = device_work.get(n)
-        out.b["steps"].rows.append((
-            "CPU:0", "CPU", rank, n, f"ProfilerStep#{n}", base + start, end - start,
-            tid if type(tid) is int else None,
-            work[0] if work else None, work[1] if work else None, work[2] if work else 0))
-    yield from out.flush()
+            b["events"].rows.append(row)
+
+    def finish(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """The step rows, then every builder flushed."""
+        rank, base = self.rank, self.base
+        for start, end, n, tid, seq in self.index.steps:
+            work = self.device_work.get(n)
+            self.out.b["steps"].rows.append((
+                "CPU:0", "CPU", rank, n, f"ProfilerStep#{n}", base + start, end - start,
+                tid if type(tid) is int else None,
+                work[0] if work else None, work[1] if work else None, work[2] if work else 0))
+        yield from self.out.flush()
 
 
 def _count_work(device_work: dict, row: tuple) -> None:
