@@ -6,6 +6,7 @@
 -- param: step_from BIGINT NULL Only kernels launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only kernels launched in steps <= this (NULL: to the last)
 -- scope: run_id
+-- raw-if: name_like step_from step_to
 -- Whole runs without name_like: the per-run rollup, which the ingest computes from each
 -- run's own rows with the metric's one definition (tracedb.rollups): a name's class does
 -- not depend on other runs, and every figure is per run and device. `name_like` (a

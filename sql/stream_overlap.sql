@@ -6,6 +6,7 @@
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
 -- scope: run_id
+-- raw-if: step_from step_to
 -- Whole runs: the per-run rollup, which the ingest computes from each run's own rows with
 -- the metric's one definition (tracedb.rollups), once per kind. A step range is not a sum of
 -- per-step figures (activity of different steps overlaps), so it computes from the raw

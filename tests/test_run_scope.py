@@ -176,3 +176,25 @@ def test_cli_run_option(two_runs):
     res = CliRunner().invoke(app, ["query", "-", "--run", "zz", "--warehouse", str(two_runs)],
                              input="SELECT 1\n")
     assert res.exit_code == 2 and "no run 'zz'" in res.output
+
+
+def test_raw_if_leaves_the_raw_views_unbound(two_runs):
+    """`-- raw-if: name_like step_from step_to`: with those NULL, `collectives` reads its
+    rollup alone, so a kernels file gone behind the snapshot's back does not matter (the
+    whole `kernels` view would fail to bind); given a step range it reads raw rows and
+    fails as before."""
+    cq = q.load("collectives")
+    assert cq.raw_if == ("name_like", "step_from", "step_to")
+    assert q.load("stream_overlap").raw_if == ("step_from", "step_to")
+    want = q.run_query(cq, {}, two_runs)
+    shutil.rmtree(two_runs / "kernels" / "run_id=b")
+    assert q.run_query(cq, {}, two_runs).equals(want)
+    with pytest.raises(TracedbError, match="collectives: IOException"):
+        q.run_query(dataclasses.replace(cq, raw_if=()), {}, two_runs)
+    with pytest.raises(TracedbError, match="collectives: IOException"):
+        q.run_query(cq, {"step_from": 1}, two_runs)
+
+
+def test_raw_if_must_name_parameters():
+    with pytest.raises(TracedbError, match="^mine.sql: raw-if names nope, not a parameter"):
+        q.parse("-- title: t\n-- param: step_from BIGINT NULL s\n-- raw-if: step_from nope\nSELECT 1", "mine", Path("mine.sql"))

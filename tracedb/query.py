@@ -20,6 +20,12 @@ query reads only the rows of the runs those parameters name, when all of them ar
 tracedb then runs it against views over those runs' files alone
 (`tracedb.snapshot.scope_to_runs`), so a one-run query costs the same at 10 runs as at
 10,000. Leave it out of a query that compares a run with the rest of the fleet.
+
+A line `-- raw-if: step_from step_to` says that while all those parameters are NULL the
+query reads only rollup tables (its raw-row branch is dropped): tracedb then makes the raw
+views it names empty, so planning does not bind their thousands of files for a branch
+that is not run (1,000 runs: `collectives` fleet-wide in a fresh process spent most of its
+1.38 s there).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ if TYPE_CHECKING:
 
 TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
 DIALECTS = ("duckdb", "spark", "trino", "postgres", "bigquery", "snowflake", "databricks", "clickhouse")
-_HEADER = re.compile(r"^--\s*(title|description|param|scope):\s*(.*)$")
+_HEADER = re.compile(r"^--\s*(title|description|param|scope|raw-if):\s*(.*)$")
 # `name TYPE DEFAULT description`; TYPE may carry a lower bound (BIGINT>0, BIGINT>=0) or,
 # for VARCHAR, the allowed values (VARCHAR{time,flops,memory}).
 _PARAM = re.compile(
@@ -86,6 +92,7 @@ class CannedQuery:
     path: Path | None = None
     has_header: bool = False
     scope: tuple[str, ...] = ()  # `-- scope:` parameters naming the only runs it reads
+    raw_if: tuple[str, ...] = ()  # `-- raw-if:` parameters without which it reads only rollups
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -172,13 +179,16 @@ def parse(text: str, name: str, path: Path | None = None) -> CannedQuery:
         key, value = m[1], m[2].strip()
         if key == "param":
             q.params.append(_parse_param(value, where))
-        elif key == "scope":
-            q.scope = tuple(n for n in re.split(r"[\s,]+", value) if n)
+        elif key in ("scope", "raw-if"):
+            setattr(q, key.replace("-", "_"), tuple(n for n in re.split(r"[\s,]+", value) if n))
         else:
             setattr(q, key, value)
     unknown = [n for n in q.scope if q.param(n) is None or q.param(n).type != "VARCHAR"]
     if unknown:
         raise TracedbError(f"{where}: scope names {', '.join(unknown)}, not a VARCHAR parameter of the query")
+    unknown = [n for n in q.raw_if if q.param(n) is None]
+    if unknown:
+        raise TracedbError(f"{where}: raw-if names {', '.join(unknown)}, not a parameter of the query")
     return q
 
 
@@ -277,14 +287,15 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
 
     from tracedb import snapshot
 
+    rollups_only = bool(query.raw_if) and all(values.get(n) is None for n in query.raw_if)
     made = []
     if runs:
-        made = snapshot.scope_to_runs(con, list(runs), query.sql)
+        made = snapshot.scope_to_runs(con, list(runs), query.sql, rollups_only)
         if made is None:
             raise TracedbError(f"{query.name}: this connection's snapshot does not list its files by run, "
                                "so it cannot be limited to runs (reopen the warehouse: the snapshot is rebuilt)")
-    elif scoped_runs(query, values):
-        made = snapshot.scope_to_runs(con, scoped_runs(query, values), query.sql) or []
+    elif scoped_runs(query, values) or rollups_only:
+        made = snapshot.scope_to_runs(con, scoped_runs(query, values), query.sql, rollups_only) or []
     try:
         if rows:
             return fetch(con.sql(query.sql, params=values or None))
