@@ -196,14 +196,15 @@ SWEPT = ["kernel_type_breakdown", "temporal_breakdown", "comm_comp_overlap"]
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sweeps_equal_islands_on_dense_overlaps(seed):
     """The traces rarely overlap communication, memory and computation on one device; here
-    3,000 random activities of every type and kind on two ranks (one NULL), with nested,
+    3,000 random activities of every type and kind on three ranks (0, 1, NULL) on each run
+    and device, with nested,
     touching, identical and zero-length intervals, put every set of types in play. Each
     rewritten query gives the old text's table, fleet-wide and per step window."""
     con = duckdb.connect()
     con.execute(f"SELECT setseed(0.{seed})")
     con.execute("""
         CREATE TABLE kernels AS
-        SELECT 'r' || (i % 2) AS run_id, CASE WHEN i % 3 = 0 THEN NULL ELSE 1 END AS rank,
+        SELECT 'r' || (i % 2) AS run_id, [NULL, 1, 0][1 + i % 3] AS rank,
                'GPU:' || (i % 2) AS device, CAST(i % 4 AS BIGINT) AS step,
                CASE WHEN random() < 0.15 THEN 'memcpy' ELSE 'kernel' END AS kind,
                ['computation', 'communication', 'memory', NULL][1 + CAST(floor(random() * 3.2) AS INT)]
