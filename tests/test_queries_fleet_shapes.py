@@ -27,7 +27,7 @@ from conftest import scenario
 
 BEFORE = Path(__file__).parent / "data" / "sql_before_issue12"
 NAMES = ["top_kernels", "top_ops", "megengine_op_types", "kernel_type_breakdown", "temporal_breakdown",
-         "comm_comp_overlap", "step_times", "idle_time_breakdown", "queue_length", "fleet_trend",
+         "comm_comp_overlap", "step_times", "idle_time_breakdown", "queue_length", "fleet_trend", "kernel_duration_histogram",
          "stream_overlap", "collectives", "gpu_busy_idle", "kernel_summary"]
 # Besides run_id (every run and NULL), limit and order_by: the other parameters, each
 # alone, then step windows with a device and a kind together.
@@ -36,7 +36,8 @@ VARIATIONS = [{}, {"device": "GPU:0"}, {"kind": None}, {"kind": "kernel"}, {"kin
               {"step_from": 0, "step_to": 3, "device": "GPU:0", "kind": "kernel"},
               {"step_from": 5}, {"step_to": 5}, {"step_from": 552, "step_to": 552},
               {"step_from": 551, "device": "GPU:1"},
-              {"name_like": "%gemm%"}, {"name_like": "%"}, {"rank": 0}, {"rank": 1}]
+              {"name_like": "%gemm%"}, {"name_like": "%"}, {"rank": 0}, {"rank": 1},
+              {"bucket_ns": 1000}, {"bucket_ns": 7, "device": "GPU:0", "kind": None}]
 # Three formats, two runs each; the same trace twice makes ties across runs.
 FLEET = {f"{name}_{i}": name for name in ("kineto_h200_fp32", "tf_stepstats_gpu_streams",
                                           "megengine_graph_profile") for i in (1, 2)}
