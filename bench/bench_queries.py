@@ -6,7 +6,9 @@ Prints one row per canned query: best-of --repeat seconds over the whole fleet
 (run_id NULL) and filtered to one run (a Kineto run, or --run), on one open connection;
 for the queries rewritten for issue 12 (each one with its old text in
 tests/data/sql_before_issue12: top_kernels, top_ops, megengine_op_types, kernel_summary,
-collectives, gpu_busy_idle, stream_overlap) also the old text timed interleaved with the
+collectives, gpu_busy_idle, stream_overlap; fourth pass: kernel_type_breakdown,
+temporal_breakdown, comm_comp_overlap, step_times, idle_time_breakdown, queue_length,
+fleet_trend, kernel_duration_histogram) also the old text timed interleaved with the
 new one, as the ratio old / new. Then: peak RSS of fleet-wide top_kernels, gpu_busy_idle,
 stream_overlap and collectives (--rss), old and new, each in a fresh subprocess; the cost of opening the warehouse (views) and of a one-run count(*); and the
 start-up of `python -m tracedb.cli --help` against `python -c pass`.

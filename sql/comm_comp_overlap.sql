@@ -4,7 +4,7 @@
 -- param: step_from BIGINT NULL Only activity of steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity of steps <= this (NULL: to the last)
 -- scope: run_id
-WITH k AS (
+WITH k AS NOT MATERIALIZED (
     SELECT run_id, rank, device, kernel_type = 'communication' AS comm,
            start_ns AS s, start_ns + duration_ns AS e
     FROM kernels
@@ -14,6 +14,13 @@ WITH k AS (
       AND ($step_from IS NULL OR step >= $step_from)
       AND ($step_to IS NULL OR step <= $step_to)
 ),
+comm_devices AS (  -- only devices that ran a communication kernel have a row: the others skip the window
+    SELECT DISTINCT run_id, rank, device FROM k WHERE comm
+),
+kc AS (
+    SELECT k.* FROM k
+    JOIN comm_devices c ON c.run_id = k.run_id AND c.rank IS NOT DISTINCT FROM k.rank AND c.device = k.device
+),
 swept AS (
     -- the latest end among the device's earlier communication kernels, and earlier computation kernels
     SELECT *,
@@ -21,7 +28,7 @@ swept AS (
                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p_comm,
            coalesce(max(CASE WHEN NOT comm THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p_comp
-    FROM k
+    FROM kc
 ),
 totals AS (
     -- a union's length: what each kernel adds past every earlier end; the overlap of the

@@ -5,7 +5,12 @@ median from row_number() windows, top_ops and kernel_summary with a window total
 DuckDB turns into a self-join reading every run's files, megengine_op_types joining
 `nodes` without the run filter, stream_overlap and gpu_busy_idle numbering busy islands
 with a second window and grouping by them, collectives merging every compute kernel of a
-device into islands before looking at the collectives. The new ones must return identical tables (values, types, order) on the seed
+device into islands before looking at the collectives; fourth pass: kernel_type_breakdown,
+temporal_breakdown, comm_comp_overlap and step_times numbering islands with two windows
+(now one running maximum each), idle_time_breakdown and queue_length windowed per file and
+stream (now per run and device), queue_length numbering every change for its percentiles,
+fleet_trend scanning each table three times, kernel_duration_histogram a window over its
+groups that DuckDB answered with a second scan. The new ones must return identical tables (values, types, order) on the seed
 warehouse and on a small fleet, for every run and for the whole fleet; speed is measured
 in bench/, not here.
 """
