@@ -28,7 +28,7 @@ series AS (
                         ROWS UNBOUNDED PRECEDING) AS queue_length,
            CASE WHEN lead(source_file) OVER w IS NOT DISTINCT FROM source_file
                      AND lead(stream) OVER w IS NOT DISTINCT FROM stream
-                THEN lead(t) OVER w - t END AS held_ns
+                THEN (lead(t) OVER w) - t END AS held_ns
     FROM changes
     WINDOW w AS (PARTITION BY run_id, device ORDER BY source_file, stream, t, d)
 ),
