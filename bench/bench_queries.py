@@ -7,7 +7,9 @@ Prints one row per canned query: best-of --repeat seconds over the whole fleet
 (run_id NULL) and filtered to one run (a Kineto run, or --run), on one open connection;
 for the queries rewritten for issue 12 (each one with its old text in
 tests/data/sql_before_issue12: top_kernels, top_ops, megengine_op_types, kernel_summary,
-collectives, gpu_busy_idle, stream_overlap) also the old text timed interleaved with the
+collectives, gpu_busy_idle, stream_overlap; fourth pass: kernel_type_breakdown,
+temporal_breakdown, comm_comp_overlap, step_times, idle_time_breakdown, queue_length,
+fleet_trend, kernel_duration_histogram) also the old text timed interleaved with the
 new one, as the ratio old / new (--old raw: the old text is instead the metric's raw-row
 text `sql/metrics/<query>.sql`, for the queries with a per-run rollup: what they computed
 before the rollup). Then: peak RSS of fleet-wide top_kernels, gpu_busy_idle,

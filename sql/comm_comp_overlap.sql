@@ -4,8 +4,9 @@
 -- param: step_from BIGINT NULL Only activity of steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity of steps <= this (NULL: to the last)
 -- scope: run_id
-WITH k AS (
-    SELECT run_id, rank, device, kernel_type, start_ns AS s, start_ns + duration_ns AS e
+WITH k AS NOT MATERIALIZED (
+    SELECT run_id, rank, device, kernel_type = 'communication' AS comm,
+           start_ns AS s, start_ns + duration_ns AS e
     FROM kernels
     WHERE kind = 'kernel' AND kernel_type IN ('communication', 'computation')
       AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
@@ -13,39 +14,35 @@ WITH k AS (
       AND ($step_from IS NULL OR step >= $step_from)
       AND ($step_to IS NULL OR step <= $step_to)
 ),
-marked AS (
-    -- an interval opens a new island when it starts after every earlier one of its type ended
-    SELECT *, CASE WHEN s > max(e) OVER (PARTITION BY run_id, rank, device, kernel_type ORDER BY s, e
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                   THEN 1 ELSE 0 END AS opens
-    FROM k
+comm_devices AS (  -- only devices that ran a communication kernel have a row: the others skip the window
+    SELECT DISTINCT run_id, rank, device FROM k WHERE comm
 ),
-numbered AS (
-    SELECT *, sum(opens) OVER (PARTITION BY run_id, rank, device, kernel_type ORDER BY s, e
-                               ROWS UNBOUNDED PRECEDING) AS island
-    FROM marked
+kc AS (
+    SELECT k.* FROM k
+    JOIN comm_devices c ON c.run_id = k.run_id AND c.rank IS NOT DISTINCT FROM k.rank AND c.device = k.device
 ),
-islands AS (
-    SELECT run_id, rank, device, kernel_type, min(s) AS s, max(e) AS e
-    FROM numbered
-    GROUP BY run_id, rank, device, kernel_type, island
-),
-comm AS (SELECT * FROM islands WHERE kernel_type = 'communication'),
-comp AS (SELECT * FROM islands WHERE kernel_type = 'computation'),
-overlap AS (
-    SELECT c.run_id, c.rank, c.device, sum(least(c.e, p.e) - greatest(c.s, p.s)) AS overlap_ns
-    FROM comm c JOIN comp p
-      ON p.run_id = c.run_id AND p.rank IS NOT DISTINCT FROM c.rank AND p.device = c.device
-     AND p.s < c.e AND c.s < p.e
-    GROUP BY c.run_id, c.rank, c.device
+swept AS (
+    -- the latest end among the device's earlier communication kernels, and earlier computation kernels
+    SELECT *,
+           coalesce(max(CASE WHEN comm THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p_comm,
+           coalesce(max(CASE WHEN NOT comm THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p_comp
+    FROM kc
 ),
 totals AS (
-    SELECT run_id, rank, device, sum(e - s) AS comm_ns FROM comm GROUP BY run_id, rank, device
+    -- a union's length: what each kernel adds past every earlier end; the overlap of the
+    -- communication and computation unions is |comm| + |comp| - |comm or comp|
+    SELECT run_id, rank, device,
+           sum(CASE WHEN comm THEN greatest(0, e - greatest(s, p_comm)) END) AS comm_ns,
+           coalesce(sum(CASE WHEN NOT comm THEN greatest(0, e - greatest(s, p_comp)) END), 0) AS comp_ns,
+           sum(greatest(0, e - greatest(s, p_comm, p_comp))) AS both_ns
+    FROM swept GROUP BY run_id, rank, device
+    HAVING count(CASE WHEN comm THEN 1 END) > 0
 )
-SELECT t.run_id, t.rank, t.device,
-       CAST(t.comm_ns AS BIGINT) AS comm_ns,
-       CAST(coalesce(o.overlap_ns, 0) AS BIGINT) AS overlap_ns,
-       round(100.0 * coalesce(o.overlap_ns, 0) / t.comm_ns, 2) AS overlap_pct
-FROM totals t
-LEFT JOIN overlap o ON o.run_id = t.run_id AND o.rank IS NOT DISTINCT FROM t.rank AND o.device = t.device
-ORDER BY t.run_id, t.rank, t.device
+SELECT run_id, rank, device,
+       CAST(comm_ns AS BIGINT) AS comm_ns,
+       CAST(comm_ns + comp_ns - both_ns AS BIGINT) AS overlap_ns,
+       round(100.0 * (comm_ns + comp_ns - both_ns) / comm_ns, 2) AS overlap_pct
+FROM totals
+ORDER BY run_id, rank, device

@@ -1,42 +1,47 @@
 -- title: Fleet trend
 -- description: One row per run in run order (runs.started_at, then ingested_at): total GPU kernel time, kernel and node counts, steps (distinct step numbers), mean step time (wall span of a step's ops and GPU activity), mean host and device step time (defined as in step_times; the means are over every rank's steps, each rank's steps apart), with the change from the previous run (XProf / HTA across-run trends).
 -- param: model VARCHAR NULL Only runs with this model label (NULL: every run)
-WITH k AS (
-    SELECT run_id, count(*) AS kernels, CAST(sum(duration_ns) AS BIGINT) AS gpu_kernel_ns
+WITH kr AS (
+    -- one scan of each table (the old text read each three times): per run, rank and step
+    SELECT run_id, rank, step,
+           count(CASE WHEN kind = 'kernel' THEN 1 END) AS kernels,
+           sum(CASE WHEN kind = 'kernel' THEN duration_ns END) AS kernel_ns,
+           min(CASE WHEN duration_ns IS NOT NULL THEN start_ns END) AS start_ns,
+           max(start_ns + duration_ns) AS end_ns
     FROM kernels
-    WHERE kind = 'kernel'
+    GROUP BY run_id, rank, step
+),
+nr AS (
+    SELECT run_id, rank, step, count(*) AS nodes,
+           min(CASE WHEN duration_ns IS NOT NULL THEN start_ns END) AS start_ns,
+           max(start_ns + duration_ns) AS end_ns
+    FROM nodes
+    GROUP BY run_id, rank, step
+),
+k AS (
+    SELECT run_id, CAST(sum(kernels) AS BIGINT) AS kernels, CAST(sum(kernel_ns) AS BIGINT) AS gpu_kernel_ns
+    FROM kr
     GROUP BY run_id
 ),
 n AS (
-    SELECT run_id, count(*) AS nodes
-    FROM nodes
-    GROUP BY run_id
-),
-spans AS (
-    SELECT run_id, rank, step, start_ns, start_ns + duration_ns AS end_ns
-    FROM nodes
-    WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
-    UNION ALL
-    SELECT run_id, rank, step, start_ns, start_ns + duration_ns AS end_ns
-    FROM kernels
-    WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
-),
-steps AS (
-    SELECT run_id, rank, step, max(end_ns) - min(start_ns) AS wall_ns
-    FROM spans
-    GROUP BY run_id, rank, step
+    SELECT run_id, CAST(sum(nodes) AS BIGINT) AS nodes FROM nr GROUP BY run_id
 ),
 host AS (
     -- host step time: the step's first host op start to its last host op end
-    SELECT run_id, rank, step, max(start_ns + duration_ns) - min(start_ns) AS host_ns
-    FROM nodes
-    WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
-    GROUP BY run_id, rank, step
+    SELECT run_id, rank, step, end_ns - start_ns AS host_ns
+    FROM nr
+    WHERE step IS NOT NULL AND start_ns IS NOT NULL
 ),
 dev AS (
-    SELECT run_id, rank, step, min(start_ns) AS start_ns, max(start_ns + duration_ns) AS end_ns
-    FROM kernels
-    WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
+    SELECT run_id, rank, step, start_ns, end_ns
+    FROM kr
+    WHERE step IS NOT NULL AND start_ns IS NOT NULL
+),
+steps AS (
+    SELECT run_id, rank, step, max(end_ns) - min(start_ns) AS wall_ns
+    FROM (SELECT run_id, rank, step, start_ns, end_ns FROM nr WHERE step IS NOT NULL AND start_ns IS NOT NULL
+          UNION ALL
+          SELECT run_id, rank, step, start_ns, end_ns FROM dev) AS spans
     GROUP BY run_id, rank, step
 ),
 dev_steps AS (

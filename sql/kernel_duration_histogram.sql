@@ -25,20 +25,32 @@ b AS (
                ELSE CAST(power(2, k0) AS BIGINT)
            END AS bucket_lo_ns
     FROM k
+),
+g AS (
+    SELECT run_id, device, bucket_lo_ns, count(*) AS instances, sum(duration_ns) AS total_ns
+    FROM b
+    GROUP BY run_id, device, bucket_lo_ns
+),
+d AS (
+    -- the device's totals from the buckets: a window over the groups (sum(count(*)) OVER)
+    -- made DuckDB join a second scan of every kernel row
+    SELECT run_id, device, sum(instances) AS instances, sum(total_ns) AS total_ns
+    FROM g
+    GROUP BY run_id, device
 )
 SELECT
-    run_id,
-    device,
+    g.run_id,
+    g.device,
     bucket_lo_ns,
     CASE
         WHEN $bucket_ns IS NOT NULL THEN bucket_lo_ns + $bucket_ns
         WHEN bucket_lo_ns = 0 THEN 1
         ELSE 2 * bucket_lo_ns
     END AS bucket_hi_ns,
-    count(*) AS instances,
-    CAST(sum(duration_ns) AS BIGINT) AS total_ns,
-    round(100.0 * count(*) / sum(count(*)) OVER (PARTITION BY run_id, device), 2) AS instances_pct,
-    round(100.0 * sum(duration_ns) / nullif(sum(sum(duration_ns)) OVER (PARTITION BY run_id, device), 0), 2) AS time_pct
-FROM b
-GROUP BY run_id, device, bucket_lo_ns
-ORDER BY run_id, device, bucket_lo_ns
+    g.instances,
+    CAST(g.total_ns AS BIGINT) AS total_ns,
+    round(100.0 * g.instances / d.instances, 2) AS instances_pct,
+    round(100.0 * g.total_ns / nullif(d.total_ns, 0), 2) AS time_pct
+FROM g
+JOIN d ON g.run_id IS NOT DISTINCT FROM d.run_id AND g.device IS NOT DISTINCT FROM d.device
+ORDER BY g.run_id, g.device, bucket_lo_ns

@@ -5,45 +5,46 @@
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
 -- scope: run_id
 WITH k AS (
-    SELECT run_id, rank, device, kernel_type, start_ns AS s, start_ns + duration_ns AS e
+    SELECT run_id, rank, device, start_ns AS s, start_ns + duration_ns AS e,
+           CASE kernel_type WHEN 'computation' THEN 1 WHEN 'communication' THEN 2 ELSE 4 END AS bit
     FROM kernels
     WHERE start_ns IS NOT NULL AND duration_ns IS NOT NULL AND kernel_type IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)
       AND ($step_from IS NULL OR step >= $step_from)
       AND ($step_to IS NULL OR step <= $step_to)
 ),
-marked AS (
-    SELECT *, CASE WHEN s > max(e) OVER (PARTITION BY run_id, rank, device, kernel_type ORDER BY s, e
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                   THEN 1 ELSE 0 END AS opens
+swept AS (  -- per type, the latest end among the device's earlier activities of that type
+    SELECT *,
+           coalesce(max(CASE WHEN bit = 1 THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p1,
+           coalesce(max(CASE WHEN bit = 2 THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p2,
+           coalesce(max(CASE WHEN bit = 4 THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p4
     FROM k
 ),
-numbered AS (
-    SELECT *, sum(opens) OVER (PARTITION BY run_id, rank, device, kernel_type ORDER BY s, e
-                               ROWS UNBOUNDED PRECEDING) AS island
-    FROM marked
-),
-islands AS (
-    SELECT run_id, rank, device, kernel_type, min(s) AS s, max(e) AS e,
-           CASE kernel_type WHEN 'computation' THEN 1 WHEN 'communication' THEN 2 ELSE 4 END AS bit
-    FROM numbered GROUP BY run_id, rank, device, kernel_type, island
-),
-edges AS (  -- islands of one type are disjoint: +bit at a start, -bit at an end gives the set
-    SELECT run_id, rank, device, t, sum(d) AS d
-    FROM (SELECT run_id, rank, device, s AS t, bit AS d FROM islands
-          UNION ALL SELECT run_id, rank, device, e, -bit FROM islands)
-    GROUP BY run_id, rank, device, t
-),
-segments AS (
+unions AS (  -- u<set>: length of the union of the set's types (an activity adds what lies past every earlier end)
     SELECT run_id, rank, device,
-           sum(d) OVER (PARTITION BY run_id, rank, device ORDER BY t ROWS UNBOUNDED PRECEDING) AS state,
-           lead(t) OVER (PARTITION BY run_id, rank, device ORDER BY t) - t AS dur
-    FROM edges
+           sum(CASE WHEN bit = 1 THEN greatest(0, e - greatest(s, p1)) ELSE 0 END) AS u1,
+           sum(CASE WHEN bit = 2 THEN greatest(0, e - greatest(s, p2)) ELSE 0 END) AS u2,
+           sum(CASE WHEN bit = 4 THEN greatest(0, e - greatest(s, p4)) ELSE 0 END) AS u4,
+           sum(CASE WHEN bit <> 4 THEN greatest(0, e - greatest(s, p1, p2)) ELSE 0 END) AS u3,
+           sum(CASE WHEN bit <> 2 THEN greatest(0, e - greatest(s, p1, p4)) ELSE 0 END) AS u5,
+           sum(CASE WHEN bit <> 1 THEN greatest(0, e - greatest(s, p2, p4)) ELSE 0 END) AS u6,
+           sum(greatest(0, e - greatest(s, p1, p2, p4))) AS u7
+    FROM swept
+    GROUP BY run_id, rank, device
 ),
-by_state AS (
-    SELECT run_id, rank, device, CAST(state AS BIGINT) AS state, CAST(sum(dur) AS BIGINT) AS time_ns
-    FROM segments WHERE state > 0 AND dur > 0
-    GROUP BY run_id, rank, device, state
+by_state AS (  -- time in exactly each set of types, by inclusion-exclusion over the unions
+    SELECT run_id, rank, device, state,
+           CAST(CASE state WHEN 1 THEN u7 - u6
+                           WHEN 2 THEN u7 - u5
+                           WHEN 4 THEN u7 - u3
+                           WHEN 3 THEN u5 + u6 - u4 - u7
+                           WHEN 5 THEN u3 + u6 - u2 - u7
+                           WHEN 6 THEN u3 + u5 - u1 - u7
+                           ELSE u1 + u2 + u4 - u3 - u5 - u6 + u7 END AS BIGINT) AS time_ns
+    FROM unions CROSS JOIN (VALUES (1), (2), (3), (4), (5), (6), (7)) AS states(state)
 )
 SELECT run_id, rank, device,
        concat_ws(' overlapping ',
@@ -53,4 +54,5 @@ SELECT run_id, rank, device,
        time_ns,
        round(100.0 * time_ns / sum(time_ns) OVER (PARTITION BY run_id, rank, device), 2) AS pct
 FROM by_state
+WHERE time_ns > 0
 ORDER BY run_id, rank, device, time_ns DESC, kernel_types

@@ -20,37 +20,64 @@ changes AS (
     SELECT run_id, source_file, rank, device, stream, start_ns, -1 FROM a
 ),
 series AS (
+    -- Partitioned by run and device alone (the warehouse's partition columns, which DuckDB
+    -- windows over without repartitioning): a stream's changes sum to zero, so the running
+    -- sum is back at zero where the next file or stream begins.
     SELECT *,
-           sum(d) OVER (PARTITION BY run_id, source_file, device, stream ORDER BY t, d
+           sum(d) OVER (PARTITION BY run_id, device ORDER BY source_file, stream, t, d
                         ROWS UNBOUNDED PRECEDING) AS queue_length,
-           lead(t) OVER (PARTITION BY run_id, source_file, device, stream ORDER BY t, d) - t AS held_ns
+           CASE WHEN lead(source_file) OVER w IS NOT DISTINCT FROM source_file
+                     AND lead(stream) OVER w IS NOT DISTINCT FROM stream
+                THEN (lead(t) OVER w) - t END AS held_ns
     FROM changes
+    WINDOW w AS (PARTITION BY run_id, device ORDER BY source_file, stream, t, d)
 ),
-ranked AS (
+levels AS (
     -- Exact percentiles by rank (linear interpolation, as quantile_cont / pandas describe),
-    -- spelled with window functions so that every engine computes the same numbers.
-    SELECT *,
-           row_number() OVER (PARTITION BY run_id, source_file, device, stream ORDER BY queue_length) - 1 AS r,
-           0.25 * (count(*) OVER (PARTITION BY run_id, source_file, device, stream) - 1) AS p25_pos,
-           0.5 * (count(*) OVER (PARTITION BY run_id, source_file, device, stream) - 1) AS p50_pos,
-           0.75 * (count(*) OVER (PARTITION BY run_id, source_file, device, stream) - 1) AS p75_pos
+    -- spelled with window functions so that every engine computes the same numbers: the
+    -- changes leaving each queue length are counted (a few lengths per stream), so ranks
+    -- lo .. hi - 1 hold that length, instead of numbering every change.
+    SELECT run_id, source_file, device, stream, queue_length,
+           sum(count(*)) OVER (PARTITION BY run_id, source_file, device, stream ORDER BY queue_length)
+               - count(*) AS lo,
+           sum(count(*)) OVER (PARTITION BY run_id, source_file, device, stream ORDER BY queue_length) AS hi,
+           CAST(sum(count(*)) OVER (PARTITION BY run_id, source_file, device, stream) AS BIGINT) AS n
     FROM series
+    GROUP BY run_id, source_file, device, stream, queue_length
+),
+positions AS (
+    SELECT *, 0.25 * (n - 1) AS p25_pos, 0.5 * (n - 1) AS p50_pos, 0.75 * (n - 1) AS p75_pos FROM levels
+),
+percentiles AS (
+    SELECT run_id, source_file, device, stream,
+           max(CASE WHEN lo <= floor(p25_pos) AND floor(p25_pos) < hi THEN queue_length END)
+               + (max(CASE WHEN lo <= ceil(p25_pos) AND ceil(p25_pos) < hi THEN queue_length END)
+                  - max(CASE WHEN lo <= floor(p25_pos) AND floor(p25_pos) < hi THEN queue_length END))
+                 * (max(p25_pos) - floor(max(p25_pos))) AS p25,
+           max(CASE WHEN lo <= floor(p50_pos) AND floor(p50_pos) < hi THEN queue_length END)
+               + (max(CASE WHEN lo <= ceil(p50_pos) AND ceil(p50_pos) < hi THEN queue_length END)
+                  - max(CASE WHEN lo <= floor(p50_pos) AND floor(p50_pos) < hi THEN queue_length END))
+                 * (max(p50_pos) - floor(max(p50_pos))) AS p50,
+           max(CASE WHEN lo <= floor(p75_pos) AND floor(p75_pos) < hi THEN queue_length END)
+               + (max(CASE WHEN lo <= ceil(p75_pos) AND ceil(p75_pos) < hi THEN queue_length END)
+                  - max(CASE WHEN lo <= floor(p75_pos) AND floor(p75_pos) < hi THEN queue_length END))
+                 * (max(p75_pos) - floor(max(p75_pos))) AS p75
+    FROM positions
+    GROUP BY run_id, source_file, device, stream
+),
+stats AS (
+    SELECT run_id, source_file, rank, device, stream,
+           count(*) AS changes,
+           round(avg(queue_length), 4) AS mean,
+           min(queue_length) AS min,
+           max(queue_length) AS max,
+           round(sum(queue_length * held_ns) / nullif(sum(held_ns), 0), 4) AS time_weighted_mean
+    FROM series
+    GROUP BY run_id, source_file, rank, device, stream
 )
-SELECT run_id, rank, device, stream,
-       count(*) AS changes,
-       round(avg(queue_length), 4) AS mean,
-       min(queue_length) AS min,
-       max(CASE WHEN r = floor(p25_pos) THEN queue_length END)
-           + (max(CASE WHEN r = ceil(p25_pos) THEN queue_length END) - max(CASE WHEN r = floor(p25_pos) THEN queue_length END))
-             * (max(p25_pos) - floor(max(p25_pos))) AS p25,
-       max(CASE WHEN r = floor(p50_pos) THEN queue_length END)
-           + (max(CASE WHEN r = ceil(p50_pos) THEN queue_length END) - max(CASE WHEN r = floor(p50_pos) THEN queue_length END))
-             * (max(p50_pos) - floor(max(p50_pos))) AS p50,
-       max(CASE WHEN r = floor(p75_pos) THEN queue_length END)
-           + (max(CASE WHEN r = ceil(p75_pos) THEN queue_length END) - max(CASE WHEN r = floor(p75_pos) THEN queue_length END))
-             * (max(p75_pos) - floor(max(p75_pos))) AS p75,
-       max(queue_length) AS max,
-       round(sum(queue_length * held_ns) / nullif(sum(held_ns), 0), 4) AS time_weighted_mean
-FROM ranked
-GROUP BY run_id, source_file, rank, device, stream
-ORDER BY run_id, rank, device, stream
+SELECT s.run_id, s.rank, s.device, s.stream, s.changes, s.mean, s.min, p.p25, p.p50, p.p75, s.max,
+       s.time_weighted_mean
+FROM stats s
+JOIN percentiles p ON p.run_id = s.run_id AND p.source_file = s.source_file AND p.device = s.device
+                  AND p.stream IS NOT DISTINCT FROM s.stream
+ORDER BY s.run_id, s.rank, s.device, s.stream

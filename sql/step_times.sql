@@ -2,7 +2,7 @@
 -- description: Per run, rank and step (rank NULL: a single-trace run without rank information; each rank's steps stay apart): host step time (first to last host op of the step), device step time (the step's first GPU activity to the next step's first GPU activity; the last step: its first to last GPU activity) with the GPU busy time in the step (union over streams and devices), GPU kernel time and share, counts, and wall_ns (first op or GPU activity to the last one ends; grows with the launch queue in an asynchronous run); step NULL is what lies outside any step (HTA / XProf step time).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- scope: run_id
-WITH spans AS (
+WITH spans AS NOT MATERIALIZED (  -- read twice (per_step, busy): scanned twice, not held (half the peak memory)
     SELECT run_id, rank, step, start_ns, start_ns + duration_ns AS end_ns,
            0 AS kernel_ns, 1 AS is_node, 0 AS is_kernel
     FROM nodes
@@ -17,31 +17,16 @@ WITH spans AS (
     WHERE start_ns IS NOT NULL AND duration_ns IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)
 ),
-gpu AS (
-    SELECT run_id, rank, step, start_ns, end_ns FROM spans WHERE is_node = 0
-),
-prev AS (
-    -- Latest end among the GPU intervals that start earlier: a start after it opens a busy island.
-    SELECT *,
-           max(end_ns) OVER (PARTITION BY run_id, rank, step ORDER BY start_ns, end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-    FROM gpu
-),
-numbered AS (
-    SELECT *,
-           sum(CASE WHEN prev_end_ns IS NULL OR start_ns > prev_end_ns THEN 1 ELSE 0 END)
-               OVER (PARTITION BY run_id, rank, step ORDER BY start_ns, end_ns
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS island
-    FROM prev
-),
-islands AS (
-    SELECT run_id, rank, step, island, max(end_ns) - min(start_ns) AS busy_ns
-    FROM numbered
-    GROUP BY run_id, rank, step, island
-),
 busy AS (
-    SELECT run_id, rank, step, CAST(sum(busy_ns) AS BIGINT) AS device_busy_ns
-    FROM islands
+    -- GPU busy time of the step: the union of its GPU intervals, as what each interval adds
+    -- past the latest end among those that start earlier (one window, no numbered islands)
+    SELECT run_id, rank, step,
+           CAST(sum(greatest(0, end_ns - greatest(start_ns, coalesce(prev_end_ns, start_ns)))) AS BIGINT)
+               AS device_busy_ns
+    FROM (SELECT run_id, rank, step, start_ns, end_ns,
+                 max(end_ns) OVER (PARTITION BY run_id, rank, step ORDER BY start_ns
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+          FROM spans WHERE is_node = 0) AS g
     GROUP BY run_id, rank, step
 ),
 per_step AS (

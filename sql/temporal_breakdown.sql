@@ -13,32 +13,20 @@ WITH k AS (
       AND ($step_from IS NULL OR step >= $step_from)
       AND ($step_to IS NULL OR step <= $step_to)
 ),
-sets AS (  -- every activity in set 'all'; computation kernels also in set 'compute'
-    SELECT run_id, rank, device, 'all' AS set_name, s, e FROM k
-    UNION ALL
-    SELECT run_id, rank, device, 'compute', s, e FROM k WHERE compute
+swept AS (  -- the latest end among the device's earlier activities, and among its earlier computation kernels
+    SELECT *,
+           coalesce(max(e) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p_all,
+           coalesce(max(CASE WHEN compute THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p_compute
+    FROM k
 ),
-marked AS (
-    SELECT *, CASE WHEN s > max(e) OVER (PARTITION BY run_id, rank, device, set_name ORDER BY s, e
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                   THEN 1 ELSE 0 END AS opens
-    FROM sets
-),
-numbered AS (
-    SELECT *, sum(opens) OVER (PARTITION BY run_id, rank, device, set_name ORDER BY s, e
-                               ROWS UNBOUNDED PRECEDING) AS island
-    FROM marked
-),
-islands AS (
-    SELECT run_id, rank, device, set_name, min(s) AS s, max(e) AS e
-    FROM numbered GROUP BY run_id, rank, device, set_name, island
-),
-totals AS (
+totals AS (  -- a union's length: what each activity adds past every earlier end
     SELECT run_id, rank, device,
-           max(e) FILTER (set_name = 'all') - min(s) FILTER (set_name = 'all') AS span_ns,
-           coalesce(sum(e - s) FILTER (set_name = 'all'), 0) AS busy_ns,
-           coalesce(sum(e - s) FILTER (set_name = 'compute'), 0) AS compute_ns
-    FROM islands GROUP BY run_id, rank, device
+           max(e) - min(s) AS span_ns,
+           sum(greatest(0, e - greatest(s, p_all))) AS busy_ns,
+           coalesce(sum(CASE WHEN compute THEN greatest(0, e - greatest(s, p_compute)) END), 0) AS compute_ns
+    FROM swept GROUP BY run_id, rank, device
 )
 SELECT run_id, rank, device,
        CAST(span_ns AS BIGINT) AS span_ns,
