@@ -72,6 +72,7 @@ import pyarrow as pa
 
 from tracedb import schema, storage
 from tracedb.errors import TracedbError, WarehouseError
+from tracedb.storage import sql_str  # noqa: F401  (lake.sql_str: callers quote with it)
 
 META_DIR = "_tracedb"
 LAKE_JSON = f"{META_DIR}/lake.json"
@@ -121,10 +122,6 @@ def partition_dir(table: str, run_id: str, device: str) -> str:
         raise TracedbError(f"run id {run_id[:40]!r}... is too long for a folder name "
                            f"({len(enc_run.encode())} bytes encoded, at most {MAX_VALUE_BYTES}); use --run-id")
     return f"{table}/run_id={enc_run}/device={_encode(device)}"
-
-
-def sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 def size_and_hash(path: Path) -> tuple[int, str]:
@@ -380,7 +377,7 @@ class Lake:
                 f.logged = True
 
         concurrently([lambda: self._record_checksums(files)] +
-              [lambda t=table: add(t) for table in dict.fromkeys(f.table for f in files)])
+                     [lambda t=table: add(t) for table in dict.fromkeys(f.table for f in files)])
 
     def transact(self, table: str, actions: list) -> None:
         """One Delta commit of add and remove actions on a data table."""

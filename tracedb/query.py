@@ -288,14 +288,13 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
     from tracedb import snapshot
 
     rollups_only = bool(query.raw_if) and all(values.get(n) is None for n in query.raw_if)
-    made = []
-    if runs:
-        made = snapshot.scope_to_runs(con, list(runs), query.sql, rollups_only)
-        if made is None:
+    limit = list(runs) if runs else scoped_runs(query, values)
+    made = snapshot.scope_to_runs(con, limit, query.sql, rollups_only) if limit or rollups_only else []
+    if made is None:
+        if runs:  # asked for: never the whole views instead
             raise TracedbError(f"{query.name}: this connection's snapshot does not list its files by run, "
                                "so it cannot be limited to runs (reopen the warehouse: the snapshot is rebuilt)")
-    elif scoped_runs(query, values) or rollups_only:
-        made = snapshot.scope_to_runs(con, scoped_runs(query, values), query.sql, rollups_only) or []
+        made = []  # the header's own scoping is only a speed-up
     try:
         if rows:
             return fetch(con.sql(query.sql, params=values or None))
@@ -471,9 +470,13 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
 RUN_PARAMS = ("run_id", "run_a", "run_b", "baseline", "candidate")
 
 
-def _check_runs_exist(con: duckdb.DuckDBPyConnection, runs: list[str]) -> None:
+def _unknown_runs(con: duckdb.DuckDBPyConnection, runs: list[str]) -> list[str]:
     known = {r for (r,) in con.execute("SELECT run_id FROM runs WHERE list_contains(?, run_id)", [runs]).fetchall()}
-    missing = [r for r in runs if r not in known]
+    return [r for r in runs if r not in known]
+
+
+def _check_runs_exist(con: duckdb.DuckDBPyConnection, runs: list[str]) -> None:
+    missing = _unknown_runs(con, runs)
     if missing:
         raise TracedbError(f"no run {', '.join(map(repr, missing))} in the warehouse (--run; `tracedb runs` lists them)")
 
@@ -481,7 +484,7 @@ def _check_runs_exist(con: duckdb.DuckDBPyConnection, runs: list[str]) -> None:
 def _check_run_ids(con: duckdb.DuckDBPyConnection, values: dict[str, Any]) -> None:
     for name in RUN_PARAMS:
         run = values.get(name)
-        if isinstance(run, str) and not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run]).fetchone():
+        if isinstance(run, str) and _unknown_runs(con, [run]):
             raise TracedbError(f"no run {run!r} in the warehouse (parameter {name}; `tracedb runs` lists them)")
 
 

@@ -160,7 +160,7 @@ class Writer:
         and write them into the lake under each run's ingest_id, uncommitted. `tables`:
         only these rollup tables."""
         from tracedb import storage
-        from tracedb.lake import sql_str
+        from tracedb.snapshot import view_sql
         from tracedb.store import FileWriter
 
         runs = [r for r in runs if r[2]]
@@ -172,10 +172,8 @@ class Writer:
             self._registered.add(store.fs.protocol)
         sources = []
         for _, ingest_id, files in runs:
-            paths = "[" + ", ".join(sql_str(store.absolute(f)) for f in files) + "]"
-            sources.append(f"(SELECT * FROM read_parquet({paths}, hive_partitioning = true, "
-                           "hive_types = {'run_id': VARCHAR, 'device': VARCHAR}) "
-                           f"WHERE ingest_id = {sql_str(ingest_id)})")
+            rows = view_sql("*", [store.absolute(f) for f in files], mixed=False)  # as the snapshot reads them
+            sources.append(f"({rows} WHERE ingest_id = {storage.sql_str(ingest_id)})")
         written: list[DataFile] = []
         try:
             for (run_id, ingest_id, _), rollups in zip(runs, self.compute(sources, tables)):
@@ -203,10 +201,8 @@ def backfill(lake, tables: list[str], tag: str) -> None:
     live = {r["run_id"]: r["ingest_id"] for r in lake.read_table("runs", ["run_id", "ingest_id"]).to_pylist()}
     have = {t: {r["run_id"] for r in lake.add_actions(t).to_pylist()} for t in tables}
     kernels: dict[str, list[str]] = {}
-    for r in lake.add_actions("kernels").to_pylist():
-        ingest = live.get(r["run_id"])
-        if ingest is not None and r["min_ingest"] <= ingest <= r["max_ingest"]:
-            kernels.setdefault(r["run_id"], []).append(r["path"])
+    for run_id, path in lake.live_files_by_run("kernels", live)[0]:
+        kernels.setdefault(run_id, []).append(path)
     files = []
     roll = Writer()
     try:

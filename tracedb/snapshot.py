@@ -30,6 +30,8 @@ from pathlib import Path
 
 import duckdb
 
+from tracedb.storage import latest_log_version, sql_str
+
 # The lake's tables (`schema.ALL_TABLES`) and files (`lake.LAKE_JSON`, `catalog.CATALOG`),
 # repeated here without pyarrow; tests/test_startup.py keeps them equal. Were one to
 # drift, the recorded state would not match and every query would take the slow path.
@@ -44,8 +46,6 @@ SNAPSHOT_FORMAT = 2
 
 def log_version(table_dir: Path) -> int:
     """The latest Delta version of a table from its log folder listing (as `Lake.versions`)."""
-    from tracedb.storage import latest_log_version
-
     try:
         return latest_log_version(os.listdir(table_dir / "_delta_log"))
     except OSError:
@@ -73,7 +73,7 @@ def attach_fresh(con: duckdb.DuckDBPyConnection, warehouse: Path) -> bool:
     if not (root / LAKE_JSON).is_file() or not path.is_file():
         return False
     try:
-        con.execute("ATTACH '" + str(path).replace("'", "''") + "' AS tracedb (READ_ONLY)")
+        con.execute(f"ATTACH {sql_str(str(path))} AS tracedb (READ_ONLY)")
     except duckdb.Error:
         return False
     try:
@@ -90,7 +90,7 @@ def attach_fresh(con: duckdb.DuckDBPyConnection, warehouse: Path) -> bool:
 def view_sql(columns: str, paths: list[str], mixed: bool) -> str:
     """A data view over these files (absolute paths or URLs): the snapshot's views
     (`catalog._build`) and the run-scoped ones alike."""
-    listed = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+    listed = "[" + ", ".join(sql_str(p) for p in paths) + "]"
     # run_id and device come from the Hive paths (URL-decoded by DuckDB): a filter on
     # either skips other runs' files unopened. Every file has the table's full schema.
     where = (" WHERE (run_id, ingest_id) IN (SELECT run_id, ingest_id FROM tracedb_runs)" if mixed else "")

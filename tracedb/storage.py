@@ -81,6 +81,11 @@ def open_storage(loc: Path | str) -> LocalStorage | ObjectStorage:
     return ObjectStorage(loc) if is_remote(loc) else LocalStorage(Path(loc))
 
 
+def sql_str(value: str) -> str:
+    """A SQL string literal (DuckDB, delta-rs predicates): single quotes doubled."""
+    return "'" + value.replace("'", "''") + "'"
+
+
 def latest_log_version(names: list[str]) -> int:
     """The latest Delta version among a table's `_delta_log` file names (-1: none)."""
     return max((int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit()),
