@@ -340,130 +340,155 @@ def ingest(
     parallel = min(jobs, n_files) > 1
     if parallel:
         workers.start()  # the forkserver's imports (~0.5 s) overlap ours and discovery
-    # A new warehouse's Delta tables (0.04-0.1 s of delta-rs, ~0.25 s with its import in a
-    # fresh process) and the rollups' DuckDB connection are made in a thread while the
-    # files are read (by the workers, or by this process: delta-rs releases the GIL; the
-    # 17 MB TF text ingest, bench_tf_text.py, was ~40 ms faster so); an existing lake opens
-    # at once (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
-    later = (not storage.is_remote(warehouse) and not (warehouse / lake.LAKE_JSON).exists()
-             and not (warehouse / lake.CATALOG).exists())
-    store = None if later else _open_lake(warehouse)
+    landing = _Landing(warehouse, on_run)
     ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-    summaries: list[RunSummary] = []
     with timing.phase("start pool"):
         pool = workers.Workers(min(jobs, n_files)) if parallel else None
-    opening = roll_future = None
-    pending: list[tuple[lake.RunCommit, RunSummary]] = []
-    roll = None  # rollups.Writer, from the first commit on
     try:
-        planned, index = [], 0
-        if pool:  # every sniff first (a few ms each), so reads can be queued run by run
-            for i, path in enumerate(p for run in runs for p in run.files):
-                pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
-        if later:
-            opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
-            store_future = opening.submit(_open_lake, warehouse)
-            roll_future = opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
-        sniffs = iter(range(n_files))
-        for run in runs:
-            sniffed = ([pool.result(f"sniff-{next(sniffs):06d}") for _ in run.files] if pool
-                       else [_sniff(p) for p in run.files])
-            run_jobs = _plan(run, warehouse, ingest_id, index, sniffed)
-            index += len(run_jobs)
-            for j in run_jobs if pool else ():
-                pool.submit(j.file_tag, _read_one, j,
-                            lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
-            planned.append((run, run_jobs))
-        last_commit = time.monotonic()
-        rolled = 0  # pending[:rolled] have their rollup files
-
-        def roll_up() -> None:
-            nonlocal roll, rolled
-            if rolled < len(pending):
-                with timing.phase("rollups"):
-                    roll = roll or (roll_future.result() if roll_future else rollups.Writer())
-                    _add_rollups(roll, warehouse, [c for c, _ in pending[rolled:]])
-                rolled = len(pending)
-
-        def commit() -> None:
-            nonlocal last_commit, store, rolled
-            if pending:
-                store = store or store_future.result()  # the lake is needed from here on only
-                roll_up()
-                _commit(store, [c for c, _ in pending])
-                for _, summary in pending:
-                    summaries.append(summary)
-                    if on_run:
-                        on_run(summary)
-                pending.clear()
-                rolled = 0
-            last_commit = time.monotonic()
-
+        landing.start()
+        planned = _queue(runs, warehouse, ingest_id, pool)
         for run, run_jobs in planned:
             start = time.perf_counter()
             results = []
             for job in run_jobs:
-                if pool and len(pending) - rolled >= ROLLUP_EVERY_RUNS and not pool.ready(job.file_tag):
-                    roll_up()  # the caller would only wait: it rolls up the runs read so far meanwhile
-                r = pool.result(job.file_tag) if pool else _read_one(job)
+                if pool and landing.unrolled() >= ROLLUP_EVERY_RUNS and not pool.ready(job.file_tag):
+                    landing.roll_up()  # the caller would only wait: it rolls up the runs read so far meanwhile
+                results.append(pool.result(job.file_tag) if pool else _read_one(job))
                 if on_file:
-                    on_file(r)
-                results.append(r)
+                    on_file(results[-1])
             for where, message in run.errors:  # what discovery could not list
-                r = FileResult(path=display(where), rel=run.rel(where), error=message)
+                results.append(FileResult(path=display(where), rel=run.rel(where), error=message))
                 if on_file:
-                    on_file(r)
-                results.append(r)
-            labels, label_error = _read_labels(run.labels_file)
-            run_error = (f"{run.run_id}/{RUN_LABELS}", label_error) if label_error else None
-            if not run.files and not run.errors:
-                run_error = (display(run.root), "no trace files in this run folder")
-            ok = [r for r in results if r.ok]
-            when = datetime.now(timezone.utc)
-            # A run is replaced only by a complete version (every file read and written,
-            # its run.json valid); --partial accepts what is readable, marked as such.
-            complete = len(ok) == len(results) and run_error is None
-            replace = bool(ok) and (complete or partial)
-            file_rows = [_file_row(r, run.run_id, ingest_id, when) for r in results]
-            if label_error:
-                file_rows.append(_labels_row(run, label_error, ingest_id, when))
-            if not replace:
-                (store or lake.Lake(warehouse)).discard([w for r in ok for w in r.written])
-            written = [w for r in ok for w in r.written] if replace else []
-            pending.append((
-                lake.RunCommit(
-                    {**_run_row(run, results, labels), "status": "complete" if complete else "partial"},
-                    written,
-                    file_rows,
-                    replace=replace,
-                    ingest_id=ingest_id,
-                ),
-                RunSummary(run.run_id, results, time.perf_counter() - start, run_error, replace),
-            ))
-            # Runs land in groups: a reader sees whole runs, and a commit (a few Delta
-            # commits and a new snapshot) is paid once a group rather than once a run.
-            if len(pending) >= COMMIT_EVERY_RUNS or time.monotonic() - last_commit >= COMMIT_EVERY_SECONDS:
-                commit()
-        commit()
+                    on_file(results[-1])
+            landing.add(run, results, ingest_id, partial, time.perf_counter() - start)
+        landing.commit()
     except BaseException:
-        # What was written for runs that did not commit is no one's: delete it now
-        # (vacuum would, after its retention).
-        store = store or lake.Lake(warehouse)
-        store.discard([w for c, _ in pending for w in c.files])
-        if pool:
-            store.discard([w for r in pool.finished() if isinstance(r, FileResult) for w in r.written])
+        landing.discard(pool.finished() if pool else [])
         raise
     finally:
         if pool:
             with timing.phase("close pool"):
                 pool.close()
-        if opening:
-            opening.shutdown()
-            if roll is None and not roll_future.cancelled() and roll_future.exception() is None:
-                roll = roll_future.result()  # made, never used (an interrupted ingest)
-        if roll:
-            roll.close()
-    return IngestSummary(warehouse, summaries)
+        landing.close()
+    return IngestSummary(warehouse, landing.summaries)
+
+
+def _queue(runs: list[RunSpec], warehouse: Path | str, ingest_id: str,
+           pool: workers.Workers | None) -> list[tuple[RunSpec, list[_Job]]]:
+    """Each run with its read jobs; with workers, every sniff is queued first (a few ms
+    each), then each run's reads as its sniffs come back."""
+    if pool:
+        for i, path in enumerate(p for run in runs for p in run.files):
+            pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
+    planned, index = [], 0
+    sniffs = iter(range(sum(len(run.files) for run in runs)))
+    for run in runs:
+        sniffed = ([pool.result(f"sniff-{next(sniffs):06d}") for _ in run.files] if pool
+                   else [_sniff(p) for p in run.files])
+        run_jobs = _plan(run, warehouse, ingest_id, index, sniffed)
+        index += len(run_jobs)
+        for j in run_jobs if pool else ():
+            pool.submit(j.file_tag, _read_one, j,
+                        lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
+        planned.append((run, run_jobs))
+    return planned
+
+
+class _Landing:
+    """The caller's side of an ingest after the reads: the runs read but not committed,
+    their rollups, and the commits of groups of them into the lake."""
+
+    def __init__(self, warehouse: Path | str, on_run: Callable[[RunSummary], None] | None) -> None:
+        self.warehouse, self.on_run = warehouse, on_run
+        self.pending: list[tuple[lake.RunCommit, RunSummary]] = []
+        self.rolled = 0  # pending[:rolled] have their rollup files
+        self.summaries: list[RunSummary] = []
+        self.roll: rollups.Writer | None = None  # from the first rollup on
+        self.opening = self.store_future = self.roll_future = None
+        # A new warehouse's Delta tables (0.04-0.1 s of delta-rs, ~0.25 s with its import in a
+        # fresh process) and the rollups' DuckDB connection are made in a thread while the
+        # files are read (by the workers, or by this process: delta-rs releases the GIL; the
+        # 17 MB TF text ingest, bench_tf_text.py, was ~40 ms faster so); an existing lake opens
+        # at once (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
+        self.later = (not storage.is_remote(warehouse) and not (warehouse / lake.LAKE_JSON).exists()
+                      and not (warehouse / lake.CATALOG).exists())
+        self.store = None if self.later else _open_lake(warehouse)
+        self.last_commit = time.monotonic()
+
+    def start(self) -> None:
+        """As the reads begin: a new lake and the rollups' connection, in a thread."""
+        if self.later:
+            self.opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
+            self.store_future = self.opening.submit(_open_lake, self.warehouse)
+            self.roll_future = self.opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
+        self.last_commit = time.monotonic()
+
+    def unrolled(self) -> int:
+        return len(self.pending) - self.rolled
+
+    def add(self, run: RunSpec, results: list[FileResult], ingest_id: str, partial: bool, seconds: float) -> None:
+        """A run whose files are all read joins the pending group, which commits when full."""
+        labels, label_error = _read_labels(run.labels_file)
+        run_error = (f"{run.run_id}/{RUN_LABELS}", label_error) if label_error else None
+        if not run.files and not run.errors:
+            run_error = (display(run.root), "no trace files in this run folder")
+        ok = [r for r in results if r.ok]
+        when = datetime.now(timezone.utc)
+        # A run is replaced only by a complete version (every file read and written,
+        # its run.json valid); --partial accepts what is readable, marked as such.
+        complete = len(ok) == len(results) and run_error is None
+        replace = bool(ok) and (complete or partial)
+        file_rows = [_file_row(r, run.run_id, ingest_id, when) for r in results]
+        if label_error:
+            file_rows.append(_labels_row(run, label_error, ingest_id, when))
+        if not replace:
+            (self.store or lake.Lake(self.warehouse)).discard([w for r in ok for w in r.written])
+        written = [w for r in ok for w in r.written] if replace else []
+        self.pending.append((
+            lake.RunCommit({**_run_row(run, results, labels), "status": "complete" if complete else "partial"},
+                           written, file_rows, replace=replace, ingest_id=ingest_id),
+            RunSummary(run.run_id, results, seconds, run_error, replace),
+        ))
+        # Runs land in groups: a reader sees whole runs, and a commit (a few Delta
+        # commits and a new snapshot) is paid once a group rather than once a run.
+        if len(self.pending) >= COMMIT_EVERY_RUNS or time.monotonic() - self.last_commit >= COMMIT_EVERY_SECONDS:
+            self.commit()
+
+    def roll_up(self) -> None:
+        if self.rolled < len(self.pending):
+            with timing.phase("rollups"):
+                self.roll = self.roll or (self.roll_future.result() if self.roll_future else rollups.Writer())
+                _add_rollups(self.roll, self.warehouse, [c for c, _ in self.pending[self.rolled:]])
+            self.rolled = len(self.pending)
+
+    def commit(self) -> None:
+        if self.pending:
+            self.store = self.store or self.store_future.result()  # the lake is needed from here on only
+            self.roll_up()
+            _commit(self.store, [c for c, _ in self.pending])
+            for _, summary in self.pending:
+                self.summaries.append(summary)
+                if self.on_run:
+                    self.on_run(summary)
+            self.pending.clear()
+            self.rolled = 0
+        self.last_commit = time.monotonic()
+
+    def discard(self, finished: list) -> None:
+        """After a failure: what was written for runs that did not commit is no one's
+        (`finished`: the pool's results not yet collected); delete it now (vacuum would,
+        after its retention)."""
+        store = self.store or lake.Lake(self.warehouse)
+        store.discard([w for c, _ in self.pending for w in c.files])
+        store.discard([w for r in finished if isinstance(r, FileResult) for w in r.written])
+
+    def close(self) -> None:
+        if self.opening:
+            self.opening.shutdown()
+            if self.roll is None and not self.roll_future.cancelled() and self.roll_future.exception() is None:
+                self.roll = self.roll_future.result()  # made, never used (an interrupted ingest)
+        if self.roll:
+            self.roll.close()
 
 
 def _open_lake(warehouse: Path | str) -> lake.Lake:
