@@ -41,9 +41,15 @@ are per file and stream in the query too. Its rank filter stays on the rollup (a
 a file's: every row of a stream keeps or drops together); step ranges and another
 `kernel_wait_ns` (`-- raw-if:` compares with the default) read the raw rows.
 `rollup_memory_bandwidth` holds `memory_bandwidth`'s final rows (each is one run's), so
-its rounded bandwidths are the values the query computed. Measured at 1,000 runs
-(load ~8, 2 cores): fleet-wide 0.79 / 0.54 s (idle / queue), one run 45-49 ms, almost
-all of it opening the rollup's 1,025 one-run files; migration 0008 took 63 s.
+its rounded bandwidths are the values the query computed. Measured on that fleet (2
+cores, best of 3, load 5-7, 13:45-13:48 UTC): fleet-wide idle / queue / bandwidth 0.40-0.57
+/ 0.42-0.72 / 0.49-0.51 s (raw rows in the same process: 9.6 / 5.1 / 3.4 s with the texts
+before issue 12), one run 35-48 / 22-27 / 15-39 ms; nearly all of it is opening the
+rollups' one-run files (1,025 for rollup_stream_time). Migration 0008: 34 s for 1,000
+runs at load ~6. Ingest cost (`bench/bench_rollups.py`, 24 shipped traces, `--jobs 1`,
+12 rounds each interleaved with the code before, load 5-7): the rollup step's median
+0.63 -> 0.97 s (share of the ingest 15% -> 21%); the stream metric is ~25 ms per commit
+group of tiny runs, most of it `queue_summary`'s windows and planning, the copy metric ~12 ms.
 """
 
 from __future__ import annotations
