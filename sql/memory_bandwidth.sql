@@ -4,45 +4,19 @@
 -- param: step_from BIGINT NULL Only copies launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only copies launched in steps <= this (NULL: to the last)
 -- scope: run_id
-WITH c AS (
-    SELECT run_id, rank, device,
-           CASE WHEN kind = 'memset' THEN 'Memset' ELSE 'Memcpy ' || coalesce(copy_kind, 'Unknown') END AS copy_type,
-           start_ns, duration_ns, bytes,
-           1.0 * bytes / greatest(duration_ns, 1) AS gbps
-    FROM kernels
-    WHERE kind IN ('memcpy', 'memset') AND bytes IS NOT NULL AND start_ns IS NOT NULL
-      AND duration_ns IS NOT NULL
-      AND ($run_id IS NULL OR run_id = $run_id)
-      AND ($step_from IS NULL OR step >= $step_from)
-      AND ($step_to IS NULL OR step <= $step_to)
-),
-changes AS (
-    SELECT run_id, rank, device, copy_type, start_ns AS t, gbps AS d FROM c
-    UNION ALL
-    SELECT run_id, rank, device, copy_type, start_ns + greatest(duration_ns, 1), -gbps FROM c
-),
-series AS (
-    SELECT run_id, rank, device, copy_type,
-           sum(d) OVER (PARTITION BY run_id, rank, device, copy_type ORDER BY t, d
-                        ROWS UNBOUNDED PRECEDING) AS gbps
-    FROM changes
-),
-summary AS (
-    SELECT run_id, rank, device, copy_type, count(*) AS points, avg(gbps) AS mean_gbps,
-           min(gbps) AS min_gbps, max(gbps) AS max_gbps
-    FROM series WHERE gbps > 1e-9  -- a float sum back at zero is not above it
-    GROUP BY run_id, rank, device, copy_type
-),
-totals AS (
-    SELECT run_id, rank, device, copy_type, count(*) AS copies, CAST(sum(bytes) AS BIGINT) AS bytes,
-           CAST(sum(duration_ns) AS BIGINT) AS total_ns
-    FROM c GROUP BY run_id, rank, device, copy_type
+-- raw-if: step_from step_to
+-- Whole runs: the per-run rollup (tracedb.rollups), the rows the ingest computed from the
+-- run's own copies with the metric's one definition (metrics/memory_bandwidth.sql: every
+-- row is one run's). Step ranges compute from the raw rows with that same definition
+-- (DuckDB drops the branch it does not need). 1,000 runs: 1.09 s from raw rows.
+WITH raw AS (
+-- include: metrics/memory_bandwidth.sql
 )
-SELECT t.run_id, t.rank, t.device, t.copy_type, t.copies, t.bytes, t.total_ns,
-       round(t.bytes / nullif(t.total_ns, 0), 3) AS gbps,
-       s.points, round(s.mean_gbps, 3) AS mean_gbps, round(s.min_gbps, 3) AS min_gbps,
-       round(s.max_gbps, 3) AS max_gbps
-FROM totals t
-LEFT JOIN summary s ON s.run_id = t.run_id AND s.rank IS NOT DISTINCT FROM t.rank
-                   AND s.device = t.device AND s.copy_type = t.copy_type
-ORDER BY t.run_id, t.rank, t.device, t.copy_type
+SELECT run_id, rank, device, copy_type, copies, bytes, total_ns, gbps, points, mean_gbps, min_gbps, max_gbps
+FROM rollup_memory_bandwidth
+WHERE $step_from IS NULL AND $step_to IS NULL AND ($run_id IS NULL OR run_id = $run_id)
+UNION ALL
+SELECT run_id, rank, device, copy_type, copies, bytes, total_ns, gbps, points, mean_gbps, min_gbps, max_gbps
+FROM raw
+WHERE $step_from IS NOT NULL OR $step_to IS NOT NULL
+ORDER BY run_id, rank, device, copy_type

@@ -86,7 +86,8 @@ def test_schema1_warehouse_is_converted_to_delta_lake_in_place(tmp_path):
     want = _schema1_facts(wh)
     with pytest.raises(TracedbError, match="0004_delta_lake"):
         catalog.connect(wh)
-    assert catalog_migrate(wh) == ["0004_delta_lake", "0005_pytorch_depth", "0006_rollups", "0007_rollup_collectives"]
+    assert catalog_migrate(wh) == ["0004_delta_lake", "0005_pytorch_depth", "0006_rollups", "0007_rollup_collectives",
+                                 "0008_interval_rollups"]
     con = catalog.connect(wh)
     for table in ("nodes", "kernels", "tensors", "allocations"):
         assert con.execute(f"SELECT run_id, device, count(*) FROM {table} GROUP BY ALL ORDER BY ALL").fetchall() == want[table]
@@ -179,7 +180,8 @@ def test_schema2_lake_gains_the_pytorch_tables_and_columns(tmp_path):
         names += list(zip(t.column("name").to_pylist(), t.column("kind").to_pylist()))
     with pytest.raises(TracedbError, match="0005_pytorch_depth"):
         catalog.connect(wh)
-    assert catalog_migrate(wh) == ["0005_pytorch_depth", "0006_rollups", "0007_rollup_collectives"]
+    assert catalog_migrate(wh) == ["0005_pytorch_depth", "0006_rollups", "0007_rollup_collectives",
+                                 "0008_interval_rollups"]
     con = catalog.connect(wh)
     assert dict(con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1").fetchall()) == before
     assert con.execute("SELECT count(*) FROM kernels WHERE kernel_type IS NULL").fetchone()[0] == 0
@@ -213,7 +215,8 @@ def test_schema3_lake_gains_rollups_that_match_the_raw_queries(tmp_path):
     shutil.copytree(FROZEN_SCHEMA3, wh)
     with pytest.raises(TracedbError, match="0006_rollups"):
         catalog.connect(wh)
-    assert catalog_migrate(wh) == ["0006_rollups", "0007_rollup_collectives"]
+    assert catalog_migrate(wh) == ["0006_rollups", "0007_rollup_collectives",
+                                 "0008_interval_rollups"]
     con = catalog.connect(wh)
     assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
         ("nccl", 2358), ("streams", 755), ("torch", 1202)]
@@ -281,7 +284,7 @@ def test_schema4_lake_gains_the_collectives_rollup(tmp_path):
     with pytest.raises(TracedbError, match="0007_rollup_collectives"):
         catalog.connect(wh)
     before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in ("kernels", "rollup_stream_overlap")}
-    assert catalog_migrate(wh) == ["0007_rollup_collectives"]
+    assert catalog_migrate(wh) == ["0007_rollup_collectives", "0008_interval_rollups"]
     assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
     con = catalog.connect(wh)
     assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
@@ -315,3 +318,109 @@ def test_schema4_lake_gains_the_collectives_rollup(tmp_path):
     assert con.execute("SELECT run_id, sum(instances) FROM rollup_collectives GROUP BY 1 ORDER BY 1").fetchall() == [
         ("allreduce", 21), ("streams", 21)]
     assert same(con) == 4 * 4  # four rows again (two runs of two collectives, all on GPU:0)
+
+
+FROZEN_SCHEMA5 = DATA / "frozen_warehouse_schema5"
+
+
+def _raw_stream_time(run: str, *traces) -> dict:
+    """(run, file, stream) -> [host wait ns, gaps, kernel wait ns, gaps, other ns, gaps,
+    queue changes, min, max] from raw Kineto traces: the gaps between consecutive activities
+    of a stream (by start, then end), host wait when the next one's launch call started
+    after the previous one ended, else kernel wait under 30 us, else other; the queue +1 at
+    each launch call, -1 at each start (a start first at the same ns)."""
+    import rawtrace
+
+    out = {}
+    for path in traces:
+        acts = rawtrace.kineto(rawtrace.load_kineto_json(path)).kernels
+        for stream in {a.stream for a in acts}:
+            mine = sorted((a for a in acts if a.stream == stream), key=lambda a: (a.start, a.end))
+            r = out.setdefault((run, path.name, stream), [0] * 6 + [None] * 3)
+            for prev, a in zip(mine, mine[1:]):
+                gap = a.start - prev.end
+                i = 0 if a.launch is not None and a.launch > prev.end else 2 if gap < 30_000 else 4
+                r[i] += gap
+                r[i + 1] += 1
+            changes = sorted([(a.launch, 1) for a in mine if a.launch is not None]
+                             + [(a.start, -1) for a in mine if a.launch is not None])
+            lengths = [sum(d for _, d in changes[:i + 1]) for i in range(len(changes))]
+            if lengths:
+                r[6:] = [len(lengths), min(lengths), max(lengths)]
+    return out
+
+
+def _raw_copies(run: str, *traces) -> dict:
+    """(run, device, copy type) -> [copies, bytes, total ns] from raw Kineto traces."""
+    import rawtrace
+
+    out = {}
+    for path in traces:
+        for a in rawtrace.kineto(rawtrace.load_kineto_json(path)).kernels:
+            if a.kind in ("memcpy", "memset") and a.bytes is not None:
+                kind = "Memset" if a.kind == "memset" else f"Memcpy {a.copy_kind or 'Unknown'}"
+                r = out.setdefault((run, a.device, kind), [0, 0, 0])
+                r[0] += 1
+                r[1] += int(a.bytes)
+                r[2] += a.dur
+    return out
+
+
+def test_schema5_lake_gains_stream_rollup(tmp_path):
+    """Migration 0008 on the frozen schema-5 lake (a Kineto run ingested twice, a TF run, a
+    one-rank all-reduce and a two-rank NCCL job): every run's stream and copy rollups fill
+    from its live kernels with the gaps, queue lengths and copies the raw traces give;
+    `idle_time_breakdown`, `queue_length` and `memory_bandwidth`, which read them at their
+    defaults, give the old texts' rows for the fleet, every run and rank, and (raw rows) a
+    step range and another threshold; other tables' files are untouched; migrating again
+    does nothing; a re-ingest replaces a run's rollups."""
+    from tracedb import query as q
+
+    wh = tmp_path / "wh"
+    shutil.copytree(FROZEN_SCHEMA5, wh)
+    with pytest.raises(TracedbError, match="0008_interval_rollups"):
+        catalog.connect(wh)
+    before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in ("kernels", "rollup_collectives")}
+    assert catalog_migrate(wh) == ["0008_interval_rollups"]
+    assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
+    con = catalog.connect(wh)
+    got = {(r, f, s): list(v) for r, f, s, *v in con.execute(
+        "SELECT run_id, source_file, stream, host_wait_ns, host_wait_gaps, kernel_wait_ns, kernel_wait_gaps, "
+        "other_ns, other_gaps, changes, min, max FROM rollup_stream_time WHERE run_id IN ('allreduce', 'nccl')").fetchall()}
+    want = _raw_stream_time("allreduce", DATA / "hta_nccl_allreduce" / "rank-0.json.gz")
+    want |= _raw_stream_time("nccl", *sorted((DATA / "hta_nccl_two_ranks").glob("*.json.gz")))
+    assert got == want
+    assert len(want) == 12 and sum(v[1] + v[3] + v[5] for v in want.values()) == 3774 + 2358 - 12  # activities - streams
+    assert all(v[0] and v[2] and v[4] for k, v in want.items() if k[2] == 7 and k[0] == "nccl")  # all three kinds of gap
+    assert con.execute("SELECT count(*), count(changes) FROM rollup_stream_time WHERE run_id = 'streams'").fetchall() == [(3, 0)]
+    got = {(r, d, c): list(v) for r, d, c, *v in con.execute(
+        "SELECT run_id, device, copy_type, copies, bytes, total_ns FROM rollup_memory_bandwidth "
+        "WHERE run_id IN ('allreduce', 'nccl')").fetchall()}
+    want = _raw_copies("allreduce", DATA / "hta_nccl_allreduce" / "rank-0.json.gz")
+    want |= _raw_copies("nccl", *sorted((DATA / "hta_nccl_two_ranks").glob("*.json.gz")))
+    assert got == want and len(want) == 10
+
+    def same(con) -> int:
+        seen = 0
+        for name in ("idle_time_breakdown", "queue_length", "memory_bandwidth"):
+            new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
+            extras = [{}, {"step_to": 551}] + ([{"rank": 0}, {"rank": 1}] if new.param("rank") else [])
+            extras += [{"kernel_wait_ns": 30000, "rank": 1}, {"kernel_wait_ns": 5000}] if name == "idle_time_breakdown" else []
+            for run in (None, "allreduce", "nccl", "streams", "torch"):
+                for extra in extras:
+                    values = q.bind(new, {"run_id": run, **extra})
+                    want, got = q.execute(con, old, values), q.execute(con, new, values)
+                    assert got.schema == want.schema and got.equals(want), (name, run, extra)
+                    seen += got.num_rows
+        return seen
+
+    assert same(con) > 300
+    con.close()
+    assert catalog_migrate(wh) == []
+    assert ingest([scenario("tf_stepstats_gpu_streams")], wh, run_id="torch").ok  # torch is a TF run now
+    con = catalog.connect(wh)
+    assert con.execute("SELECT count(*), count(changes), count(DISTINCT source_file) FROM rollup_stream_time "
+                       "WHERE run_id = 'torch'").fetchall() == [(3, 0, 1)]
+    assert con.execute("SELECT copy_type, copies FROM rollup_memory_bandwidth WHERE run_id = 'torch' "
+                       "ORDER BY 1").fetchall() == [("Memcpy DtoD", 7), ("Memcpy DtoH", 8), ("Memcpy HtoD", 11)]
+    assert same(con) > 300

@@ -33,7 +33,7 @@ from conftest import scenario
 BEFORE = Path(__file__).parent / "data" / "sql_before_issue12"
 NAMES = ["top_kernels", "top_ops", "megengine_op_types", "kernel_type_breakdown", "temporal_breakdown",
          "comm_comp_overlap", "step_times", "idle_time_breakdown", "queue_length", "fleet_trend", "kernel_duration_histogram",
-         "stream_overlap", "collectives", "gpu_busy_idle", "kernel_summary"]
+         "stream_overlap", "collectives", "gpu_busy_idle", "kernel_summary", "memory_bandwidth"]
 # Besides run_id (every run and NULL), limit and order_by: the other parameters, each
 # alone, then step windows with a device and a kind together.
 VARIATIONS = [{}, {"device": "GPU:0"}, {"kind": None}, {"kind": "kernel"}, {"kind": "memcpy"},
@@ -42,7 +42,8 @@ VARIATIONS = [{}, {"device": "GPU:0"}, {"kind": None}, {"kind": "kernel"}, {"kin
               {"step_from": 5}, {"step_to": 5}, {"step_from": 552, "step_to": 552},
               {"step_from": 551, "device": "GPU:1"},
               {"name_like": "%gemm%"}, {"name_like": "%"}, {"rank": 0}, {"rank": 1},
-              {"bucket_ns": 1000}, {"bucket_ns": 7, "device": "GPU:0", "kind": None}]
+              {"bucket_ns": 1000}, {"bucket_ns": 7, "device": "GPU:0", "kind": None},
+              {"kernel_wait_ns": 30000, "rank": 0}, {"kernel_wait_ns": 1000}, {"kernel_wait_ns": None}]
 # Three formats, two runs each; the same trace twice makes ties across runs.
 FLEET = {f"{name}_{i}": name for name in ("kineto_h200_fp32", "tf_stepstats_gpu_streams",
                                           "megengine_graph_profile") for i in (1, 2)}
@@ -180,6 +181,38 @@ def test_collectives_fleet_wide_reads_the_rollup_not_the_kernels(fleet):
     for values in ({"name_like": "%gemm%"}, {"step_from": 1}, {"run_id": "hta_nccl_allreduce", "step_to": 3}):
         assert "/kernels/" in _scanned(con, cq, q.bind(cq, values)), values
     assert q.execute(con, cq, q.bind(cq, {})).num_rows == 4  # the NCCL runs' four (device, name) pairs
+
+
+# Runs with gaps between timed activities on a stream (every one); those with launch times
+# for queue_length (TF step stats have none); those with copies or sets (MegEngine: none).
+WITH_STREAMS = {"idle_time_breakdown": set(FLEET) | set(NCCL),
+                "queue_length": {r for r in FLEET if r.startswith("kineto")} | set(NCCL),
+                "memory_bandwidth": {r for r in FLEET if not r.startswith("megengine")} | set(NCCL)}
+
+
+@pytest.mark.parametrize("name", ["idle_time_breakdown", "queue_length", "memory_bandwidth"])
+def test_interval_queries_read_their_rollup_not_the_kernels(name, fleet):
+    """Fleet-wide, per run and per rank (at the default kernel_wait_ns, given or not) the
+    queries read their rollup (`rollup_stream_time`, `rollup_memory_bandwidth`) and no
+    `kernels` file; a step range or another threshold reads the raw rows."""
+    con = catalog.connect(fleet)
+    cq = q.load(name)
+    table = "rollup_memory_bandwidth" if name == "memory_bandwidth" else "rollup_stream_time"
+    defaults = [{}, {"run_id": "hta_nccl_two_ranks"}]
+    if cq.param("rank"):
+        defaults += [{"rank": 0}, {"run_id": "hta_nccl_two_ranks", "rank": 1}]
+    if name == "idle_time_breakdown":
+        defaults.append({"kernel_wait_ns": 30000})
+    for values in defaults:
+        plan = _scanned(con, cq, q.bind(cq, values))
+        assert f"/{table}/" in plan and "/kernels/" not in plan, values
+    raw = [{"step_from": 1}, {"run_id": "hta_nccl_two_ranks", "step_to": 551}]
+    if name == "idle_time_breakdown":
+        raw += [{"kernel_wait_ns": 1000}, {"kernel_wait_ns": None}]
+    for values in raw:
+        assert "/kernels/" in _scanned(con, cq, q.bind(cq, values)), values
+    got = {r["run_id"] for r in q.execute(con, cq, q.bind(cq, {})).to_pylist()}
+    assert got == WITH_STREAMS[name], got
 
 
 def test_rollups_follow_the_runs_live_version(tmp_path):

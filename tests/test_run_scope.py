@@ -198,3 +198,23 @@ def test_raw_if_leaves_the_raw_views_unbound(two_runs):
 def test_raw_if_must_name_parameters():
     with pytest.raises(TracedbError, match="^mine.sql: raw-if names nope, not a parameter"):
         q.parse("-- title: t\n-- param: step_from BIGINT NULL s\n-- raw-if: step_from nope\nSELECT 1", "mine", Path("mine.sql"))
+
+
+def test_raw_if_with_a_default_reads_the_rollup_at_that_value(two_runs):
+    """`-- raw-if: step_from step_to kernel_wait_ns`: kernel_wait_ns's default (30000) is
+    the threshold `rollup_stream_time` was computed with, so at that value, given or not,
+    `idle_time_breakdown` reads the rollup alone (a kernels file gone behind the snapshot's
+    back does not matter); any other value, NULL included, reads the raw rows."""
+    cq = q.load("idle_time_breakdown")
+    assert cq.raw_if == ("step_from", "step_to", "kernel_wait_ns") and cq.param("kernel_wait_ns").default == 30000
+    assert "$kernel_wait_ns = 30000" in cq.sql  # the rollup branch's test, at the header's default
+    metric = q.load(str(Path(q.sql_dir()) / "metrics" / "stream_time.sql"))
+    assert metric.param("kernel_wait_ns").default == 30000 and "include:" not in metric.sql
+    want = q.run_query(cq, {}, two_runs)
+    assert want.num_rows and q.run_query(cq, {"kernel_wait_ns": 1000}, two_runs).num_rows
+    shutil.rmtree(two_runs / "kernels" / "run_id=b")
+    assert q.run_query(cq, {}, two_runs).equals(want)
+    assert q.run_query(cq, {"kernel_wait_ns": 30000}, two_runs).equals(want)
+    for values in ({"kernel_wait_ns": 1000}, {"kernel_wait_ns": None}, {"step_to": 5}):
+        with pytest.raises(TracedbError, match="idle_time_breakdown: IOException"):
+            q.run_query(cq, values, two_runs)

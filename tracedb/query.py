@@ -21,11 +21,13 @@ tracedb then runs it against views over those runs' files alone
 (`tracedb.snapshot.scope_to_runs`), so a one-run query costs the same at 10 runs as at
 10,000. Leave it out of a query that compares a run with the rest of the fleet.
 
-A line `-- raw-if: step_from step_to` says that while all those parameters are NULL the
-query reads only rollup tables (its raw-row branch is dropped): tracedb then makes the raw
-views it names empty, so planning does not bind their thousands of files for a branch
-that is not run (1,000 runs: `collectives` fleet-wide in a fresh process spent most of its
-1.38 s there).
+A line `-- raw-if: step_from step_to` says that while all those parameters have their
+defaults the query reads only rollup tables (its raw-row branch is dropped): tracedb then
+makes the raw views it names empty, so planning does not bind their thousands of files for
+a branch that is not run (1,000 runs: `collectives` fleet-wide in a fresh process spent
+most of its 1.38 s there). A default is mostly NULL; a non-NULL one (idle_time_breakdown's
+`kernel_wait_ns 30000`) is the value the rollup was computed with, which the query's rollup
+branch then tests for (`$kernel_wait_ns = 30000`): any other value reads the raw rows.
 """
 
 from __future__ import annotations
@@ -150,16 +152,18 @@ def _parse_param(line: str, where: str) -> Param:
     return p
 
 
-def expand_includes(text: str, where: str) -> str:
+def expand_includes(text: str, where: str, _chain: tuple[str, ...] = ()) -> str:
     """The text with each `-- include: metrics/NAME.sql` line replaced by that library file
-    (header comments dropped; one level: a fragment includes nothing)."""
+    (header comments dropped; its own includes expanded, a file including itself an error)."""
     def fragment(m: re.Match) -> str:
         rel = Path(m[1])
         target = sql_dir() / rel
         if rel.is_absolute() or ".." in rel.parts or rel.suffix != ".sql" or not target.is_file():
             raise TracedbError(f"{where}: include {m[1]!r}: no such file in the SQL library ({sql_dir()})")
+        if rel.as_posix() in _chain:
+            raise TracedbError(f"{where}: include {m[1]!r} includes itself ({' -> '.join((*_chain, rel.as_posix()))})")
         body = [ln for ln in target.read_text().splitlines() if not _HEADER.match(ln.strip())]
-        return "\n".join(body).strip("\n")
+        return expand_includes("\n".join(body).strip("\n"), where, (*_chain, rel.as_posix()))
 
     return _INCLUDE.sub(fragment, text)
 
@@ -197,6 +201,14 @@ def scoped_runs(query: CannedQuery, values: dict[str, Any]) -> list[str] | None:
     given), or None: it may read every run."""
     runs = [values.get(n) for n in query.scope]
     return runs if runs and None not in runs else None
+
+
+def rollups_suffice(query: CannedQuery, values: dict[str, Any]) -> bool:
+    """Whether the query reads only rollup tables with these values: it has a `-- raw-if:`
+    line and every parameter there has its default (NULL, or the value the rollup was
+    computed with)."""
+    return bool(query.raw_if) and all(values.get(n, query.param(n).default) == query.param(n).default
+                                      for n in query.raw_if)
 
 
 def list_queries() -> list[CannedQuery]:
@@ -287,7 +299,7 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
 
     from tracedb import snapshot
 
-    rollups_only = bool(query.raw_if) and all(values.get(n) is None for n in query.raw_if)
+    rollups_only = rollups_suffice(query, values)
     limit = list(runs) if runs else scoped_runs(query, values)
     made = snapshot.scope_to_runs(con, limit, query.sql, rollups_only) if limit or rollups_only else []
     if made is None:

@@ -27,6 +27,29 @@ with 211 k collectives in 9.59 M rows, which no query shape brings under 1 s. It
 (per run, device and collective name) answers every query without `name_like` (a pattern
 given at query time can make any kernel a collective) or a step range; those two keep the
 raw-row path. It has no `kind`: collectives are kernels.
+
+Schema 6 (migration 0008) adds two, for the queries that ordered every activity row of
+each stream or copy type (1,000 runs, 10.39 M kernel rows: `idle_time_breakdown` 2.4 s,
+`queue_length` 1.31 s, `memory_bandwidth` 1.09 s from raw rows). `rollup_stream_time`
+serves the first two at one grain, per run, source file, rank, device and stream
+(`sql/metrics/stream_time.sql` joins the two metrics' definitions, `idle_gaps.sql` and
+`queue_summary.sql`, which the canned queries include for their raw-row paths): each
+category's summed gaps and their count at the default 30 us kernel-wait threshold (the
+canned query adds a stream's files up and takes the shares, so its sums and ratios are
+those of the raw rows exactly), and the queue summary's final (rounded) values, which
+are per file and stream in the query too. Its rank filter stays on the rollup (a rank is
+a file's: every row of a stream keeps or drops together); step ranges and another
+`kernel_wait_ns` (`-- raw-if:` compares with the default) read the raw rows.
+`rollup_memory_bandwidth` holds `memory_bandwidth`'s final rows (each is one run's), so
+its rounded bandwidths are the values the query computed. Measured on that fleet (2
+cores, best of 3, load 5-7, 13:45-13:48 UTC): fleet-wide idle / queue / bandwidth 0.40-0.57
+/ 0.42-0.72 / 0.49-0.51 s (raw rows in the same process: 9.6 / 5.1 / 3.4 s with the texts
+before issue 12), one run 35-48 / 22-27 / 15-39 ms; nearly all of it is opening the
+rollups' one-run files (1,025 for rollup_stream_time). Migration 0008: 34 s for 1,000
+runs at load ~6. Ingest cost (`bench/bench_rollups.py`, 24 shipped traces, `--jobs 1`,
+12 rounds each interleaved with the code before, load 5-7): the rollup step's median
+0.63 -> 0.97 s (share of the ingest 15% -> 21%); the stream metric is ~25 ms per commit
+group of tiny runs, most of it `queue_summary`'s windows and planning, the copy metric ~12 ms.
 """
 
 from __future__ import annotations
@@ -53,7 +76,7 @@ def metric_path(metric: str) -> Path:
 # The `kernels` columns the metrics read (a metric reading another fails loudly: add it here).
 COLUMNS = ("run_id", "rank", "device", "step", "stream", "kind", "start_ns", "duration_ns")
 # ... and those the metrics without a `kind` parameter read besides
-WHOLE_COLUMNS = ("name",)
+WHOLE_COLUMNS = ("name", "source_file", "launch_start_ns", "copy_kind", "bytes")
 
 
 class Writer:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
-# 5: rollup_collectives (0007)
+SCHEMA_VERSION = 6  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
+# 5: rollup_collectives (0007); 6: interval rollups (0008)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -244,6 +244,43 @@ ROLLUP_COLLECTIVES = pa.schema([
     _f("overlap_pct", pa.float64(), "100 * overlapped_ns / total_ns, 2 decimals"),
 ])
 
+# Per source file and stream: a stream's queue is a file's (rank too: a file's), and
+# idle_time_breakdown adds the files of a (rank, device, stream) up from these sums.
+# NULL idle columns: no gap (one timed activity); NULL queue columns: no launch times.
+ROLLUP_STREAM_TIME = pa.schema([
+    _COMMON[0], _COMMON[1], _COMMON[3],
+    _f("source_file", pa.string(), "trace file of the stream's activity"),
+    _f("stream", pa.int64(), "GPU stream"),
+    _f("host_wait_ns", pa.int64(), "gaps whose next activity's launch call started after the previous activity ended, summed, ns"),
+    _f("host_wait_gaps", pa.int64(), "their number"),
+    _f("kernel_wait_ns", pa.int64(), "other gaps shorter than 30 us (idle_time_breakdown's default kernel_wait_ns), summed, ns"),
+    _f("kernel_wait_gaps", pa.int64(), "their number"),
+    _f("other_ns", pa.int64(), "the remaining gaps, summed, ns"),
+    _f("other_gaps", pa.int64(), "their number"),
+    _f("changes", pa.int64(), "queue length changes (launches and starts)"),
+    _f("mean", pa.float64(), "mean queue length over the changes, 4 decimals"),
+    _f("min", pa.int64(), "shortest queue"),
+    _f("p25", pa.float64(), "25th percentile of the queue length over the changes"),
+    _f("p50", pa.float64(), "median queue length over the changes"),
+    _f("p75", pa.float64(), "75th percentile of the queue length over the changes"),
+    _f("max", pa.int64(), "longest queue"),
+    _f("time_weighted_mean", pa.float64(), "time-weighted mean queue length, 4 decimals"),
+])
+
+# What `memory_bandwidth` reports for the whole run (its rows are each one run's).
+ROLLUP_MEMORY_BANDWIDTH = pa.schema([
+    _COMMON[0], _COMMON[1], _COMMON[3],
+    _f("copy_type", pa.string(), "Memcpy HtoD | DtoH | DtoD | ... | Unknown, or Memset"),
+    _f("copies", pa.int64(), "copies (or sets) of that type"),
+    _f("bytes", pa.int64(), "bytes they moved or set"),
+    _f("total_ns", pa.int64(), "their summed duration, ns"),
+    _f("gbps", pa.float64(), "bytes / total_ns (GB/s), 3 decimals"),
+    _f("points", pa.int64(), "changes of the summed bandwidth where it is above zero"),
+    _f("mean_gbps", pa.float64(), "mean summed bandwidth over those changes, GB/s, 3 decimals"),
+    _f("min_gbps", pa.float64(), "least of them, GB/s, 3 decimals"),
+    _f("max_gbps", pa.float64(), "most of them, GB/s, 3 decimals"),
+])
+
 # Tables the readers fill, in the order readers and docs list them.
 SOURCE_TABLES: dict[str, pa.Schema] = {
     "nodes": NODES,
@@ -257,10 +294,12 @@ SOURCE_TABLES: dict[str, pa.Schema] = {
 }
 # Rollup table -> the metric (sql/metrics/<metric>.sql, and the canned query of that name).
 ROLLUPS: dict[str, str] = {"rollup_gpu_busy_idle": "gpu_busy_idle", "rollup_stream_overlap": "stream_overlap",
-                           "rollup_collectives": "collectives"}
+                           "rollup_collectives": "collectives", "rollup_stream_time": "stream_time",
+                           "rollup_memory_bandwidth": "memory_bandwidth"}
 # Parquet-backed (partitioned) tables: the readers' and the rollups.
 TABLES: dict[str, pa.Schema] = {**SOURCE_TABLES, "rollup_gpu_busy_idle": ROLLUP_GPU_BUSY_IDLE,
-                                "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP, "rollup_collectives": ROLLUP_COLLECTIVES}
+                                "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP, "rollup_collectives": ROLLUP_COLLECTIVES,
+                                "rollup_stream_time": ROLLUP_STREAM_TIME, "rollup_memory_bandwidth": ROLLUP_MEMORY_BANDWIDTH}
 
 # The tables of schema version 1, which every format fills; the others (runtime_calls,
 # annotations, steps, events) are Kineto's so far.
@@ -332,6 +371,8 @@ TABLE_DOCS: dict[str, str] = {
     "rollup_gpu_busy_idle": "rollup, per run, rank, device, step window and kind: what `gpu_busy_idle` reports, computed at ingest",
     "rollup_stream_overlap": "rollup, per run, device and kind: what `stream_overlap` reports for the whole run, computed at ingest",
     "rollup_collectives": "rollup, per run, device and collective name: what `collectives` reports for the whole run without `name_like`, computed at ingest",
+    "rollup_stream_time": "rollup, per run, rank, device, source file and stream: the idle gaps per category and the queue length summary that `idle_time_breakdown` and `queue_length` report, computed at ingest",
+    "rollup_memory_bandwidth": "rollup, per run, rank, device and copy type: what `memory_bandwidth` reports for the whole run, computed at ingest",
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",
