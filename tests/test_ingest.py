@@ -572,3 +572,19 @@ def test_runs_rolled_up_while_the_workers_read_match_their_raw_rows(tmp_path, mo
             assert set(got.column("run_id").to_pylist()) == {f"r{i}" for i in range(7)}, name  # every trace has GPU activity
     finally:
         con.close()
+
+
+def test_data_files_dictionary_encode_repeating_columns_only(tmp_path):
+    """Timestamps, durations and ids are written plain (dictionaries of nearly distinct
+    values cost write time and space); names, steps, threads keep their dictionaries."""
+    import pyarrow.parquet as pq
+
+    ingest([scenario("kineto_h200_fp32")], tmp_path / "wh", run_id="r")
+    files = sorted((tmp_path / "wh").glob("nodes/run_id=r/*/*.parquet"))
+    assert files
+    meta = pq.ParquetFile(files[0]).metadata.row_group(0)
+    enc = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}
+    for plain in ("start_ns", "duration_ns", "seq", "correlation_id"):
+        assert "RLE_DICTIONARY" not in enc[plain], (plain, enc[plain])
+    for dictionary in ("node_name", "op_type", "step", "thread_id", "params", "input_dtypes.list.element"):
+        assert "RLE_DICTIONARY" in enc[dictionary], (dictionary, enc[dictionary])
