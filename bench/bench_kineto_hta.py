@@ -27,7 +27,7 @@ time would not be counted: the parallel rounds report wall time only.)
 Bytecode: HTA runs from its installed package, whose modules pip compiled at install;
 tracedb runs from a source tree, and this sandbox sets PYTHONDONTWRITEBYTECODE=1, so
 without bytecode every tracedb process would compile its ~40 modules again (~80 ms of
-CPU, 1.07 against 0.97 s for a 1-rank ingest). The bench compiles the tree(s) it times
+CPU: a 1-rank ingest 1.14 against 1.05 s). The bench compiles the tree(s) it times
 first (`compileall`, as pip does; `__pycache__` is git-ignored); `--no-compile` times
 them as they are.
 """

@@ -12,9 +12,9 @@ it finds is counted by kind in the file's `warnings` (kept in `files.metadata` a
 
 Duplicates are found with a 64-bit hash per row (one multiply-xor pass per key column in
 Arrow compute, a distinct count at the end of the file): 8 bytes a row. All checks
-together cost ~0.3 µs a row (2.0 ms for the 8,447 rows of one rank of the Kineto H200
-fixture, whose read takes ~120 ms). No numpy: `tracedb ingest` imports pyarrow without it
-(`workers.arrow_without_pandas`), ~75 ms less CPU a process; numpy did the same in 2.1 ms.
+together cost ~0.3 µs a row (2.3 ms for the 10,866 rows of one rank of the Kineto H200
+fixture, whose read takes ~115 ms; with numpy 2.0 ms). No numpy, so that `tracedb ingest`
+imports pyarrow without it (`workers.arrow_without_pandas`): ~75 ms less CPU a process.
 """
 
 from __future__ import annotations

@@ -76,8 +76,11 @@ CPU time, best of 7-11, interleaved, on the shared 2-core machine at load 5-9,
 2026-11-26 11:00 UTC): the general path 142-153 ms (decode 28 + pass 1 35 + rows and
 batches ~85); the fast path 116-126 ms: decode into Structs 21, pass 1 with the node
 rows 47-52 (of which op params 7, op shapes 3), the other rows 21, the node batch 10,
-the other batches 5, freeing it all 12. On a 7.5 MB rank 288 -> 244 ms. The whole
-8-rank job against HTA is in bench/RESULTS.md.
+the other batches 5, freeing it all 12. On a 7.5 MB rank 288 -> 244 ms. Since (branch
+kinfast, load ~6-8): the node names converted once (a take of the interned names), node
+steps by one Arrow pass a step, op params encoded inline, the event Structs untracked by
+the GC: 118.3 -> 114.5 ms (medians of 6 interleaved processes, each best of 9). The
+whole 8-rank job against HTA is in bench/RESULTS.md.
 """
 
 from __future__ import annotations
