@@ -247,6 +247,44 @@ def test_odd_documents_read_the_same_either_way(tmp_path, doc, request):
     assert digest(p) == fast
 
 
+def test_fast_path_op_params_and_steps_match_the_general_path(tmp_path, request):
+    """The fast path's inline op params (a text tid joins them, replacing an args `tid` in
+    place; non-ASCII and DEL text spelled by json; nested TensorList dims kept; only known
+    args: NULL) and its node steps (one Arrow pass a step: before, between, inside, at the
+    end of, and after the steps) read as the general path reads them."""
+    from tracedb.formats import kineto
+    from tracedb.formats.base import ReadContext
+
+    def op(name, ts, dur, args, tid=1):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    events = [
+        op("ProfilerStep#3", 10, 10, {}), op("ProfilerStep#4", 25, 10, {}),
+        op("before", 1, 1, {"External id": 1, "x": 1.50}),
+        op("in3", 12.5, 1, {"External id": 2, "tid": 7, "z": "caf\u00e9"}, tid="main"),
+        op("gap", 21, 1, {"External id": 3, "Input Dims": [[2, 3], [[1], [2]]], "Input type": ["float", "TensorList"]}),
+        op("end3", 20, 1, {"external id": 4, "Input Dims": [[1]], "Input type": ["c10::Half"]}),
+        op("in4", 34.999, 0.001, {"External id": 5, "d": "a\u007fb", "n": None, "l": [1.0, 2, "x"]}),
+        op("after", 40, 1, {"External id": 6}, tid="t2"),
+        op("plain", 26, 1, {"External id": 7}),
+    ]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"baseTimeNanoseconds": 1000, "traceEvents": events}), encoding="utf-8")
+    batches = kineto._fast(p, ReadContext("r", "f"))
+    assert batches is not None  # the fast path reads it
+    nodes = dict(batches)["nodes"].to_pydict()
+    by_name = dict(zip(nodes["node_name"], zip(nodes["step"], nodes["params"])))
+    assert by_name["before"] == (None, '{"x":1.5}')
+    assert by_name["in3"] == (3, '{"tid":"main","z":"caf\\u00e9"}')
+    assert by_name["gap"][0] is None and '"Input Dims":[[2,3],[[1],[2]]]' in by_name["gap"][1]
+    assert by_name["end3"] == (None, None)
+    assert by_name["in4"] == (4, '{"d":"a\\u007fb","n":null,"l":[1.0,2,"x"]}')  # json escapes DEL
+    assert by_name["after"] == (None, '{"tid":"t2"}') and by_name["plain"] == (4, None)
+    fast = digest(p)
+    request.getfixturevalue("general_path")
+    assert digest(p) == fast
+
+
 if __name__ == "__main__":  # regenerate the oracle (see the module docstring)
     sys.path.insert(0, str(Path(__file__).parent.parent))
     print(json.dumps({_key(p): digest(p) for p in json_traces()}, indent=1, sort_keys=True))

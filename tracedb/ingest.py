@@ -16,8 +16,9 @@ ms instead of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each unde
 `spawn`, which made `--jobs 2` no faster than `--jobs 1`); and unlike a plain fork of the
 caller, no DuckDB or Arrow thread's lock can be inherited mid-use. Workers get the
 caller's environment at the start of each ingest. The forkserver's pyarrow, and so every
-worker's, is told pandas is absent (`workers.arrow_without_pandas`: pyarrow imports it on
-a process's first table, ~0.25 s of CPU per process), and the workers import no duckdb.
+worker's, is told pandas and numpy are absent (`workers.arrow_without_pandas`: pyarrow imports
+pandas on a process's first table, ~0.25 s of CPU per process, and numpy with itself, ~75 ms),
+and the workers import no duckdb.
 A new warehouse's Delta tables are created in a thread while the files are read, by the
 workers or by the caller itself; the caller waits for them only at its first commit.
 Reads are queued run by run as their sniffs come back (queueing each group's largest

@@ -44,26 +44,40 @@ def arrow_without_pandas() -> None:
     by the forkserver (while the caller starts). Only for tracedb's own ingest processes,
     which never hand Arrow data to pandas: in a user's process pyarrow's `to_pandas` would
     then fail. pyarrow looks for pandas once per process, so refusing the import (as when
-    pandas is missing) for one conversion settles it; a later `import pandas` works."""
+    pandas is missing) for one conversion settles it; a later `import pandas` works.
+
+    Likewise numpy, where neither pyarrow nor numpy is imported yet: pyarrow imports numpy
+    with itself (~75 ms of CPU: 100 instead of 175 ms for pyarrow, its compute and parquet
+    modules), and an ingest needs none (`tracedb.validate` hashes rows with Arrow compute;
+    Delta Lake, DuckDB and the readers take Arrow data or Python values). pyarrow looks for
+    numpy once, at its import: a later `import numpy` works, but that pyarrow's
+    numpy conversions (`to_numpy`, arrays from numpy values) then fail."""
     import sys
 
     if "pandas" in sys.modules:
         return
-    import pyarrow as pa
-
-    refuse = _Refuse()
+    names = ("pandas",) if "pyarrow" in sys.modules or "numpy" in sys.modules else ("pandas", "numpy")
+    refuse = _Refuse(names)
     sys.meta_path.insert(0, refuse)
     try:
-        pa.array([0])
+        import pyarrow as pa
+        import pyarrow.compute  # noqa: F401 - these try numpy at their import too
+        import pyarrow.parquet  # noqa: F401
+
+        pa.array([0])  # with numpy, pyarrow's first conversion looks for pandas;
+        pa.table(pa.record_batch({"a": [0]}))  # without, its first table() of non-dict data
     finally:
         sys.meta_path.remove(refuse)
 
 
 class _Refuse:
-    """An import finder that refuses pandas, as if it were not installed."""
+    """An import finder that refuses some packages, as if they were not installed."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
 
     def find_spec(self, name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
+        if name.partition(".")[0] in self.names:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 

@@ -76,8 +76,11 @@ CPU time, best of 7-11, interleaved, on the shared 2-core machine at load 5-9,
 2026-11-26 11:00 UTC): the general path 142-153 ms (decode 28 + pass 1 35 + rows and
 batches ~85); the fast path 116-126 ms: decode into Structs 21, pass 1 with the node
 rows 47-52 (of which op params 7, op shapes 3), the other rows 21, the node batch 10,
-the other batches 5, freeing it all 12. On a 7.5 MB rank 288 -> 244 ms. The whole
-8-rank job against HTA is in bench/RESULTS.md.
+the other batches 5, freeing it all 12. On a 7.5 MB rank 288 -> 244 ms. Since (branch
+kinfast, load ~6-8): the node names converted once (a take of the interned names), node
+steps by one Arrow pass a step, op params encoded inline, the event Structs untracked by
+the GC: 118.3 -> 114.5 ms (medians of 6 interleaved processes, each best of 9). The
+whole 8-rank job against HTA is in bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -186,7 +189,7 @@ def _params(args: dict, known: tuple[str, ...], extra: dict | None = None, dumps
 
 
 class _F(float):
-    """A float of the fast path's decoding (`_Ev` args): `_dumps_fast` spells it as json does."""
+    """A float of the fast path's decoding (`_Ev` args): `_MSGSPEC_ENCODE` spells it as json does."""
 
     __slots__ = ()
 
@@ -199,16 +202,11 @@ def _json_float(o: Any) -> msgspec.Raw:
     raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
+# `dumps_compact` of the fast path's values (str, int, `_F`, lists, dicts; never a Decimal,
+# which msgspec would write as a string) is this encoder's output where the two cannot
+# differ (ASCII without DEL: json escapes the others): 4.3 ms against 12.2 for the
+# fixture's 7,245 op params. Used inline in `_Index.fused`.
 _MSGSPEC_ENCODE = msgspec.json.Encoder(enc_hook=_json_float).encode
-
-
-def _dumps_fast(obj: Any) -> str:
-    """`dumps_compact` of the fast path's values (str, int, `_F`, lists, dicts; never a
-    Decimal, which msgspec would write as a string) by msgspec's encoder: 4.3 ms against
-    12.2 for the fixture's 7,245 op params. Where the two can differ (non-ASCII text or
-    DEL, which json escapes), json's."""
-    out = _MSGSPEC_ENCODE(obj)
-    return out.decode() if out.isascii() and b"\x7f" not in out else dumps_compact(obj)
 
 
 class _IntMap:
@@ -372,11 +370,12 @@ class _Slow(Exception):
     """The fast path steps aside: an event it does not expect (the general path reads it)."""
 
 
-class _Ev(msgspec.Struct):
+class _Ev(msgspec.Struct, gc=False):
     """A Kineto event as the fast path decodes it (`jsonstream.decode_structs`): only the
     keys the reader reads (the rest are skipped), UNSET where missing; `ts` and `dur`
     keep their source text (`_ns` converts them exactly); other numbers are ints and `_F`
-    floats (the value `float(Decimal(text))`, what the general path stores)."""
+    floats (the value `float(Decimal(text))`, what the general path stores). Not tracked
+    by the GC (decoded JSON makes no reference cycles): 13,317 decode in ~1.5 ms less."""
 
     ph: Any = UNSET
     cat: Any = UNSET
@@ -526,7 +525,7 @@ class _Index:
         op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
         th_add, seq_add, name_add = op_cols[0].append, op_cols[3].append, op_cols[4].append
         ts_raw, dur_raw, ext_pos = [], [], array("q")  # ext_pos: ops with an int External id
-        names, tids, shapes, dtypes, exts, params = ([] for _ in range(6))
+        tids, shapes, dtypes, exts, params = ([] for _ in range(5))
         step_ops: list[tuple[int, int, Any, int]] = []  # (op position, N, tid, seq)
         rest: list[tuple[int, dict]] = []
         others: list[tuple[int, dict, Any]] = []  # the X events of `rest`, for pass 1
@@ -535,6 +534,7 @@ class _Index:
         dtype_of = dtype_names.__getitem__
         threads, name_ix, add_name, old_cats = self._threads, self._name_ix, self.name, _OLD_CATS
         ops_keys, sorted_keys = self.ops.keys, True
+        encode = _MSGSPEC_ENCODE
         for i, ev in enumerate(events):
             ph, cat = ev.ph, ev.cat
             cat = old_cats.get(cat, cat)
@@ -565,7 +565,7 @@ class _Index:
             if name.startswith("ProfilerStep#"):
                 m = _STEP.match(name)
                 if m:
-                    step_ops.append((len(names), int(m[1]), tid, i))
+                    step_ops.append((len(tids), int(m[1]), tid, i))
             ext = args.get("External id")
             if ext is None:
                 ext = args.get("external id")
@@ -573,11 +573,10 @@ class _Index:
                 if ops_keys and ext < ops_keys[-1]:
                     sorted_keys = False
                 ops_keys.append(ext)
-                ext_pos.append(len(names))
+                ext_pos.append(len(tids))
                 exts.append(ext)
             else:
                 exts.append(_int(ext))
-            names.append(name)
             shape = _shapes(args.get("Input Dims"))
             shapes.append(shape)
             types = args.get("Input type")
@@ -586,17 +585,31 @@ class _Index:
             except (KeyError, TypeError):
                 dtypes.append(_dtypes(types))
                 dtype_names.update((d, d) for d in types if type(d) is str and d not in dtype_names)
-            tid_int = type(tid) is int
-            tids.append(tid if tid_int else None)
-            params.append(_params(args, _NODE_ARGS if shape is None or None not in shape else _NODE_ARGS_NESTED,
-                                  None if tid_int else {"tid": tid}, _dumps_fast))
+            # _params(args, known, {"tid": tid} unless an int), by _MSGSPEC_ENCODE, inline (~2 ms a rank)
+            kept = args.copy()
+            pop = kept.pop
+            pop("External id", None)
+            pop("external id", None)
+            pop("Input type", None)
+            if shape is None or None not in shape:  # else the nested dims stay (_NODE_ARGS_NESTED)
+                pop("Input Dims", None)
+            if type(tid) is int:
+                tids.append(tid)
+            else:
+                tids.append(None)
+                kept["tid"] = tid
+            if kept:
+                out = encode(kept)
+                params.append(out.decode() if out.isascii() and b"\x7f" not in out else dumps_compact(kept))
+            else:
+                params.append(None)
         _decimal_times([d for _, d in rest])
         for i, d, cat in others:  # pass 1 of the other X events, in file order
             args = d.get("args")
             if type(args) is dict and (isinstance(args.get("size"), float) or isinstance(args.get("device"), float)):
                 raise _Slow  # pass 1 links these by their text (`_text`): not kept here
             self._other(i, d, cat)
-        self.kineto_events += len(names)
+        self.kineto_events += len(tids)
         starts, durs = _ns(ts_raw), _ns(dur_raw)
         ends = _int64s(pc.add_checked(_arrow(starts), _arrow(durs)))
         op_cols[1], op_cols[2] = starts, ends
@@ -607,6 +620,7 @@ class _Index:
         for k, n, tid, i in step_ops:
             self.steps.append((starts[k], ends[k], n, tid, i))
         self._finish(op_cols, meta)
+        names = pa.array(self.names, pa.string()).take(_arrow(op_cols[4]))  # one conversion a name
         nodes = {"node_name": names, "op_type": names, "duration_ns": _arrow(durs), "thread_id": tids,
                  "seq": _arrow(op_cols[3]), "input_shapes": shapes, "input_dtypes": dtypes,
                  "correlation_id": exts, "params": params}
@@ -780,7 +794,7 @@ def _fast_rows(whole: DecodedTrace, ctx: ReadContext) -> Iterator[tuple[str, pa.
     for i, ev in rest:
         cat = ev.get("cat")
         p2.add(i, ev, ev.get("ph"), _OLD_CATS.get(cat, cat))
-    if nodes["node_name"]:
+    if len(nodes["node_name"]):
         yield "nodes", _node_batch(index, nodes, p2.base, p2.rank)
     yield from p2.finish()
 
@@ -790,12 +804,25 @@ def _node_batch(index: _Index, cols: dict[str, Any], base: int, rank: int | None
     starts = index._op_cols[1]
     n = len(starts)
     cols = {**cols, "device": pa.repeat(pa.scalar("CPU:0"), n), "device_raw": pa.repeat(pa.scalar("CPU"), n),
-            "rank": pa.repeat(pa.scalar(rank, pa.int32()), n), "step": [index.step_at(s) for s in starts],
+            "rank": pa.repeat(pa.scalar(rank, pa.int32()), n), "step": _steps_at(index, starts),
             "start_ns": pc.add_checked(_arrow(starts), pa.scalar(base, pa.int64()))}
     schema = BatchBuilder("nodes").schema
     return pa.RecordBatch.from_arrays(
         [pa.array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema],
         schema=schema)
+
+
+def _steps_at(index: _Index, starts: array) -> pa.Array | list:
+    """`index.step_at` of each start: with few steps, one Arrow pass a step (the last step
+    starting at or before t decides, as `step_at`'s bisect): 0.1 ms against 0.9 for 7,245 ops."""
+    if len(index.steps) > 16:
+        return [index.step_at(s) for s in starts]
+    t = _arrow(starts)
+    out = pa.nulls(len(t), pa.int64())
+    for start, end, n, _, _ in index.steps:  # sorted by start
+        here = pc.if_else(pc.less(t, end), pa.scalar(n, pa.int64()), pa.scalar(None, pa.int64()))
+        out = pc.if_else(pc.greater_equal(t, start), here, out)
+    return out
 
 
 def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[tuple[str, pa.RecordBatch]]:
