@@ -53,7 +53,7 @@ def metric_path(metric: str) -> Path:
 # The `kernels` columns the metrics read (a metric reading another fails loudly: add it here).
 COLUMNS = ("run_id", "rank", "device", "step", "stream", "kind", "start_ns", "duration_ns")
 # ... and those the metrics without a `kind` parameter read besides
-WHOLE_COLUMNS = ("name",)
+WHOLE_COLUMNS = ("name", "kernel_type")
 
 
 class Writer:
