@@ -27,6 +27,18 @@ with 211 k collectives in 9.59 M rows, which no query shape brings under 1 s. It
 (per run, device and collective name) answers every query without `name_like` (a pattern
 given at query time can make any kernel a collective) or a step range; those two keep the
 raw-row path. It has no `kind`: collectives are kernels.
+
+`device_time` (schema 6, migration 0008) serves three queries from one table:
+kernel_type_breakdown, temporal_breakdown and comm_comp_overlap are each a few interval
+unions per run, rank and device, ordered by one window over every activity row (7.9 s,
+6.1 s and 1.26 s fleet-wide at 10.39 M kernel rows). `rollup_device_time` holds, per run,
+rank and device, every union the three report from, computed in one ordered pass with six
+running maxima (all activity, each of the three kernel types, computation and
+communication kernels): span, busy, the seven kernel-type set unions, the computation,
+communication and both-kernel unions, and the communication kernel count (only devices
+with one have a comm_comp_overlap row). Each query's own selection (typed activity; all
+activity; kind 'kernel') is a condition inside the pass, so one row serves all three; with
+a step range they compute the same unions from raw rows (`include`).
 """
 
 from __future__ import annotations
