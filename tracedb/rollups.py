@@ -38,7 +38,11 @@ communication kernels): span, busy, the seven kernel-type set unions, the comput
 communication and both-kernel unions, and the communication kernel count (only devices
 with one have a comm_comp_overlap row). Each query's own selection (typed activity; all
 activity; kind 'kernel') is a condition inside the pass, so one row serves all three; with
-a step range they compute the same unions from raw rows (`include`).
+a step range they compute the same unions from raw rows (`include`). On the 1,000-run fleet
+(10.39 M kernel rows, load ~7-8, 2 cores) the three answer fleet-wide in 0.24-0.51 s
+(main's texts in the same process: 23.5 s, 15.1 s, 2.9 s), one run in 16-20 ms; migration
+0008 took 75 s wall (35 s CPU). At ingest the metric costs ~15 ms CPU for the 9,060
+activities of the 17 MB TF text (one more rollup file and Delta commit besides).
 """
 
 from __future__ import annotations
