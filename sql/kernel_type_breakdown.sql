@@ -4,36 +4,23 @@
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
 -- scope: run_id
-WITH k AS (
-    SELECT run_id, rank, device, start_ns AS s, start_ns + duration_ns AS e,
-           CASE kernel_type WHEN 'computation' THEN 1 WHEN 'communication' THEN 2 ELSE 4 END AS bit
-    FROM kernels
-    WHERE start_ns IS NOT NULL AND duration_ns IS NOT NULL AND kernel_type IS NOT NULL
-      AND ($run_id IS NULL OR run_id = $run_id)
-      AND ($step_from IS NULL OR step >= $step_from)
-      AND ($step_to IS NULL OR step <= $step_to)
+-- raw-if: step_from step_to
+-- Fleet-wide, the seven unions would order every activity row (7.9 s at 10.4 M kernel rows,
+-- 1,000 runs): whole runs read the per-run rollup `rollup_device_time` instead, which the
+-- ingest computes from each run's own rows with the one definition of these unions,
+-- sql/metrics/device_time.sql (tracedb.rollups); a step range computes them from the raw
+-- rows with that same definition, included below (DuckDB drops the branch it does not need).
+WITH raw AS (
+-- include: metrics/device_time.sql
 ),
-swept AS (  -- per type, the latest end among the device's earlier activities of that type
-    SELECT *,
-           coalesce(max(CASE WHEN bit = 1 THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p1,
-           coalesce(max(CASE WHEN bit = 2 THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p2,
-           coalesce(max(CASE WHEN bit = 4 THEN e END) OVER (PARTITION BY run_id, rank, device ORDER BY s, e
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), s) AS p4
-    FROM k
-),
-unions AS (  -- u<set>: length of the union of the set's types (an activity adds what lies past every earlier end)
-    SELECT run_id, rank, device,
-           sum(CASE WHEN bit = 1 THEN greatest(0, e - greatest(s, p1)) ELSE 0 END) AS u1,
-           sum(CASE WHEN bit = 2 THEN greatest(0, e - greatest(s, p2)) ELSE 0 END) AS u2,
-           sum(CASE WHEN bit = 4 THEN greatest(0, e - greatest(s, p4)) ELSE 0 END) AS u4,
-           sum(CASE WHEN bit <> 4 THEN greatest(0, e - greatest(s, p1, p2)) ELSE 0 END) AS u3,
-           sum(CASE WHEN bit <> 2 THEN greatest(0, e - greatest(s, p1, p4)) ELSE 0 END) AS u5,
-           sum(CASE WHEN bit <> 1 THEN greatest(0, e - greatest(s, p2, p4)) ELSE 0 END) AS u6,
-           sum(greatest(0, e - greatest(s, p1, p2, p4))) AS u7
-    FROM swept
-    GROUP BY run_id, rank, device
+unions AS (  -- u<set>: length of the union of the set's types (bits: computation 1, communication 2, memory 4)
+    SELECT run_id, rank, device, u1_ns AS u1, u2_ns AS u2, u3_ns AS u3, u4_ns AS u4, u5_ns AS u5, u6_ns AS u6, u7_ns AS u7
+    FROM rollup_device_time
+    WHERE $step_from IS NULL AND $step_to IS NULL AND ($run_id IS NULL OR run_id = $run_id)
+    UNION ALL
+    SELECT run_id, rank, device, u1_ns, u2_ns, u3_ns, u4_ns, u5_ns, u6_ns, u7_ns
+    FROM raw
+    WHERE $step_from IS NOT NULL OR $step_to IS NOT NULL
 ),
 by_state AS (  -- time in exactly each set of types, by inclusion-exclusion over the unions
     SELECT run_id, rank, device, state,

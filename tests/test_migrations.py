@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import DATA, data_files, scenario
-from tracedb import catalog, migrate
+from tracedb import catalog, migrate, schema
 from tracedb.cli import app
 from tracedb.errors import TracedbError
 from tracedb.ingest import ingest
@@ -424,3 +424,102 @@ def test_schema5_lake_gains_stream_rollup(tmp_path):
     assert con.execute("SELECT copy_type, copies FROM rollup_memory_bandwidth WHERE run_id = 'torch' "
                        "ORDER BY 1").fetchall() == [("Memcpy DtoD", 7), ("Memcpy DtoH", 8), ("Memcpy HtoD", 11)]
     assert same(con) > 300
+DEVICE_TIME_QUERIES = ("kernel_type_breakdown", "temporal_breakdown", "comm_comp_overlap")
+
+
+def _raw_device_time(*traces) -> dict:
+    """(rank, device) -> the unions `rollup_device_time` holds, from raw Kineto traces (one
+    file per rank), with HTA's three buckets by name: copies, sets and memcpy/memset names
+    are memory (bit 4), collective names communication (2), the rest computation (1)."""
+    import rawtrace
+
+    def bit(a) -> int:
+        if a.kind != "kernel" or re.search(r"memcpy|memset", a.name.lower()):
+            return 4
+        return 2 if COLLECTIVE.search(a.name.lower()) else 1
+
+    out = {}
+    for path in traces:
+        doc = rawtrace.load_kineto_json(path)
+        acts = rawtrace.kineto(doc).kernels
+        for device in {a.device for a in acts}:
+            mine = [a for a in acts if a.device == device]
+
+            def union(keep) -> int:
+                return rawtrace.length(rawtrace.union((a.start, a.start + a.dur) for a in mine if keep(a)))
+
+            row = {"span_ns": max(a.start + a.dur for a in mine) - min(a.start for a in mine),
+                   "busy_ns": union(lambda a: True)}
+            row |= {f"u{s}_ns": union(lambda a, s=s: bit(a) & s) for s in range(1, 8)}
+            row |= {"compute_ns": union(lambda a: a.kind == "kernel" and bit(a) == 1),
+                    "comm_ns": union(lambda a: a.kind == "kernel" and bit(a) == 2),
+                    "compute_comm_ns": union(lambda a: a.kind == "kernel" and bit(a) < 4),
+                    "comm_kernels": sum(a.kind == "kernel" and bit(a) == 2 for a in mine)}
+            out[(doc["distributedInfo"]["rank"], device)] = row
+    return out
+
+
+def test_schema5_lake_gains_device_time_rollup(tmp_path):
+    """Migration 0008 on a frozen schema-5 lake (made with the code before it: a one-rank
+    all-reduce and a two-rank NCCL job, a TF run, a Kineto run ingested twice): every run's
+    `rollup_device_time` fills from its live kernels with the unions the raw traces give;
+    kernel_type_breakdown, temporal_breakdown and comm_comp_overlap, which read it without a
+    step range, give the old texts' rows for the fleet and every run (and the raw path,
+    with a step range, too); the other tables' files are untouched; migrating again does
+    nothing; a re-ingest replaces a run's rollup."""
+    from tracedb import query as q
+
+    wh = tmp_path / "wh"
+    shutil.copytree(FROZEN_SCHEMA5, wh)
+    with pytest.raises(TracedbError, match="0008_interval_rollups"):
+        catalog.connect(wh)
+    tables = ("kernels", "rollup_gpu_busy_idle", "rollup_stream_overlap", "rollup_collectives")
+    before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in tables}
+    assert catalog_migrate(wh) == ["0008_interval_rollups"]
+    assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in tables} == before
+    con = catalog.connect(wh)
+    assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("allreduce", 3774), ("nccl", 2358), ("streams", 755), ("torch", 399)]
+    # one row per run, rank and device with activity
+    assert con.execute("SELECT run_id, count(*) FROM rollup_device_time GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("allreduce", 1), ("nccl", 2), ("streams", 1), ("torch", 1)]
+    columns = [f.name for f in schema.ROLLUP_DEVICE_TIME][3:]
+
+    def rollup(run: str) -> dict:
+        rows = con.execute(f"SELECT rank, device, {', '.join(columns)} FROM rollup_device_time WHERE run_id = ?",
+                           [run]).fetchall()
+        return {(r[0], r[1]): dict(zip(columns, r[2:])) for r in rows}
+
+    allreduce = _raw_device_time(DATA / "hta_nccl_allreduce" / "rank-0.json.gz")
+    nccl = _raw_device_time(*sorted((DATA / "hta_nccl_two_ranks").glob("*.json.gz")))
+    assert rollup("allreduce") == allreduce and rollup("nccl") == nccl
+    assert sum(r["comm_kernels"] for r in nccl.values()) == 20
+    # communication partly overlapped by computation on every device
+    assert all(0 < r["compute_ns"] + r["comm_ns"] - r["compute_comm_ns"] < r["comm_ns"]
+               for r in (*allreduce.values(), *nccl.values()))
+
+    def same(con) -> int:
+        seen = 0
+        for name in DEVICE_TIME_QUERIES:
+            new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
+            for run in (None, "allreduce", "nccl", "streams", "torch"):
+                for steps in ({}, {"step_from": 551}, {"step_to": 3}):
+                    values = q.bind(new, {"run_id": run, **steps})
+                    want, got = q.execute(con, old, values), q.execute(con, new, values)
+                    assert got.equals(want), (name, run, steps)
+                    seen += got.num_rows
+        return seen
+
+    def comm_runs(con) -> list:
+        cq = q.load("comm_comp_overlap")
+        return sorted({r["run_id"] for r in q.execute(con, cq, q.bind(cq, {})).to_pylist()})
+
+    assert same(con) > 50
+    assert comm_runs(con) == ["allreduce", "nccl"]
+    con.close()
+    assert catalog_migrate(wh) == []
+    assert ingest([DATA / "hta_nccl_allreduce"], wh, run_id="streams").ok  # streams is an all-reduce run now
+    con = catalog.connect(wh)
+    assert rollup("streams") == allreduce
+    assert same(con) > 50
+    assert comm_runs(con) == ["allreduce", "nccl", "streams"]

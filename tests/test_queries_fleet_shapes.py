@@ -24,7 +24,7 @@ import duckdb
 import pytest
 import sqlglot
 
-from tracedb import catalog
+from tracedb import catalog, rollups
 from tracedb import query as q
 from tracedb.ingest import ingest
 
@@ -215,6 +215,20 @@ def test_interval_queries_read_their_rollup_not_the_kernels(name, fleet):
     assert got == WITH_STREAMS[name], got
 
 
+@pytest.mark.parametrize("name", ["kernel_type_breakdown", "temporal_breakdown", "comm_comp_overlap"])
+def test_interval_queries_read_the_device_time_rollup(name, fleet):
+    """Without a step range (the fleet, a run) the three interval queries read
+    `rollup_device_time` and no `kernels` file; with one they read the raw rows."""
+    con = catalog.connect(fleet)
+    cq = q.load(name)
+    for values in ({}, {"run_id": "hta_nccl_two_ranks"}):
+        plan = _scanned(con, cq, q.bind(cq, values))
+        assert "/rollup_device_time/" in plan and "/kernels/" not in plan, values
+    for values in ({"step_from": 1}, {"run_id": "hta_nccl_two_ranks", "step_to": 551}):
+        plan = _scanned(con, cq, q.bind(cq, values))
+        assert "/kernels/" in plan and "/rollup_device_time/" not in plan, values
+
+
 def test_rollups_follow_the_runs_live_version(tmp_path):
     """A re-ingest replaces the run's rollup rows with the new version's (the old ones go
     with the old files); a run whose ingest fails keeps its old rollup; a run without GPU
@@ -253,7 +267,9 @@ def test_sweeps_equal_islands_on_dense_overlaps(seed):
     3,000 random activities of every type and kind on three ranks (0, 1, NULL) on each run
     and device, with nested,
     touching, identical and zero-length intervals, put every set of types in play. Each
-    rewritten query gives the old text's table, fleet-wide and per step window."""
+    rewritten query gives the old text's table, fleet-wide and per run from the rollup
+    (`rollup_device_time`, made here by its metric as the ingest makes it) and per step
+    window from the raw rows."""
     con = duckdb.connect()
     con.execute(f"SELECT setseed(0.{seed})")
     con.execute("""
@@ -266,6 +282,12 @@ def test_sweeps_equal_islands_on_dense_overlaps(seed):
                CAST(floor(random() * 200) * 10 AS BIGINT) AS start_ns,
                CAST(CASE WHEN random() < 0.1 THEN 0 ELSE floor(random() * 60) * 5 END AS BIGINT) AS duration_ns
         FROM range(3000) t(i)""")
+    # whole runs read the rollup: what the ingest writes, the metric's rows (it keeps runs apart)
+    metric = q.load(str(rollups.metric_path("device_time")))
+    rollup = q.execute(con, metric, q.bind(metric, {}))
+    assert rollup.num_rows == 2 * 3  # r0 on GPU:0 and r1 on GPU:1, three ranks each
+    con.register("rollup_arrow", rollup)
+    con.execute("CREATE TABLE rollup_device_time AS SELECT * FROM rollup_arrow")
     states = set()
     for name in SWEPT:
         new, old = q.load(name), q.load(BEFORE / f"{name}.sql")

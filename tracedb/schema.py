@@ -281,6 +281,26 @@ ROLLUP_MEMORY_BANDWIDTH = pa.schema([
     _f("max_gbps", pa.float64(), "most of them, GB/s, 3 decimals"),
 ])
 
+# The interval unions of kernel_type_breakdown, temporal_breakdown and comm_comp_overlap
+# (one ordered pass over a device's activity serves all three); no `kind`: each query
+# selects its own kinds and types.
+ROLLUP_DEVICE_TIME = pa.schema([
+    _COMMON[0], _COMMON[1], _COMMON[3],
+    _f("span_ns", pa.int64(), "the device's first activity start to its last end, ns"),
+    _f("busy_ns", pa.int64(), "union of all its activity intervals, ns"),
+    _f("u1_ns", pa.int64(), "union of its activity of kernel_type computation, ns"),
+    _f("u2_ns", pa.int64(), "union of its activity of kernel_type communication, ns"),
+    _f("u3_ns", pa.int64(), "union of its activity of kernel_type computation or communication, ns"),
+    _f("u4_ns", pa.int64(), "union of its activity of kernel_type memory (any other than those two), ns"),
+    _f("u5_ns", pa.int64(), "union of its activity of kernel_type computation or memory, ns"),
+    _f("u6_ns", pa.int64(), "union of its activity of kernel_type communication or memory, ns"),
+    _f("u7_ns", pa.int64(), "union of its activity with a kernel_type, ns"),
+    _f("compute_ns", pa.int64(), "union of its computation kernels (kind kernel), ns"),
+    _f("comm_ns", pa.int64(), "union of its communication kernels (kind kernel), ns"),
+    _f("compute_comm_ns", pa.int64(), "union of its computation and communication kernels, ns"),
+    _f("comm_kernels", pa.int64(), "communication kernels it ran"),
+])
+
 # Tables the readers fill, in the order readers and docs list them.
 SOURCE_TABLES: dict[str, pa.Schema] = {
     "nodes": NODES,
@@ -292,14 +312,15 @@ SOURCE_TABLES: dict[str, pa.Schema] = {
     "steps": STEPS,
     "events": EVENTS,
 }
-# Rollup table -> the metric (sql/metrics/<metric>.sql, and the canned query of that name).
+# Rollup table -> the metric (sql/metrics/<metric>.sql; the canned query of that name, if any, reads it).
 ROLLUPS: dict[str, str] = {"rollup_gpu_busy_idle": "gpu_busy_idle", "rollup_stream_overlap": "stream_overlap",
                            "rollup_collectives": "collectives", "rollup_stream_time": "stream_time",
-                           "rollup_memory_bandwidth": "memory_bandwidth"}
+                           "rollup_memory_bandwidth": "memory_bandwidth", "rollup_device_time": "device_time"}
 # Parquet-backed (partitioned) tables: the readers' and the rollups.
 TABLES: dict[str, pa.Schema] = {**SOURCE_TABLES, "rollup_gpu_busy_idle": ROLLUP_GPU_BUSY_IDLE,
                                 "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP, "rollup_collectives": ROLLUP_COLLECTIVES,
-                                "rollup_stream_time": ROLLUP_STREAM_TIME, "rollup_memory_bandwidth": ROLLUP_MEMORY_BANDWIDTH}
+                                "rollup_stream_time": ROLLUP_STREAM_TIME, "rollup_memory_bandwidth": ROLLUP_MEMORY_BANDWIDTH,
+                                "rollup_device_time": ROLLUP_DEVICE_TIME}
 
 # The tables of schema version 1, which every format fills; the others (runtime_calls,
 # annotations, steps, events) are Kineto's so far.
@@ -373,6 +394,7 @@ TABLE_DOCS: dict[str, str] = {
     "rollup_collectives": "rollup, per run, device and collective name: what `collectives` reports for the whole run without `name_like`, computed at ingest",
     "rollup_stream_time": "rollup, per run, rank, device, source file and stream: the idle gaps per category and the queue length summary that `idle_time_breakdown` and `queue_length` report, computed at ingest",
     "rollup_memory_bandwidth": "rollup, per run, rank, device and copy type: what `memory_bandwidth` reports for the whole run, computed at ingest",
+    "rollup_device_time": "rollup, per run, rank and device: the interval unions (busy, per kernel type set, computation and communication kernels) that `kernel_type_breakdown`, `temporal_breakdown` and `comm_comp_overlap` report from for the whole run, computed at ingest",
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",
