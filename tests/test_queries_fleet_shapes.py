@@ -33,7 +33,7 @@ from conftest import scenario
 BEFORE = Path(__file__).parent / "data" / "sql_before_issue12"
 NAMES = ["top_kernels", "top_ops", "megengine_op_types", "kernel_type_breakdown", "temporal_breakdown",
          "comm_comp_overlap", "step_times", "idle_time_breakdown", "queue_length", "fleet_trend", "kernel_duration_histogram",
-         "stream_overlap", "collectives", "gpu_busy_idle", "kernel_summary"]
+         "stream_overlap", "collectives", "gpu_busy_idle", "kernel_summary", "kernel_launch_config"]
 # Besides run_id (every run and NULL), limit and order_by: the other parameters, each
 # alone, then step windows with a device and a kind together.
 VARIATIONS = [{}, {"device": "GPU:0"}, {"kind": None}, {"kind": "kernel"}, {"kind": "memcpy"},

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
-# 5: rollup_collectives (0007)
+SCHEMA_VERSION = 6  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
+# 5: rollup_collectives (0007); 6: interval rollups (0008)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -244,6 +244,41 @@ ROLLUP_COLLECTIVES = pa.schema([
     _f("overlap_pct", pa.float64(), "100 * overlapped_ns / total_ns, 2 decimals"),
 ])
 
+# Per run, rank and step; read from `nodes` as well as `kernels`. A row spans the run's
+# devices, so its partition `device` is the constant STEP_TIMES_DEVICE ('all').
+STEP_TIMES_DEVICE = "all"
+ROLLUP_STEP_TIMES = pa.schema([
+    _COMMON[0],
+    _f("device", pa.string(), f"always '{STEP_TIMES_DEVICE}' (the partition key): a step's figures span every device of the run"),
+    _COMMON[3], _COMMON[4],
+    _f("start_ns", pa.int64(), "the step's first host op or GPU activity start, ns"),
+    _f("end_ns", pa.int64(), "the step's last host op or GPU activity end, ns"),
+    _f("wall_ns", pa.int64(), "end_ns - start_ns"),
+    _f("host_start_ns", pa.int64(), "the step's first host op start, ns"),
+    _f("host_step_ns", pa.int64(), "first host op start to last host op end, ns"),
+    _f("device_start_ns", pa.int64(), "the step's first GPU activity start, ns"),
+    _f("device_step_ns", pa.int64(), "to the next step's first GPU activity (the last step: to its last end), ns"),
+    _f("device_busy_ns", pa.int64(), "union of the step's GPU activity intervals over streams and devices, ns"),
+    _f("gpu_kernel_ns", pa.int64(), "summed kernel (kind kernel) duration, ns"),
+    _f("gpu_kernel_pct", pa.float64(), "100 * gpu_kernel_ns / wall_ns, 2 decimals"),
+    _f("nodes", pa.int64(), "timed host ops"),
+    _f("kernels", pa.int64(), "kernels (kind kernel)"),
+])
+
+# Per run, device, kernel name and launch configuration (kernels only).
+ROLLUP_KERNEL_LAUNCH_CONFIG = pa.schema([
+    _COMMON[0], _COMMON[1],
+    _f("name", pa.string(), "kernel name"),
+    _f("grid", _SHAPE, "grid dimensions"),
+    _f("block", _SHAPE, "block dimensions"),
+    _f("registers_per_thread", pa.int64(), "registers per thread"),
+    _f("shared_memory_bytes", pa.int64(), "shared memory, bytes"),
+    _f("avg_occupancy_pct", pa.float64(), "mean estimated occupancy of the instances that record one, %, 2 decimals"),
+    _f("instances", pa.int64(), "kernels with this name and configuration on the device"),
+    _f("total_ns", pa.int64(), "their summed duration, ns"),
+    _f("avg_ns", pa.float64(), "their mean duration, ns, 1 decimal"),
+])
+
 # Tables the readers fill, in the order readers and docs list them.
 SOURCE_TABLES: dict[str, pa.Schema] = {
     "nodes": NODES,
@@ -257,10 +292,12 @@ SOURCE_TABLES: dict[str, pa.Schema] = {
 }
 # Rollup table -> the metric (sql/metrics/<metric>.sql, and the canned query of that name).
 ROLLUPS: dict[str, str] = {"rollup_gpu_busy_idle": "gpu_busy_idle", "rollup_stream_overlap": "stream_overlap",
-                           "rollup_collectives": "collectives"}
+                           "rollup_collectives": "collectives", "rollup_step_times": "step_times",
+                           "rollup_kernel_launch_config": "kernel_launch_config"}
 # Parquet-backed (partitioned) tables: the readers' and the rollups.
 TABLES: dict[str, pa.Schema] = {**SOURCE_TABLES, "rollup_gpu_busy_idle": ROLLUP_GPU_BUSY_IDLE,
-                                "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP, "rollup_collectives": ROLLUP_COLLECTIVES}
+                                "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP, "rollup_collectives": ROLLUP_COLLECTIVES,
+                                "rollup_step_times": ROLLUP_STEP_TIMES, "rollup_kernel_launch_config": ROLLUP_KERNEL_LAUNCH_CONFIG}
 
 # The tables of schema version 1, which every format fills; the others (runtime_calls,
 # annotations, steps, events) are Kineto's so far.
@@ -332,6 +369,8 @@ TABLE_DOCS: dict[str, str] = {
     "rollup_gpu_busy_idle": "rollup, per run, rank, device, step window and kind: what `gpu_busy_idle` reports, computed at ingest",
     "rollup_stream_overlap": "rollup, per run, device and kind: what `stream_overlap` reports for the whole run, computed at ingest",
     "rollup_collectives": "rollup, per run, device and collective name: what `collectives` reports for the whole run without `name_like`, computed at ingest",
+    "rollup_step_times": "rollup, per run, rank and step: what `step_times` reports, computed at ingest from `nodes` and `kernels`",
+    "rollup_kernel_launch_config": "rollup, per run, device, kernel name and launch configuration: what `kernel_launch_config` reports, computed at ingest",
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",
