@@ -9,7 +9,7 @@
 -- (tracedb.rollups), and this filters and orders that per-run rollup: the 1,000-run fleet
 -- (10.4 M kernels rows) took 1.25 s from raw rows.
 SELECT run_id, device, name, grid, block, registers_per_thread, shared_memory_bytes,
-       avg_occupancy_pct, instances, total_ns, avg_ns
+       avg_occupancy_pct, instances, total_ns, avg_tenths / 10 AS avg_ns
 FROM rollup_kernel_launch_config
 WHERE ($run_id IS NULL OR run_id = $run_id)
   AND ($device IS NULL OR device = $device)

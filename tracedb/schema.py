@@ -276,7 +276,9 @@ ROLLUP_KERNEL_LAUNCH_CONFIG = pa.schema([
     _f("avg_occupancy_pct", pa.float64(), "mean estimated occupancy of the instances that record one, %, 2 decimals"),
     _f("instances", pa.int64(), "kernels with this name and configuration on the device"),
     _f("total_ns", pa.int64(), "their summed duration, ns"),
-    _f("avg_ns", pa.float64(), "their mean duration, ns, 1 decimal"),
+    # integer tenths (times are integer ns): `kernel_launch_config` divides by 10, exactly
+    # the double its raw text gives (a decimal with one digit, cast to the nearest double)
+    _f("avg_tenths", pa.int64(), "their mean duration in tenths of a ns, rounded (avg_ns * 10)"),
 ])
 
 # Tables the readers fill, in the order readers and docs list them.
