@@ -182,6 +182,18 @@ def test_collectives_fleet_wide_reads_the_rollup_not_the_kernels(fleet):
     assert q.execute(con, cq, q.bind(cq, {})).num_rows == 4  # the NCCL runs' four (device, name) pairs
 
 
+@pytest.mark.parametrize("name", ["step_times", "kernel_launch_config"])
+def test_rollup_only_queries_read_no_raw_rows(name, fleet):
+    """step_times and kernel_launch_config read only their rollups (fleet, run, device):
+    no `nodes` or `kernels` file."""
+    con = catalog.connect(fleet)
+    cq = q.load(name)
+    for values in ({}, {"run_id": "tf_stepstats_gpu_streams_1"}, {"device": "GPU:0"}):
+        values = {k: v for k, v in values.items() if cq.param(k)}
+        plan = _scanned(con, cq, q.bind(cq, values))
+        assert f"/rollup_{name}/" in plan and "/kernels/" not in plan and "/nodes/" not in plan, values
+
+
 def test_rollups_follow_the_runs_live_version(tmp_path):
     """A re-ingest replaces the run's rollup rows with the new version's (the old ones go
     with the old files); a run whose ingest fails keeps its old rollup; a run without GPU
