@@ -40,13 +40,14 @@ sql/metrics/ is the one definition the ingest and the backfill run):
   `rollup_kernel_launch_config`): `device` filters the rollup, `limit` applies to it;
   the mean duration is kept in integer tenths of a ns (`avg_tenths`, times are integer
   ns) and divided by 10 at query time, the same double as the raw text.
-Measured on the 1,000-run fleet (10.4 M kernels, 3.9 M nodes rows; 2 cores, load 6-9):
-step_times 0.37-0.38 s fleet-wide (raw rows: 4.5 s at low load, 14.4 s at load 7),
-kernel_launch_config 0.47-0.73 s (raw: 1.25 s, 2.9 s at load 7), one run 9-28 ms;
+Measured on the 1,000-run fleet (10.4 M kernels, 3.9 M nodes rows; 2 cores; bench_queries
+--old raw, the metric's raw-row text in the same process): at load 1-2, step_times 0.17 s
+fleet-wide (raw rows 4.2 s), kernel_launch_config 0.27 s (raw 1.33 s), one run 9 ms each;
+at load 6-9, 0.38 s (raw 14.4 s) and 0.47-0.73 s (raw 2.9 s);
 `tracedb migrate` (0008) took 80 s for the 1,000 runs (507 MB peak RSS). At ingest, on a
 17 MB TF text (6.9 k nodes, 9.1 k kernels rows): step_times' metric ~17-20 ms CPU,
-kernel_launch_config's ~6-10 ms; the ingest into an existing warehouse +43 ms CPU
-(1.210 -> 1.253 s, best of 8 alternating processes, load 5-7), wall unchanged within noise.
+kernel_launch_config's ~6-10 ms; the ingest into an existing warehouse, best of 8
+alternating processes at load 1: wall 1.092 -> 1.113 s (+2%), CPU 1.139 -> 1.190 s.
 """
 
 from __future__ import annotations
