@@ -142,7 +142,9 @@ def main() -> None:
             texts = {scope: cq} if old is None else {scope: cq, "old_" + scope: old}
             if scope == "one" and cq.scope:
                 texts["unscoped"] = dataclasses.replace(cq, scope=())
-            for key, t in interleaved({k: (lambda c=c: q.execute(con, c, values)) for k, c in texts.items()},
+            # each text gets the values it takes (a metric has no `limit`)
+            for key, t in interleaved({k: (lambda c=c: q.execute(con, c, {n: v for n, v in values.items() if c.param(n)}))
+                                       for k, c in texts.items()},
                                       args.repeat).items():
                 row[key] = t
         within["fleet"] += row["fleet"] is not None and row["fleet"] <= 1.0

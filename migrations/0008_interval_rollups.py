@@ -8,7 +8,11 @@ ingest_id:
   `idle_time_breakdown` and `queue_length` (`stream_time.sql`);
 - `rollup_memory_bandwidth`: per copy type, read by `memory_bandwidth`;
 - `rollup_device_time`: the interval unions per run, rank and device that
-  `kernel_type_breakdown`, `temporal_breakdown` and `comm_comp_overlap` report from.
+  `kernel_type_breakdown`, `temporal_breakdown` and `comm_comp_overlap` report from;
+- `rollup_step_times`: what `step_times` reports, per run, rank and step, from the run's
+  `nodes` as well as its `kernels`;
+- `rollup_kernel_launch_config`: what `kernel_launch_config` reports, per run, device,
+  kernel name and launch configuration.
 
 Safe to re-run after a crash (`rollups.backfill`).
 """
@@ -16,7 +20,8 @@ Safe to re-run after a crash (`rollups.backfill`).
 from __future__ import annotations
 
 TARGET = "lake"
-TABLES = ["rollup_stream_time", "rollup_memory_bandwidth", "rollup_device_time"]
+TABLES = ["rollup_stream_time", "rollup_memory_bandwidth", "rollup_device_time", "rollup_step_times",
+          "rollup_kernel_launch_config"]
 
 
 def up(lake) -> None:

@@ -523,3 +523,68 @@ def test_schema5_lake_gains_device_time_rollup(tmp_path):
     assert rollup("streams") == allreduce
     assert same(con) > 50
     assert comm_runs(con) == ["allreduce", "nccl", "streams"]
+
+
+def test_schema5_lake_gains_the_step_rollup(tmp_path):
+    """Migration 0008 on the frozen schema-5 lake (the schema-4 one migrated by 0007): every
+    run's `rollup_step_times` fills from its live nodes and kernels (and
+    `rollup_kernel_launch_config` from its kernels) with the figures the raw TF trace
+    gives; `step_times` and `kernel_launch_config`, which read them, give the old text's
+    rows for the fleet and every run (and device); other tables are untouched; migrating
+    again does nothing; a re-ingest replaces a run's rollups."""
+    import rawtrace
+    from tracedb import query as q
+
+    wh = tmp_path / "wh"
+    shutil.copytree(FROZEN_SCHEMA5, wh)
+    with pytest.raises(TracedbError, match="0008_interval_rollups"):
+        catalog.connect(wh)
+    before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/"))
+              for t in ("kernels", "nodes", "rollup_collectives", "rollup_stream_overlap")}
+    assert catalog_migrate(wh) == ["0008_interval_rollups"]
+    assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
+    con = catalog.connect(wh)
+    assert con.execute("SELECT list(DISTINCT run_id ORDER BY run_id), list(DISTINCT device) FROM rollup_step_times"
+                       ).fetchall() == [(["allreduce", "nccl", "streams", "torch"], ["all"])]
+    # the TF run, one step (0), from the raw StepStats: host ops and GPU activity
+    tf = rawtrace.tf()
+    spans = [(a.start, a.end) for a in tf.nodes + tf.kernels]
+    kernels = [k for k in tf.kernels if k.kind == "kernel"]
+    assert con.execute("SELECT step, wall_ns, host_step_ns, device_busy_ns, gpu_kernel_ns, nodes, kernels "
+                       "FROM rollup_step_times WHERE run_id = 'streams'").fetchall() == [(
+        0, max(e for _, e in spans) - min(b for b, _ in spans),
+        max(n.end for n in tf.nodes) - min(n.start for n in tf.nodes),
+        rawtrace.length(rawtrace.union((k.start, k.end) for k in tf.kernels)),
+        sum(k.dur for k in kernels), len(tf.nodes), len(kernels))]
+    assert (len(tf.nodes), len(kernels)) == (577, 729)  # the files table: 577 nodes, 755 kernels rows (26 copies)
+    want = {}
+    for k in kernels:
+        w = want.setdefault((k.device, k.name), [0, 0])
+        w[0], w[1] = w[0] + 1, w[1] + k.dur
+    assert {(d, n): [i, t] for d, n, i, t in con.execute(
+        "SELECT device, name, instances, total_ns FROM rollup_kernel_launch_config WHERE run_id = 'streams'"
+    ).fetchall()} == want
+
+    def same(con) -> int:
+        seen = 0
+        for name, variations in (("step_times", [{}]),
+                                 ("kernel_launch_config", [{}, {"device": "GPU:0"}, {"device": "GPU:1", "limit": 3}])):
+            new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
+            for run in (None, "allreduce", "nccl", "streams", "torch"):
+                for extra in variations:
+                    values = q.bind(new, {"run_id": run, **extra})
+                    want, got = q.execute(con, old, values), q.execute(con, new, values)
+                    assert got.equals(want), (name, run, extra)
+                    seen += got.num_rows
+        return seen
+
+    seen = same(con)
+    assert seen > 100
+    con.close()
+    assert catalog_migrate(wh) == []
+    assert ingest([scenario("tf_runmetadata_text")], wh, run_id="streams").ok  # streams: host ops only now
+    con = catalog.connect(wh)
+    assert con.execute("SELECT step, kernels, device_busy_ns FROM rollup_step_times WHERE run_id = 'streams'"
+                       ).fetchall() == [(0, 0, None)]
+    assert con.execute("SELECT count(*) FROM rollup_kernel_launch_config WHERE run_id = 'streams'").fetchall() == [(0,)]
+    assert same(con) > 50

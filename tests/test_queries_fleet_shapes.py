@@ -33,7 +33,8 @@ from conftest import scenario
 BEFORE = Path(__file__).parent / "data" / "sql_before_issue12"
 NAMES = ["top_kernels", "top_ops", "megengine_op_types", "kernel_type_breakdown", "temporal_breakdown",
          "comm_comp_overlap", "step_times", "idle_time_breakdown", "queue_length", "fleet_trend", "kernel_duration_histogram",
-         "stream_overlap", "collectives", "gpu_busy_idle", "kernel_summary", "memory_bandwidth"]
+         "stream_overlap", "collectives", "gpu_busy_idle", "kernel_summary", "memory_bandwidth",
+         "kernel_launch_config"]
 # Besides run_id (every run and NULL), limit and order_by: the other parameters, each
 # alone, then step windows with a device and a kind together.
 VARIATIONS = [{}, {"device": "GPU:0"}, {"kind": None}, {"kind": "kernel"}, {"kind": "memcpy"},
@@ -227,6 +228,18 @@ def test_interval_queries_read_the_device_time_rollup(name, fleet):
     for values in ({"step_from": 1}, {"run_id": "hta_nccl_two_ranks", "step_to": 551}):
         plan = _scanned(con, cq, q.bind(cq, values))
         assert "/kernels/" in plan and "/rollup_device_time/" not in plan, values
+
+
+@pytest.mark.parametrize("name", ["step_times", "kernel_launch_config"])
+def test_rollup_only_queries_read_no_raw_rows(name, fleet):
+    """step_times and kernel_launch_config read only their rollups (fleet, run, device):
+    no `nodes` or `kernels` file."""
+    con = catalog.connect(fleet)
+    cq = q.load(name)
+    for values in ({}, {"run_id": "tf_stepstats_gpu_streams_1"}, {"device": "GPU:0"}):
+        values = {k: v for k, v in values.items() if cq.param(k)}
+        plan = _scanned(con, cq, q.bind(cq, values))
+        assert f"/rollup_{name}/" in plan and "/kernels/" not in plan and "/nodes/" not in plan, values
 
 
 def test_rollups_follow_the_runs_live_version(tmp_path):

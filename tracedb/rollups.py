@@ -66,6 +66,27 @@ a step range they compute the same unions from raw rows (`include`). On the 1,00
 (main's texts in the same process: 23.5 s, 15.1 s, 2.9 s), one run in 16-20 ms; migration
 0008 took 75 s wall (35 s CPU). At ingest the metric costs ~15 ms CPU for the 9,060
 activities of the 17 MB TF text (one more rollup file and Delta commit besides).
+
+Schema 6 (migration 0008) adds two whose results have no parameter the rollup cannot
+serve, so their canned queries read only the rollup (no raw-row branch; the metric in
+sql/metrics/ is the one definition the ingest and the backfill run):
+- `step_times` (per run, rank and step, `rollup_step_times`) reads the run's `nodes`
+  as well as its `kernels`: `write_runs` takes both tables' files (by path prefix) and
+  the metric sees them as the views `whole.nodes` (`NODE_COLUMNS`) and `whole.kernels`;
+  a run with host ops only (no kernels files) gets its rows too. A row spans the run's
+  devices, so its partition `device` is the constant `schema.STEP_TIMES_DEVICE`.
+- `kernel_launch_config` (per run, device, kernel name and launch configuration,
+  `rollup_kernel_launch_config`): `device` filters the rollup, `limit` applies to it;
+  the mean duration is kept in integer tenths of a ns (`avg_tenths`, times are integer
+  ns) and divided by 10 at query time, the same double as the raw text.
+Measured on the 1,000-run fleet (10.4 M kernels, 3.9 M nodes rows; 2 cores; bench_queries
+--old raw, the metric's raw-row text in the same process): at load 1-2, step_times 0.17 s
+fleet-wide (raw rows 4.2 s), kernel_launch_config 0.27 s (raw 1.33 s), one run 9 ms each;
+at load 6-9, 0.38 s (raw 14.4 s) and 0.47-0.73 s (raw 2.9 s);
+`tracedb migrate` (0008) took 80 s for the 1,000 runs (507 MB peak RSS). At ingest, on a
+17 MB TF text (6.9 k nodes, 9.1 k kernels rows): step_times' metric ~17-20 ms CPU,
+kernel_launch_config's ~6-10 ms; the ingest into an existing warehouse, best of 8
+alternating processes at load 1: wall 1.092 -> 1.113 s (+2%), CPU 1.139 -> 1.190 s.
 """
 
 from __future__ import annotations
@@ -92,7 +113,12 @@ def metric_path(metric: str) -> Path:
 # The `kernels` columns the metrics read (a metric reading another fails loudly: add it here).
 COLUMNS = ("run_id", "rank", "device", "step", "stream", "kind", "start_ns", "duration_ns")
 # ... and those the metrics without a `kind` parameter read besides
-WHOLE_COLUMNS = ("name", "source_file", "launch_start_ns", "copy_kind", "bytes", "kernel_type")
+WHOLE_COLUMNS = ("name", "source_file", "launch_start_ns", "copy_kind", "bytes", "kernel_type", "grid", "block",
+                 "registers_per_thread", "shared_memory_bytes", "occupancy")
+# The `nodes` columns the metrics read (view `whole.nodes`)
+NODE_COLUMNS = ("run_id", "rank", "step", "start_ns", "duration_ns")
+# The source tables a rollup's metric reads besides `kernels` (backfill gathers their files too)
+READS_ALSO: dict[str, tuple[str, ...]] = {"rollup_step_times": ("nodes",)}
 
 
 class Writer:
@@ -118,8 +144,9 @@ class Writer:
     def close(self) -> None:
         self.con.close()
 
-    def compute(self, sources: list[str], tables: list[str] | None = None) -> list[dict[str, pa.Table]]:
-        """For each of `sources` (relations, each one run's kernels rows): every rollup
+    def compute(self, sources: list[dict[str, str]], tables: list[str] | None = None) -> list[dict[str, pa.Table]]:
+        """For each of `sources` (one run's relations by source table: its `kernels` rows,
+        its `nodes` rows; a table left out: no rows): every rollup
         table's rows (run_id not filled), in schema order (`tables`: only these).
 
         Each metric runs once for all of them, not once per run and kind: its input is
@@ -131,13 +158,13 @@ class Writer:
         commit group of runs a few ms a run beyond the rows' own cost.) A metric without
         a `kind` parameter (collectives) reads the `<i>*` rows only, straight from the
         sources through the view `whole.kernels` (`WHOLE_COLUMNS`: kernel names are not
-        copied into memory)."""
+        copied into memory), and `whole.nodes` (`NODE_COLUMNS`) for one that reads `nodes`."""
         from tracedb.lake import concurrently
 
         todo = [(t, cq, v) for t, (cq, v) in self.metrics.items() if tables is None or t in tables]
         whole = {t for t, cq, _ in todo if not any(p.name == "kind" for p in cq.params)}
         if len(whole) < len(todo):
-            rows_of = self._rows_of(sources, COLUMNS)
+            rows_of = self._rows_of(sources, "kernels", COLUMNS)
             # A table of the in-memory database (not TEMP, which is one connection's): each
             # metric runs on its own cursor, at once (DuckDB releases the GIL; the two metrics
             # of one 17 MB TF run: compute 42-44 -> 32-38 ms, medians of 8 at load ~8).
@@ -148,15 +175,17 @@ class Writer:
                   ON s.kind IS NULL OR k.kind = s.kind""")
         if whole:
             self.con.execute("CREATE SCHEMA IF NOT EXISTS whole")
-            self.con.execute(f"""CREATE OR REPLACE VIEW whole.kernels AS
-                SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
-                FROM ({self._rows_of(sources, COLUMNS + WHOLE_COLUMNS)})""")
+            for table, columns in (("kernels", COLUMNS + WHOLE_COLUMNS), ("nodes", NODE_COLUMNS)):
+                self.con.execute(f"""CREATE OR REPLACE VIEW whole.{table} AS
+                    SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
+                    FROM ({self._rows_of(sources, table, columns)})""")
         try:
             results = concurrently([lambda cq=cq, values=values, t=t: self._run(cq, values, "whole" if t in whole else None)
                                     for t, cq, values in todo])
         finally:
             self.con.execute("DROP TABLE IF EXISTS kernels")
             self.con.execute("DROP VIEW IF EXISTS whole.kernels")
+            self.con.execute("DROP VIEW IF EXISTS whole.nodes")
         out: list[dict[str, pa.Table]] = [{} for _ in sources]
         for (table, _, _), rows in zip(todo, results):
             self._split(table, rows, out)
@@ -174,9 +203,15 @@ class Writer:
             cur.close()
 
     @staticmethod
-    def _rows_of(sources: list[str], columns: tuple[str, ...]) -> str:
+    def _rows_of(sources: list[dict[str, str]], table: str, columns: tuple[str, ...]) -> str:
+        """`table`'s rows of every source, numbered by `_source` (none: an empty relation)."""
         cols = ", ".join(columns)
-        return " UNION ALL ".join(f"SELECT {cols}, {i} AS _source FROM {src}" for i, src in enumerate(sources))
+        rows = [f"SELECT {cols}, {i} AS _source FROM {src[table]}" for i, src in enumerate(sources) if table in src]
+        if rows:
+            return " UNION ALL ".join(rows)
+        sch = schema.TABLES[table]
+        nulls = ", ".join(f"CAST(NULL AS {schema.duckdb_type(sch.field(c).type)}) AS {c}" for c in columns)
+        return f"SELECT {nulls}, 0 AS _source WHERE false"
 
     @staticmethod
     def _split(table: str, rows: pa.Table, out: list[dict[str, pa.Table]]) -> None:
@@ -188,16 +223,18 @@ class Writer:
         keys = [re.fullmatch(r"(\d+)(\*|=(.*))", k, re.S).groups() for k in rows.column("run_id").to_pylist()]
         source = pa.array([int(i) for i, _, _ in keys], pa.int64())
         rows = rows.append_column("kind", pa.array([kind for _, _, kind in keys], pa.string()))
+        if "device" not in rows.column_names:  # a rollup over every device (step_times): its constant partition
+            rows = rows.append_column("device", pa.repeat(pa.scalar(schema.STEP_TIMES_DEVICE), rows.num_rows))
         rows = rows.select([n for n in schema.TABLES[table].names if n != "run_id"])
         for i in range(len(out)):
             out[i][table] = rows.filter(pc.equal(source, i))
 
     def write_runs(self, root: Path | str, runs: list[tuple[str, str, list[str]]],
                    tables: list[str] | None = None, tag: str = "rollup") -> list[DataFile]:
-        """Compute the rollups of `runs` (run_id, ingest_id, its kernels parquet files:
-        paths relative to the warehouse, Hive-partitioned; only the rows of that ingest)
-        and write them into the lake under each run's ingest_id, uncommitted. `tables`:
-        only these rollup tables."""
+        """Compute the rollups of `runs` (run_id, ingest_id, its `kernels` and `nodes`
+        parquet files: paths relative to the warehouse, `<table>/run_id=...`, Hive-partitioned;
+        only the rows of that ingest) and write them into the lake under each run's
+        ingest_id, uncommitted. `tables`: only these rollup tables."""
         from tracedb import storage
         from tracedb.snapshot import view_sql
         from tracedb.store import FileWriter
@@ -211,8 +248,11 @@ class Writer:
             self._registered.add(store.fs.protocol)
         sources = []
         for _, ingest_id, files in runs:
-            rows = view_sql("*", [store.absolute(f) for f in files], mixed=False)  # as the snapshot reads them
-            sources.append(f"({rows} WHERE ingest_id = {storage.sql_str(ingest_id)})")
+            by_table: dict[str, list[str]] = {}
+            for f in files:
+                by_table.setdefault(f.split("/", 1)[0], []).append(store.absolute(f))
+            sources.append({table: f"({view_sql('*', paths, mixed=False)} WHERE ingest_id = {storage.sql_str(ingest_id)})"
+                            for table, paths in by_table.items()})  # as the snapshot reads them
         written: list[DataFile] = []
         try:
             for (run_id, ingest_id, _), rollups in zip(runs, self.compute(sources, tables)):
@@ -232,24 +272,26 @@ class Writer:
 
 
 def backfill(lake, tables: list[str], tag: str) -> None:
-    """Fill `tables` (rollup tables) for every run of `lake` from its live `kernels` files,
+    """Fill `tables` (rollup tables) for every run of `lake` from its live `kernels` files
+    (and those of `READS_ALSO`),
     under the run's live ingest_id, as an ingest would have (migrations 0006 and 0007).
     Safe to re-run after a crash: a run that already has a table's rollup is left alone in
     that table. One Delta commit per table."""
     lake.ensure_tables()
     live = {r["run_id"]: r["ingest_id"] for r in lake.read_table("runs", ["run_id", "ingest_id"]).to_pylist()}
     have = {t: {r["run_id"] for r in lake.add_actions(t).to_pylist()} for t in tables}
-    kernels: dict[str, list[str]] = {}
-    for run_id, path in lake.live_files_by_run("kernels", live)[0]:
-        kernels.setdefault(run_id, []).append(path)
+    inputs: dict[str, list[str]] = {}  # run -> its live files of the tables the metrics read
+    for source in ("kernels", *sorted({s for t in tables for s in READS_ALSO.get(t, ())})):
+        for run_id, path in lake.live_files_by_run(source, live)[0]:
+            inputs.setdefault(run_id, []).append(path)
     files = []
     roll = Writer()
     try:
         by_missing: dict[tuple[str, ...], list] = {}  # all runs miss every table, unless re-run after a crash
-        for r in sorted(kernels):
+        for r in sorted(inputs):
             missing = tuple(t for t in tables if r not in have[t])
             if missing:
-                by_missing.setdefault(missing, []).append((r, live[r], sorted(kernels[r])))
+                by_missing.setdefault(missing, []).append((r, live[r], sorted(inputs[r])))
         for missing, todo in by_missing.items():
             for i in range(0, len(todo), 50):  # groups of runs, as an ingest commits them
                 files += roll.write_runs(lake.root, todo[i:i + 50], tables=list(missing), tag=tag)

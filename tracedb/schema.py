@@ -301,6 +301,43 @@ ROLLUP_DEVICE_TIME = pa.schema([
     _f("comm_kernels", pa.int64(), "communication kernels it ran"),
 ])
 
+# Per run, rank and step; read from `nodes` as well as `kernels`. A row spans the run's
+# devices, so its partition `device` is the constant STEP_TIMES_DEVICE ('all').
+STEP_TIMES_DEVICE = "all"
+ROLLUP_STEP_TIMES = pa.schema([
+    _COMMON[0],
+    _f("device", pa.string(), f"always '{STEP_TIMES_DEVICE}' (the partition key): a step's figures span every device of the run"),
+    _COMMON[3], _COMMON[4],
+    _f("start_ns", pa.int64(), "the step's first host op or GPU activity start, ns"),
+    _f("end_ns", pa.int64(), "the step's last host op or GPU activity end, ns"),
+    _f("wall_ns", pa.int64(), "end_ns - start_ns"),
+    _f("host_start_ns", pa.int64(), "the step's first host op start, ns"),
+    _f("host_step_ns", pa.int64(), "first host op start to last host op end, ns"),
+    _f("device_start_ns", pa.int64(), "the step's first GPU activity start, ns"),
+    _f("device_step_ns", pa.int64(), "to the next step's first GPU activity (the last step: to its last end), ns"),
+    _f("device_busy_ns", pa.int64(), "union of the step's GPU activity intervals over streams and devices, ns"),
+    _f("gpu_kernel_ns", pa.int64(), "summed kernel (kind kernel) duration, ns"),
+    _f("gpu_kernel_pct", pa.float64(), "100 * gpu_kernel_ns / wall_ns, 2 decimals"),
+    _f("nodes", pa.int64(), "timed host ops"),
+    _f("kernels", pa.int64(), "kernels (kind kernel)"),
+])
+
+# Per run, device, kernel name and launch configuration (kernels only).
+ROLLUP_KERNEL_LAUNCH_CONFIG = pa.schema([
+    _COMMON[0], _COMMON[1],
+    _f("name", pa.string(), "kernel name"),
+    _f("grid", _SHAPE, "grid dimensions"),
+    _f("block", _SHAPE, "block dimensions"),
+    _f("registers_per_thread", pa.int64(), "registers per thread"),
+    _f("shared_memory_bytes", pa.int64(), "shared memory, bytes"),
+    _f("avg_occupancy_pct", pa.float64(), "mean estimated occupancy of the instances that record one, %, 2 decimals"),
+    _f("instances", pa.int64(), "kernels with this name and configuration on the device"),
+    _f("total_ns", pa.int64(), "their summed duration, ns"),
+    # integer tenths (times are integer ns): `kernel_launch_config` divides by 10, exactly
+    # the double its raw text gives (a decimal with one digit, cast to the nearest double)
+    _f("avg_tenths", pa.int64(), "their mean duration in tenths of a ns, rounded (avg_ns * 10)"),
+])
+
 # Tables the readers fill, in the order readers and docs list them.
 SOURCE_TABLES: dict[str, pa.Schema] = {
     "nodes": NODES,
@@ -315,12 +352,14 @@ SOURCE_TABLES: dict[str, pa.Schema] = {
 # Rollup table -> the metric (sql/metrics/<metric>.sql; the canned query of that name, if any, reads it).
 ROLLUPS: dict[str, str] = {"rollup_gpu_busy_idle": "gpu_busy_idle", "rollup_stream_overlap": "stream_overlap",
                            "rollup_collectives": "collectives", "rollup_stream_time": "stream_time",
-                           "rollup_memory_bandwidth": "memory_bandwidth", "rollup_device_time": "device_time"}
+                           "rollup_memory_bandwidth": "memory_bandwidth", "rollup_device_time": "device_time",
+                           "rollup_step_times": "step_times", "rollup_kernel_launch_config": "kernel_launch_config"}
 # Parquet-backed (partitioned) tables: the readers' and the rollups.
 TABLES: dict[str, pa.Schema] = {**SOURCE_TABLES, "rollup_gpu_busy_idle": ROLLUP_GPU_BUSY_IDLE,
                                 "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP, "rollup_collectives": ROLLUP_COLLECTIVES,
                                 "rollup_stream_time": ROLLUP_STREAM_TIME, "rollup_memory_bandwidth": ROLLUP_MEMORY_BANDWIDTH,
-                                "rollup_device_time": ROLLUP_DEVICE_TIME}
+                                "rollup_device_time": ROLLUP_DEVICE_TIME, "rollup_step_times": ROLLUP_STEP_TIMES,
+                                "rollup_kernel_launch_config": ROLLUP_KERNEL_LAUNCH_CONFIG}
 
 # The tables of schema version 1, which every format fills; the others (runtime_calls,
 # annotations, steps, events) are Kineto's so far.
@@ -395,6 +434,8 @@ TABLE_DOCS: dict[str, str] = {
     "rollup_stream_time": "rollup, per run, rank, device, source file and stream: the idle gaps per category and the queue length summary that `idle_time_breakdown` and `queue_length` report, computed at ingest",
     "rollup_memory_bandwidth": "rollup, per run, rank, device and copy type: what `memory_bandwidth` reports for the whole run, computed at ingest",
     "rollup_device_time": "rollup, per run, rank and device: the interval unions (busy, per kernel type set, computation and communication kernels) that `kernel_type_breakdown`, `temporal_breakdown` and `comm_comp_overlap` report from for the whole run, computed at ingest",
+    "rollup_step_times": "rollup, per run, rank and step: what `step_times` reports, computed at ingest from `nodes` and `kernels`",
+    "rollup_kernel_launch_config": "rollup, per run, device, kernel name and launch configuration: what `kernel_launch_config` reports, computed at ingest",
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",

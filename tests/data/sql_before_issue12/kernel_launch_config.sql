@@ -1,0 +1,26 @@
+-- title: Kernel launch configuration
+-- description: Per run and kernel name and launch configuration: grid, block, registers per thread, shared memory and estimated occupancy where the source records them (NULL where it does not), with instances and GPU time, largest first (XProf kernel stats).
+-- param: run_id VARCHAR NULL Only this run (NULL: every run)
+-- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
+-- param: limit BIGINT>=0 1000 Rows to return
+-- scope: run_id
+SELECT
+    run_id,
+    device,
+    name,
+    grid,
+    block,
+    registers_per_thread,
+    shared_memory_bytes,
+    round(avg(occupancy), 2) AS avg_occupancy_pct,
+    count(*) AS instances,
+    CAST(sum(duration_ns) AS BIGINT) AS total_ns,
+    -- DECIMAL before rounding: DuckDB and Spark round a double's ties differently
+    CAST(round(CAST(avg(duration_ns) AS DECIMAL(38, 6)), 1) AS DOUBLE) AS avg_ns
+FROM kernels
+WHERE kind = 'kernel'
+  AND ($run_id IS NULL OR run_id = $run_id)
+  AND ($device IS NULL OR device = $device)
+GROUP BY run_id, device, name, grid, block, registers_per_thread, shared_memory_bytes
+ORDER BY total_ns DESC, run_id, device, name, grid, block, registers_per_thread, shared_memory_bytes
+LIMIT $limit
