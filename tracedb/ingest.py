@@ -60,10 +60,12 @@ from tracedb import workers
 COMMIT_EVERY_RUNS = 50
 COMMIT_EVERY_SECONDS = 10.0
 # With workers, the caller rolls up (`tracedb.rollups`) the runs read so far while it would
-# wait for the next file, once this many are waiting: one rollup computation costs ~23 ms
-# plus ~5 ms a run, so a few runs a batch, and the last commit's are no longer all serial
-# (24 shipped traces: 0.21 s of rollups after the last read before this).
-ROLLUP_EVERY_RUNS = 4
+# wait for the next file, once this many are waiting, so the last commit's rollups are not
+# all serial (24 shipped traces: 0.21 s of rollups after the last read with none). One
+# computation of the eight metrics costs ~100 ms of CPU plus a few ms a run, taken from the
+# workers on 2 cores: `bench_jobs.py --jobs 2`, 24 shipped traces, alternating windows at
+# load ~2: 12 runs a batch 1.37-1.39x, 4 runs 1.27-1.31x; 24 fleet runs 1.61x / 1.58x.
+ROLLUP_EVERY_RUNS = 12
 
 
 @dataclass
