@@ -168,3 +168,22 @@ def test_choice_parameters_are_checked():
     assert q.bind(cq, {"order_by": "FLOPS"})["order_by"] == "FLOPS"  # case-insensitive
     with pytest.raises(TracedbError, match="order_by must be time, flops or memory, got 'name'"):
         q.bind(cq, {"order_by": "name"})
+
+
+def test_includes_nest_and_a_cycle_is_a_clear_error(tmp_path, monkeypatch):
+    """`-- include:` expands a library file's own includes (the interval queries include
+    metrics that include others), and a file that includes itself, directly or through
+    another, is refused with the chain named instead of recursing."""
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "inner.sql").write_text("-- title: inner\nSELECT 42 AS answer\n")
+    (tmp_path / "metrics" / "outer.sql").write_text("-- title: outer\n-- include: metrics/inner.sql\n")
+    (tmp_path / "metrics" / "a.sql").write_text("-- include: metrics/b.sql\n")
+    (tmp_path / "metrics" / "b.sql").write_text("-- include: metrics/a.sql\n")
+    monkeypatch.setattr(q, "sql_dir", lambda: tmp_path)
+    assert q.expand_includes("WITH x AS (\n-- include: metrics/outer.sql\n) SELECT * FROM x", "mine.sql") == (
+        "WITH x AS (\nSELECT 42 AS answer\n) SELECT * FROM x")
+    with pytest.raises(TracedbError, match=r"mine.sql: include 'metrics/a.sql' includes itself "
+                                           r"\(metrics/a.sql -> metrics/b.sql -> metrics/a.sql\)"):
+        q.expand_includes("-- include: metrics/a.sql", "mine.sql")
+    with pytest.raises(TracedbError, match="no such file in the SQL library"):
+        q.expand_includes("-- include: metrics/missing.sql", "mine.sql")
