@@ -12,7 +12,9 @@ ingest_id:
 - `rollup_step_times`: what `step_times` reports, per run, rank and step, from the run's
   `nodes` as well as its `kernels`;
 - `rollup_kernel_launch_config`: what `kernel_launch_config` reports, per run, device,
-  kernel name and launch configuration.
+  kernel name and launch configuration;
+- `rollup_kernel_launches`: each runtime call joined with the activity it launched, the
+  rows `kernel_launch_stats` filters, flags and orders.
 
 Safe to re-run after a crash (`rollups.backfill`).
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 TARGET = "lake"
 TABLES = ["rollup_stream_time", "rollup_memory_bandwidth", "rollup_device_time", "rollup_step_times",
-          "rollup_kernel_launch_config"]
+          "rollup_kernel_launch_config", "rollup_kernel_launches"]
 
 
 def up(lake) -> None:

@@ -588,3 +588,36 @@ def test_schema5_lake_gains_the_step_rollup(tmp_path):
                        ).fetchall() == [(0, 0, None)]
     assert con.execute("SELECT count(*) FROM rollup_kernel_launch_config WHERE run_id = 'streams'").fetchall() == [(0,)]
     assert same(con) > 50
+
+
+def test_schema5_lake_gains_the_launch_rollup(tmp_path):
+    """Migration 0008 on the frozen schema-5 lake fills `rollup_kernel_launches`: one row
+    per activity the raw Kineto traces give a launch call (by correlation id), and
+    `kernel_launch_stats`, which reads only it, gives the old text's rows for the fleet,
+    every run, a rank, a step range and other cutoffs."""
+    import rawtrace
+    from tracedb import query as q
+
+    wh = tmp_path / "wh"
+    shutil.copytree(FROZEN_SCHEMA5, wh)
+    assert catalog_migrate(wh) == ["0008_interval_rollups"]
+    con = catalog.connect(wh)
+    launched = {run: sum(1 for p in paths for k in rawtrace.kineto(rawtrace.load_kineto_json(p)).kernels
+                         if k.launch is not None)
+                for run, paths in (("allreduce", [DATA / "hta_nccl_allreduce" / "rank-0.json.gz"]),
+                                   ("nccl", sorted((DATA / "hta_nccl_two_ranks").glob("*.json.gz"))))}
+    got = dict(con.execute("SELECT run_id, count(*) FROM rollup_kernel_launches GROUP BY 1").fetchall())
+    assert {r: got[r] for r in launched} == launched == {"allreduce": 3774, "nccl": 2358}
+    assert "streams" not in got  # a TF run records no launch calls
+    new, old = q.load("kernel_launch_stats"), q.load(str(BEFORE_ISSUE12 / "kernel_launch_stats.sql"))
+    seen = 0
+    for run in (None, "allreduce", "nccl", "streams", "torch"):
+        for extra in ({}, {"rank": 1}, {"step_from": 552, "step_to": 553},
+                      {"runtime_cutoff_ns": 3000, "launch_delay_cutoff_ns": 0}):
+            values = q.bind(new, {"run_id": run, **extra})
+            want, got_rows = q.execute(con, old, values), q.execute(con, new, values)
+            assert got_rows.schema == want.schema and got_rows.equals(want), (run, extra)
+            seen += got_rows.num_rows
+    assert seen > 2 * (3774 + 2358)
+    con.close()
+    assert catalog_migrate(wh) == []

@@ -34,7 +34,7 @@ BEFORE = Path(__file__).parent / "data" / "sql_before_issue12"
 NAMES = ["top_kernels", "top_ops", "megengine_op_types", "kernel_type_breakdown", "temporal_breakdown",
          "comm_comp_overlap", "step_times", "idle_time_breakdown", "queue_length", "fleet_trend", "kernel_duration_histogram",
          "stream_overlap", "collectives", "gpu_busy_idle", "kernel_summary", "memory_bandwidth",
-         "kernel_launch_config"]
+         "kernel_launch_config", "kernel_launch_stats"]
 # Besides run_id (every run and NULL), limit and order_by: the other parameters, each
 # alone, then step windows with a device and a kind together.
 VARIATIONS = [{}, {"device": "GPU:0"}, {"kind": None}, {"kind": "kernel"}, {"kind": "memcpy"},
@@ -44,7 +44,8 @@ VARIATIONS = [{}, {"device": "GPU:0"}, {"kind": None}, {"kind": "kernel"}, {"kin
               {"step_from": 551, "device": "GPU:1"},
               {"name_like": "%gemm%"}, {"name_like": "%"}, {"rank": 0}, {"rank": 1},
               {"bucket_ns": 1000}, {"bucket_ns": 7, "device": "GPU:0", "kind": None},
-              {"kernel_wait_ns": 30000, "rank": 0}, {"kernel_wait_ns": 1000}, {"kernel_wait_ns": None}]
+              {"kernel_wait_ns": 30000, "rank": 0}, {"kernel_wait_ns": 1000}, {"kernel_wait_ns": None},
+              {"runtime_cutoff_ns": 5000, "launch_delay_cutoff_ns": 0, "rank": 0, "step_to": 552}]
 # Three formats, two runs each; the same trace twice makes ties across runs.
 FLEET = {f"{name}_{i}": name for name in ("kineto_h200_fp32", "tf_stepstats_gpu_streams",
                                           "megengine_graph_profile") for i in (1, 2)}
@@ -230,16 +231,19 @@ def test_interval_queries_read_the_device_time_rollup(name, fleet):
         assert "/kernels/" in plan and "/rollup_device_time/" not in plan, values
 
 
-@pytest.mark.parametrize("name", ["step_times", "kernel_launch_config"])
+@pytest.mark.parametrize("name", ["step_times", "kernel_launch_config", "kernel_launch_stats"])
 def test_rollup_only_queries_read_no_raw_rows(name, fleet):
-    """step_times and kernel_launch_config read only their rollups (fleet, run, device):
-    no `nodes` or `kernels` file."""
+    """step_times, kernel_launch_config and kernel_launch_stats read only their rollups
+    (fleet, run, device, rank, steps): no `nodes`, `kernels` or `runtime_calls` file."""
     con = catalog.connect(fleet)
     cq = q.load(name)
-    for values in ({}, {"run_id": "tf_stepstats_gpu_streams_1"}, {"device": "GPU:0"}):
+    table = {"kernel_launch_stats": "rollup_kernel_launches"}.get(name, f"rollup_{name}")
+    for values in ({}, {"run_id": "kineto_h200_fp32_1"}, {"device": "GPU:0"},
+                   {"rank": 0, "step_from": 1, "runtime_cutoff_ns": 1}):
         values = {k: v for k, v in values.items() if cq.param(k)}
         plan = _scanned(con, cq, q.bind(cq, values))
-        assert f"/rollup_{name}/" in plan and "/kernels/" not in plan and "/nodes/" not in plan, values
+        assert f"/{table}/" in plan, values
+        assert not any(f"/{t}/" in plan for t in ("kernels", "nodes", "runtime_calls")), values
 
 
 def test_rollups_follow_the_runs_live_version(tmp_path):

@@ -338,6 +338,20 @@ ROLLUP_KERNEL_LAUNCH_CONFIG = pa.schema([
     _f("avg_tenths", pa.int64(), "their mean duration in tenths of a ns, rounded (avg_ns * 10)"),
 ])
 
+# Per launch (a runtime call joined with the activity it launched): every row is one run's,
+# and `kernel_launch_stats` only filters, flags and orders them.
+ROLLUP_KERNEL_LAUNCHES = pa.schema([
+    _COMMON[0], _COMMON[1], _COMMON[3], _COMMON[4],
+    _f("correlation_id", pa.int64(), "correlation id of the call and the activity"),
+    _f("launch_call", pa.string(), "the launch call's API name"),
+    _f("kernel", pa.string(), "the activity's name"),
+    _f("activity_kind", pa.string(), "the activity's kind: kernel | memcpy | memset"),
+    _f("cpu_duration_ns", pa.int64(), "the launch call's duration on the host, ns"),
+    _f("kernel_start_ns", pa.int64(), "the activity's start, ns"),
+    _f("gpu_duration_ns", pa.int64(), "the activity's duration on the GPU, ns"),
+    _f("launch_delay_ns", pa.int64(), "activity start - end of its launch call, 0 when negative, ns"),
+])
+
 # Tables the readers fill, in the order readers and docs list them.
 SOURCE_TABLES: dict[str, pa.Schema] = {
     "nodes": NODES,
@@ -353,13 +367,15 @@ SOURCE_TABLES: dict[str, pa.Schema] = {
 ROLLUPS: dict[str, str] = {"rollup_gpu_busy_idle": "gpu_busy_idle", "rollup_stream_overlap": "stream_overlap",
                            "rollup_collectives": "collectives", "rollup_stream_time": "stream_time",
                            "rollup_memory_bandwidth": "memory_bandwidth", "rollup_device_time": "device_time",
-                           "rollup_step_times": "step_times", "rollup_kernel_launch_config": "kernel_launch_config"}
+                           "rollup_step_times": "step_times", "rollup_kernel_launch_config": "kernel_launch_config",
+                           "rollup_kernel_launches": "kernel_launches"}
 # Parquet-backed (partitioned) tables: the readers' and the rollups.
 TABLES: dict[str, pa.Schema] = {**SOURCE_TABLES, "rollup_gpu_busy_idle": ROLLUP_GPU_BUSY_IDLE,
                                 "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP, "rollup_collectives": ROLLUP_COLLECTIVES,
                                 "rollup_stream_time": ROLLUP_STREAM_TIME, "rollup_memory_bandwidth": ROLLUP_MEMORY_BANDWIDTH,
                                 "rollup_device_time": ROLLUP_DEVICE_TIME, "rollup_step_times": ROLLUP_STEP_TIMES,
-                                "rollup_kernel_launch_config": ROLLUP_KERNEL_LAUNCH_CONFIG}
+                                "rollup_kernel_launch_config": ROLLUP_KERNEL_LAUNCH_CONFIG,
+                                "rollup_kernel_launches": ROLLUP_KERNEL_LAUNCHES}
 
 # The tables of schema version 1, which every format fills; the others (runtime_calls,
 # annotations, steps, events) are Kineto's so far.
@@ -436,6 +452,7 @@ TABLE_DOCS: dict[str, str] = {
     "rollup_device_time": "rollup, per run, rank and device: the interval unions (busy, per kernel type set, computation and communication kernels) that `kernel_type_breakdown`, `temporal_breakdown` and `comm_comp_overlap` report from for the whole run, computed at ingest",
     "rollup_step_times": "rollup, per run, rank and step: what `step_times` reports, computed at ingest from `nodes` and `kernels`",
     "rollup_kernel_launch_config": "rollup, per run, device, kernel name and launch configuration: what `kernel_launch_config` reports, computed at ingest",
+    "rollup_kernel_launches": "rollup, per launch: each runtime call joined with the activity it launched, the rows `kernel_launch_stats` reports, computed at ingest",
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",

@@ -1,0 +1,30 @@
+-- title: Kernel launch statistics
+-- description: Per launched GPU activity: the launch call's duration on the CPU, the activity's duration on the GPU, and the launch delay (activity start - end of its launch call, 0 when negative), with HTA's three flags: GPU time shorter than the launch call, a long launch call, a long delay (Holistic Trace Analysis' get_cuda_kernel_launch_stats). Unlike HTA, every launch API counts (cuLaunchKernel, hipLaunchKernel, hipMemcpyWithStream, mtia runFunction, ...), not only cudaLaunchKernel(ExC), cudaMemcpyAsync and cudaMemsetAsync, and times keep their nanoseconds.
+-- param: run_id VARCHAR NULL Only this run (NULL: every run)
+-- param: rank BIGINT NULL Only this rank (NULL: every rank)
+-- param: step_from BIGINT NULL Only launches of steps >= this (NULL: from the first)
+-- param: step_to BIGINT NULL Only launches of steps <= this (NULL: to the last)
+-- param: runtime_cutoff_ns BIGINT>=0 50000 A launch call longer than this is flagged (HTA: 50 us)
+-- param: launch_delay_cutoff_ns BIGINT>=0 100000 A launch delay longer than this is flagged (HTA: 100 us)
+-- scope: run_id
+WITH l AS (
+    SELECT c.run_id, c.rank, k.device, c.step, c.correlation_id, c.name AS launch_call, k.name AS kernel,
+           k.kind, c.start_ns AS call_start_ns, c.duration_ns AS cpu_duration_ns,
+           k.start_ns AS kernel_start_ns, k.duration_ns AS gpu_duration_ns,
+           greatest(k.start_ns - (c.start_ns + c.duration_ns), 0) AS launch_delay_ns
+    FROM runtime_calls c
+    JOIN kernels k
+      ON k.run_id = c.run_id AND k.source_file = c.source_file AND k.correlation_id = c.correlation_id
+    WHERE ($run_id IS NULL OR c.run_id = $run_id)
+      AND ($rank IS NULL OR c.rank = $rank)
+      AND ($step_from IS NULL OR c.step >= $step_from)
+      AND ($step_to IS NULL OR c.step <= $step_to)
+)
+SELECT run_id, rank, device, step, correlation_id, launch_call, kernel, kind,
+       cpu_duration_ns, gpu_duration_ns, launch_delay_ns,
+       gpu_duration_ns < cpu_duration_ns AS short_kernel,
+       cpu_duration_ns > $runtime_cutoff_ns AS long_launch_call,
+       launch_delay_ns > $launch_delay_cutoff_ns AS long_launch_delay,
+       kernel_start_ns
+FROM l
+ORDER BY run_id, rank, kernel_start_ns, correlation_id
