@@ -502,12 +502,12 @@ def _open_lake(warehouse: Path | str) -> lake.Lake:
 
 
 def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommit]) -> None:
-    """Each replaced run's rollup files (`tracedb.rollups`), computed from the kernels and
-    nodes files it is about to commit, join its files (one computation for the group)."""
+    """Each replaced run's rollup files (`tracedb.rollups`), computed from its files of the
+    tables the metrics read that it is about to commit, join its files (one computation for
+    the group)."""
     todo = [c for c in runs if c.replace and any(f.table in ("kernels", "nodes") for f in c.files)]
-    read = ("kernels", "nodes", "runtime_calls")  # the tables the metrics read (rollups.READS_ALSO)
     made = _store(roll.write_runs, warehouse,
-                  [(c.run_row["run_id"], c.ingest_id, [f.rel for f in c.files if f.table in read])
+                  [(c.run_row["run_id"], c.ingest_id, [f.rel for f in c.files if f.table in rollups.WHOLE_SOURCES])
                    for c in todo])
     for c in todo:
         c.files += [f for f in made if f.run_id == c.run_row["run_id"]]

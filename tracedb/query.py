@@ -94,7 +94,7 @@ class CannedQuery:
     path: Path | None = None
     has_header: bool = False
     scope: tuple[str, ...] = ()  # `-- scope:` parameters naming the only runs it reads
-    raw_if: tuple[str, ...] = ()  # `-- raw-if:` parameters without which it reads only rollups
+    raw_if: tuple[str, ...] = ()  # `-- raw-if:` parameters at whose defaults it reads only rollups
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

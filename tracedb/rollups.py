@@ -128,6 +128,10 @@ NODE_COLUMNS = ("run_id", "rank", "step", "start_ns", "duration_ns")
 READS_ALSO: dict[str, tuple[str, ...]] = {"rollup_step_times": ("nodes",), "rollup_kernel_launches": ("runtime_calls",)}
 # The `runtime_calls` columns the metrics read (view `whole.runtime_calls`)
 CALL_COLUMNS = ("run_id", "rank", "step", "source_file", "correlation_id", "name", "start_ns", "duration_ns")
+# Every source table a metric reads, with the columns of its in-memory copy `whole.<table>`:
+# the ingest hands the Writer a run's files of these tables.
+WHOLE_SOURCES: dict[str, tuple[str, ...]] = {"kernels": COLUMNS + WHOLE_COLUMNS, "nodes": NODE_COLUMNS,
+                                             "runtime_calls": CALL_COLUMNS}
 
 
 class Writer:
@@ -187,8 +191,7 @@ class Writer:
                   ON s.kind IS NULL OR k.kind = s.kind""")
         if whole:
             self.con.execute("CREATE SCHEMA IF NOT EXISTS whole")
-            for table, columns in (("kernels", COLUMNS + WHOLE_COLUMNS), ("nodes", NODE_COLUMNS),
-                                   ("runtime_calls", CALL_COLUMNS)):
+            for table, columns in WHOLE_SOURCES.items():
                 self.con.execute(f"""CREATE OR REPLACE TABLE whole.{table} AS
                     SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
                     FROM ({self._rows_of(sources, table, columns)})""")
@@ -197,9 +200,8 @@ class Writer:
                                     for t, cq, values in todo])
         finally:
             self.con.execute("DROP TABLE IF EXISTS kernels")
-            self.con.execute("DROP TABLE IF EXISTS whole.kernels")
-            self.con.execute("DROP TABLE IF EXISTS whole.nodes")
-            self.con.execute("DROP TABLE IF EXISTS whole.runtime_calls")
+            for table in WHOLE_SOURCES:
+                self.con.execute(f"DROP TABLE IF EXISTS whole.{table}")
         out: list[dict[str, pa.Table]] = [{} for _ in sources]
         for (table, _, _), rows in zip(todo, results):
             self._split(table, rows, out)
@@ -245,8 +247,8 @@ class Writer:
 
     def write_runs(self, root: Path | str, runs: list[tuple[str, str, list[str]]],
                    tables: list[str] | None = None, tag: str = "rollup") -> list[DataFile]:
-        """Compute the rollups of `runs` (run_id, ingest_id, its `kernels` and `nodes`
-        parquet files: paths relative to the warehouse, `<table>/run_id=...`, Hive-partitioned;
+        """Compute the rollups of `runs` (run_id, ingest_id, its parquet files of the
+        `WHOLE_SOURCES` tables: paths relative to the warehouse, `<table>/run_id=...`, Hive-partitioned;
         only the rows of that ingest) and write them into the lake under each run's
         ingest_id, uncommitted. `tables`: only these rollup tables."""
         from tracedb import storage
@@ -288,7 +290,7 @@ class Writer:
 def backfill(lake, tables: list[str], tag: str) -> None:
     """Fill `tables` (rollup tables) for every run of `lake` from its live `kernels` files
     (and those of `READS_ALSO`),
-    under the run's live ingest_id, as an ingest would have (migrations 0006 and 0007).
+    under the run's live ingest_id, as an ingest would have (migrations 0006-0008).
     Safe to re-run after a crash: a run that already has a table's rollup is left alone in
     that table. One Delta commit per table."""
     lake.ensure_tables()
