@@ -51,7 +51,9 @@ Fast path (`_fast`), for a usual file of up to `jsonstream.WHOLE_DECODE_BYTES` (
 JSON; one rank of the H200 fixture is 4.1 MB): msgspec decodes each event into a Struct
 of the fields read here (`_Ev`: the rest skipped, `ts`/`dur` kept as their source text
 and converted to ns exactly and in bulk by Arrow's decimal parser, other floats plain
-floats of the same value); pass 1 builds each cpu_op's node row at once (the op's
+floats of the same value), 32 KB of JSON at a time (`CHUNK_BYTES`): pass 1 walks each
+piece's events while they are in the CPU cache, and the cpu_ops' Structs go a piece at a
+time; pass 1 builds each cpu_op's node row at once (the op's
 fields are then in the CPU cache; columns built a field at a time over all ops measured
 1.5x slower), with its params encoded by msgspec; a node's step is looked up after the
 loop; the other events (a quarter) become dicts as the general path decodes them and go
@@ -79,8 +81,16 @@ rows 47-52 (of which op params 7, op shapes 3), the other rows 21, the node batc
 the other batches 5, freeing it all 12. On a 7.5 MB rank 288 -> 244 ms. Since (branch
 kinfast, load ~6-8): the node names converted once (a take of the interned names), node
 steps by one Arrow pass a step, op params encoded inline, the event Structs untracked by
-the GC: 118.3 -> 114.5 ms (medians of 6 interleaved processes, each best of 9). The
-whole 8-rank job against HTA is in bench/RESULTS.md.
+the GC: 118.3 -> 114.5 ms (medians of 6 interleaved processes, each best of 9). Since
+(branch kinread, load 6-8): decoded in 32 KB pieces, cpu_ops past the old-category
+lookup, a thread's run of ops sharing its thread key: 119.6 -> 112.6 ms (medians of 40
+reads alternating with the previous reader in one process). Tried and dropped: the op
+columns built a field at a time by C maps over all ops (`map(dict.get, ...)`, one
+joined params decode): 13 passes over 7,245 ops' dicts out of the cache, 53 -> 70 ms
+for pass 1 (the cache, again, more than the bytecode); the other events' params by
+msgspec as the ops' are: a kernel's two float args go through the encoder's Python hook
+(`_json_float`), 2.0 -> 2.4 us a kernel. The whole 8-rank job against HTA is in
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
