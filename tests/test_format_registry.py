@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +15,9 @@ from conftest import data_files, SCENARIOS, scenario
 from tracedb import catalog, formats
 from tracedb.errors import TraceFormatError
 from tracedb.ingest import ingest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA_ROOT = Path(__file__).parent / "data"
 
 EXPECTED = {
     "tf_runmetadata_text": "tf_stepstats",
@@ -41,6 +48,60 @@ def test_real_trace_detected_under_meaningless_name(tmp_path, name):
     zipped = tmp_path / "other.dat"
     zipped.write_bytes(gzip.compress(data))
     assert formats.detect(zipped).NAME == EXPECTED[name]
+
+
+_JSON_FORMATS = {"megengine", "kineto", "chrome_trace"}
+
+
+def test_every_trace_is_claimed_by_json_formats_or_protobuf_ones_never_both():
+    """Why the JSON formats may be sniffed before the protobuf ones (formats docstring):
+    no real trace under tests/data is claimed by one of each."""
+    from tracedb.formats.base import read_head
+
+    seen = 0
+    for path in sorted((DATA_ROOT).rglob("*")):
+        if not path.is_file() or path.suffix in (".md", ".py", ".sql", ".csv", ".parquet"):
+            continue
+        head = read_head(path)
+        names = {m.NAME for m in formats.all_formats() if head.strip() and m.sniff(head)}
+        assert not (names & _JSON_FORMATS and names - _JSON_FORMATS), (path, names)
+        seen += bool(names)
+    assert seen >= 30
+
+
+def test_a_head_both_could_claim_goes_to_the_json_reader(tmp_path):
+    """A Chrome trace whose first key is a TF device name opens like TF binary (0x0A, a
+    length, 0x0A, a length, then `/...:...`): both sniffs claim it; the JSON reader reads
+    it (before the reorder, TF claimed it and fell back to it)."""
+    trace = tmp_path / "odd.json"
+    trace.write_bytes(b'\n{\n"/job:localhost/replica:0/task:0/device:GPU:0": 1, "traceEvents": ['
+                      b'{"ph": "X", "name": "MatMul", "pid": 1, "tid": 2, "ts": 10, "dur": 5}]}')
+    assert {m.NAME for m in formats.candidates(trace)} == {"chrome_trace", "tf_stepstats"}
+    assert formats.detect(trace).NAME == "chrome_trace"
+    summary = ingest([trace], tmp_path / "wh", run_id="odd")
+    assert summary.ok
+    con = catalog.connect(tmp_path / "wh")
+    assert con.execute("SELECT node_name, duration_ns, source_format FROM nodes").fetchall() == [
+        ("MatMul", 5000, "chrome_trace")]
+
+
+def test_sniffing_imports_formats_up_to_the_claiming_one():
+    """Detecting a Kineto trace imports neither the TF nor the XSpace reader, nor protobuf
+    (~18 ms of a process's start-up); reading it neither."""
+    code = (
+        "import sys\n"
+        "from tracedb import formats\n"
+        "from tracedb.formats.base import ReadContext\n"
+        f"path = __import__('pathlib').Path({str(scenario('kineto_h200_fp32'))!r})\n"
+        "assert formats.detect(path).NAME == 'kineto'\n"
+        "rows = sum(b.num_rows for _, b in formats.read(path, ReadContext('r', 'f', 0), 'kineto'))\n"
+        "print(rows, sorted(m for m in sys.modules if m.startswith(('google', 'tracedb.formats.'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split(" ", 1)
+    assert int(out[0]) > 10000
+    assert eval(out[1]) == ["tracedb.formats.base", "tracedb.formats.jsonstream",
+                            "tracedb.formats.kineto", "tracedb.formats.megengine"]
 
 
 @pytest.mark.parametrize("content,message", [

@@ -285,6 +285,54 @@ def test_fast_path_op_params_and_steps_match_the_general_path(tmp_path, request)
     assert digest(p) == fast
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 40, 1 << 20])
+def test_struct_chunks_give_the_events_of_one_decoding(tmp_path, chunk):
+    """`decode_structs(chunk_bytes=...)` cuts the array at `},{` between events; text that
+    holds `},{` inside a string or a nested value makes a piece invalid, and the rest is
+    decoded in one call: the same events in every case, top-level array or object."""
+    import msgspec
+
+    from tracedb.formats.jsonstream import decode_structs
+    from tracedb.formats.kineto import _Ev
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "a}, {b", "ts": 1, "dur": 2, "args": {"l": [{"x": 1}, {"y": 2}]}},
+        {"ph": "X", "cat": "cpu_op", "name": "c},{\"d", "ts": 3.25, "dur": 4, "args": {"o": {"p": {}}}},
+        {"ph": "i", "name": "}, {", "ts": 5, "s": "g"},
+    ] + [{"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": 10 + i, "dur": 1, "args": {"correlation": i}}
+         for i in range(20)]
+    for doc in ({"baseTimeNanoseconds": 7, "traceEvents": events}, events):
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps(doc, indent=1 if chunk == 7 else None), encoding="utf-8")
+        whole = decode_structs(path, _Ev)
+        pieces = decode_structs(path, _Ev, chunk_bytes=chunk)
+        assert pieces.meta == whole.meta and not isinstance(pieces.events, list)
+        got = list(pieces.events)
+        assert msgspec.json.encode(got) == msgspec.json.encode(whole.events)
+        assert len(got) == 23 and got[1].name == 'c},{"d'
+
+
+def test_struct_chunks_raise_at_a_bad_event_and_the_kineto_fast_path_steps_aside(tmp_path):
+    import msgspec
+
+    from tracedb.formats import kineto
+    from tracedb.formats.base import ReadContext
+    from tracedb.formats.jsonstream import decode_structs
+
+    good = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "ts": i, "dur": 1} for i in range(50)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": good + [{"ph": "X", "name": {"not": "text"}, "ts": 1}]}))
+    assert decode_structs(path, kineto._Ev) is not None  # any value decodes (name: Any)
+    path.write_text(json.dumps({"traceEvents": good + [[1, 2]]}))  # an event that is no object
+    assert decode_structs(path, kineto._Ev) is None
+    pieces = decode_structs(path, kineto._Ev, chunk_bytes=64)
+    assert len(good) > 40  # several pieces come before the bad one
+    with pytest.raises(msgspec.DecodeError):
+        list(pieces.events)
+    ctx = ReadContext("r", "f")
+    assert kineto._fast(path, ctx) is None and ctx.metadata == {}
+
+
 if __name__ == "__main__":  # regenerate the oracle (see the module docstring)
     sys.path.insert(0, str(Path(__file__).parent.parent))
     print(json.dumps({_key(p): digest(p) for p in json_traces()}, indent=1, sort_keys=True))

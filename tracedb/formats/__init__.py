@@ -3,6 +3,17 @@
 Order matters: the first format whose `sniff` claims the head wins, so more specific
 formats come before more general ones (Kineto before generic Chrome trace JSON).
 
+Sniffing imports the format modules lazily, in that order, up to the first that claims
+the head (and a read imports only its format, the others only for a fallback): the JSON
+formats come first because they are the common case and the cheapest to import. The TF
+reader and XSpace import protobuf and the generated message modules, ~18 ms of CPU a
+process that a Kineto ingest never used (they came first, and every sniff imported every
+format). Moving the JSON formats ahead changes no claim: they claim only a head whose
+text starts with `{` or `[` (after whitespace); TF text starts with a field name or a
+`#` comment, and a TF binary head (first byte 0x0A) is claimed only with a `/`-led
+device string at byte 4 or 6, which a JSON head could hold only inside its first key;
+such a head, were it both, went to the JSON reader by fallback before anyway.
+
 Fallback (`read`): when the claiming reader yields no rows at all (or fails before
 yielding any), the next format whose `sniff` also claims the file reads it; nothing was
 written yet, so nothing is undone. When every candidate fails, the first one's error is
@@ -24,32 +35,45 @@ from tracedb.formats.base import ReadContext, read_head
 # Module names under tracedb.formats, most specific first. Adding a format = one module
 # here plus one test file.
 FORMAT_MODULES = [
-    "tf_stepstats",
     "megengine",
     "kineto",
     "chrome_trace",
+    "tf_stepstats",
     "xspace",
     "node_dump",
     "node_list",
 ]
 
 
+def _load(name: str) -> ModuleType | None:
+    """The format module `name` (imported on first use), None where it is not installed."""
+    try:
+        return importlib.import_module(f"tracedb.formats.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"tracedb.formats.{name}":
+            raise
+        return None
+
+
 def all_formats() -> list[ModuleType]:
-    mods = []
-    for name in FORMAT_MODULES:
-        try:
-            mods.append(importlib.import_module(f"tracedb.formats.{name}"))
-        except ModuleNotFoundError as e:
-            if e.name != f"tracedb.formats.{name}":
-                raise
-    return mods
+    return [mod for mod in map(_load, FORMAT_MODULES) if mod is not None]
 
 
 def get_format(name: str) -> ModuleType:
-    for mod in all_formats():
-        if mod.NAME == name:
-            return mod
-    raise TraceFormatError(f"unknown format {name!r}")
+    mod = _load(name) if name in FORMAT_MODULES else None
+    if mod is None or mod.NAME != name:
+        raise TraceFormatError(f"unknown format {name!r}")
+    return mod
+
+
+def _claiming(head: bytes) -> Iterator[ModuleType]:
+    """The formats whose sniff claims this head, most specific first, each imported as
+    its turn comes."""
+    if head.strip():
+        for name in FORMAT_MODULES:
+            mod = _load(name)
+            if mod is not None and mod.sniff(head):
+                yield mod
 
 
 def detect(path: Path) -> ModuleType:
@@ -57,9 +81,8 @@ def detect(path: Path) -> ModuleType:
     head = read_head(path)
     if not head.strip():
         raise TraceFormatError("empty file")
-    for mod in all_formats():
-        if mod.sniff(head):
-            return mod
+    for mod in _claiming(head):
+        return mod
     raise TraceFormatError(
         "unknown format (not one of: " + ", ".join(m.NAME for m in all_formats()) + ")"
     )
@@ -67,8 +90,15 @@ def detect(path: Path) -> ModuleType:
 
 def candidates(path: Path) -> list[ModuleType]:
     """Every format whose sniff claims the file, most specific first."""
-    head = read_head(path)
-    return [mod for mod in all_formats() if head.strip() and mod.sniff(head)]
+    return list(_claiming(read_head(path)))
+
+
+def _order(path: Path, first: str) -> Iterator[ModuleType]:
+    """Format `first`, then the other claiming formats (sniffed only if it is needed)."""
+    yield get_format(first)
+    for mod in _claiming(read_head(path)):
+        if mod.NAME != first:
+            yield mod
 
 
 def read(path: Path, ctx: ReadContext, first: str) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -77,9 +107,8 @@ def read(path: Path, ctx: ReadContext, first: str) -> Iterator[tuple[str, pa.Rec
     Sets `ctx.format` to the format whose rows were yielded. A fallback reader gets a
     fresh metadata dict, so a failed reader's run facts do not stick to the file.
     """
-    order = [get_format(first)] + [m for m in candidates(path) if m.NAME != first]
     error: TraceFormatError | None = None
-    for mod in order:
+    for k, mod in enumerate(_order(path, first)):
         attempt = ReadContext(ctx.run_id, ctx.source_file, ctx.file_ordinal)
         produced = False
         try:
@@ -100,7 +129,7 @@ def read(path: Path, ctx: ReadContext, first: str) -> Iterator[tuple[str, pa.Rec
         except TraceFormatError as e:
             if produced:
                 raise
-            if mod is order[0]:
+            if k == 0:
                 error = e  # the sniffed reader's message; a fallback's own failure is no news
             continue
         if produced:

@@ -51,7 +51,9 @@ Fast path (`_fast`), for a usual file of up to `jsonstream.WHOLE_DECODE_BYTES` (
 JSON; one rank of the H200 fixture is 4.1 MB): msgspec decodes each event into a Struct
 of the fields read here (`_Ev`: the rest skipped, `ts`/`dur` kept as their source text
 and converted to ns exactly and in bulk by Arrow's decimal parser, other floats plain
-floats of the same value); pass 1 builds each cpu_op's node row at once (the op's
+floats of the same value), 32 KB of JSON at a time (`CHUNK_BYTES`): pass 1 walks each
+piece's events while they are in the CPU cache, and the cpu_ops' Structs go a piece at a
+time; pass 1 builds each cpu_op's node row at once (the op's
 fields are then in the CPU cache; columns built a field at a time over all ops measured
 1.5x slower), with its params encoded by msgspec; a node's step is looked up after the
 loop; the other events (a quarter) become dicts as the general path decodes them and go
@@ -79,8 +81,16 @@ rows 47-52 (of which op params 7, op shapes 3), the other rows 21, the node batc
 the other batches 5, freeing it all 12. On a 7.5 MB rank 288 -> 244 ms. Since (branch
 kinfast, load ~6-8): the node names converted once (a take of the interned names), node
 steps by one Arrow pass a step, op params encoded inline, the event Structs untracked by
-the GC: 118.3 -> 114.5 ms (medians of 6 interleaved processes, each best of 9). The
-whole 8-rank job against HTA is in bench/RESULTS.md.
+the GC: 118.3 -> 114.5 ms (medians of 6 interleaved processes, each best of 9). Since
+(branch kinread, load 6-8): decoded in 32 KB pieces, cpu_ops past the old-category
+lookup, a thread's run of ops sharing its thread key: 119.6 -> 112.6 ms (medians of 40
+reads alternating with the previous reader in one process). Tried and dropped: the op
+columns built a field at a time by C maps over all ops (`map(dict.get, ...)`, one
+joined params decode): 13 passes over 7,245 ops' dicts out of the cache, 53 -> 70 ms
+for pass 1 (the cache, again, more than the bytecode); the other events' params by
+msgspec as the ops' are: a kernel's two float args go through the encoder's Python hook
+(`_json_float`), 2.0 -> 2.4 us a kernel. The whole 8-rank job against HTA is in
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -119,6 +129,9 @@ _COPY_KIND = re.compile(r"Memcpy (\w+)")
 # Rows wait as tuples until a batch is built: 16k rows keep that to a few MB a table,
 # where 64k dict rows measured ~90 MB more peak RSS (bench/bench_kineto_memory.py).
 BATCH_ROWS = 16384
+# The fast path decodes a file's events this much JSON text at a time (`jsonstream.
+# decode_structs`): each piece's events are read while they are in the CPU cache.
+CHUNK_BYTES = 32 << 10
 
 _NODE_COLS = ("device", "device_raw", "rank", "step", "node_name", "op_type", "start_ns",
               "duration_ns", "thread_id", "seq", "input_shapes", "input_dtypes",
@@ -535,17 +548,19 @@ class _Index:
         threads, name_ix, add_name, old_cats = self._threads, self._name_ix, self.name, _OLD_CATS
         ops_keys, sorted_keys = self.ops.keys, True
         encode = _MSGSPEC_ENCODE
+        last: tuple = (_NO_ARGS, _NO_ARGS, 0)  # (pid, tid, thread key) of the last op (equal to no id)
         for i, ev in enumerate(events):
             ph, cat = ev.ph, ev.cat
-            cat = old_cats.get(cat, cat)
-            if ph != "X" or cat != "cpu_op":
-                if ph != "X" and (ph == "M" or cat in _FLOW_CATS):
-                    continue  # not stored, not linked
-                d = {k: v for k, v in zip(_EV_FIELDS, astuple(ev)) if v is not UNSET}
-                rest.append((i, d))
-                if ph == "X":
-                    others.append((i, d, cat))
-                continue
+            if cat != "cpu_op" or ph != "X":  # (most events are cpu_ops: no _OLD_CATS lookup for them)
+                cat = old_cats.get(cat, cat)
+                if ph != "X" or cat != "cpu_op":
+                    if ph != "X" and (ph == "M" or cat in _FLOW_CATS):
+                        continue  # not stored, not linked
+                    d = {k: v for k, v in zip(_EV_FIELDS, astuple(ev)) if v is not UNSET}
+                    rest.append((i, d))
+                    if ph == "X":
+                        others.append((i, d, cat))
+                    continue
             name, args, tid, pid = ev.name, ev.args, ev.tid, ev.pid
             if type(name) is not str or not ev.ts or not ev.dur:
                 raise _Slow  # the general path words the error
@@ -557,7 +572,9 @@ class _Index:
             ix = name_ix.get(name)
             if ix is None:
                 ix = add_name(name)
-            th_add(threads.setdefault((None if pid is UNSET else pid, tid), len(threads)))
+            if tid != last[1] or pid != last[0]:  # (ops come in runs of one thread; == as the dict's keys)
+                last = (pid, tid, threads.setdefault((None if pid is UNSET else pid, tid), len(threads)))
+            th_add(last[2])
             seq_add(i)
             name_add(ix)
             ts_raw.append(ev.ts)
@@ -577,7 +594,8 @@ class _Index:
                 exts.append(ext)
             else:
                 exts.append(_int(ext))
-            shape = _shapes(args.get("Input Dims"))
+            dims = args.get("Input Dims")
+            shape = _shapes(dims)
             shapes.append(shape)
             types = args.get("Input type")
             try:  # _dtypes, for a list of dtype names (C); mapped: only str keys
@@ -591,7 +609,7 @@ class _Index:
             pop("External id", None)
             pop("external id", None)
             pop("Input type", None)
-            if shape is None or None not in shape:  # else the nested dims stay (_NODE_ARGS_NESTED)
+            if shape is dims or shape is None:  # else (a new list, with a None) the nested dims stay (_NODE_ARGS_NESTED)
                 pop("Input Dims", None)
             if type(tid) is int:
                 tids.append(tid)
@@ -773,7 +791,7 @@ def _fast(path: Path, ctx: ReadContext) -> list[tuple[str, pa.RecordBatch]] | No
     docstring), or None where it steps aside (a larger or odd file, an event it does not
     expect, any error): the general path then reads the file, with its exact errors.
     Nothing reaches `ctx` unless it succeeds."""
-    whole = decode_structs(path, _Ev, _F)
+    whole = decode_structs(path, _Ev, _F, chunk_bytes=CHUNK_BYTES)
     if whole is None:
         return None
     scratch = dataclasses.replace(ctx, metadata=dict(ctx.metadata), warnings=dict(ctx.warnings))
