@@ -31,6 +31,7 @@ string, and the reader gains that back by not decoding the whole file at once (r
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
 from typing import Any, Iterable, Iterator
 
 from google.protobuf import descriptor as _d
@@ -49,7 +50,7 @@ _ITEM = re.compile(
     r"|\"([^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+)\""  # : "string"
     r"|([A-Za-z_]\w*+)(?![\w.+-]))"  # : IDENT
     r"|(:?\s*+\{))"  # {
-    r"|(\})|(\Z)|([\s\S]))",  # } or the end or anything else (so matches are contiguous)
+    r"|(\})|\Z|([\s\S]))",  # } or the end (no group) or anything else (so matches are contiguous)
     re.ASCII,
 )
 
@@ -58,11 +59,15 @@ _SCALAR, _REPEATED_SCALAR, _MESSAGE, _REPEATED_MESSAGE, _MAP, _STREAM, _OTHER = 
 # Value kinds.
 _INT, _BOOL, _ENUM, _STRING, _BYTES, _FLOAT = range(6)
 
-_INT_TYPES = {
-    _d.FieldDescriptor.TYPE_INT32, _d.FieldDescriptor.TYPE_INT64, _d.FieldDescriptor.TYPE_UINT32,
-    _d.FieldDescriptor.TYPE_UINT64, _d.FieldDescriptor.TYPE_SINT32, _d.FieldDescriptor.TYPE_SINT64,
-    _d.FieldDescriptor.TYPE_FIXED32, _d.FieldDescriptor.TYPE_FIXED64,
-    _d.FieldDescriptor.TYPE_SFIXED32, _d.FieldDescriptor.TYPE_SFIXED64,
+_I32, _U32, _I64, _U64 = (-(1 << 31), (1 << 31) - 1), (0, (1 << 32) - 1), (-(1 << 63), (1 << 63) - 1), (0, (1 << 64) - 1)
+_T = _d.FieldDescriptor
+# Integer field types -> the range upb (and text_format) accept.
+_INT_RANGES = {
+    _T.TYPE_INT32: _I32, _T.TYPE_SINT32: _I32, _T.TYPE_SFIXED32: _I32,
+    _T.TYPE_UINT32: _U32, _T.TYPE_FIXED32: _U32,
+    _T.TYPE_INT64: _I64, _T.TYPE_SINT64: _I64, _T.TYPE_SFIXED64: _I64,
+    _T.TYPE_UINT64: _U64, _T.TYPE_FIXED64: _U64,
+    _T.TYPE_ENUM: _I32,  # an open enum's number
 }
 _BOOLS = {"true": True, "True": True, "t": True, "false": False, "False": False, "f": False}
 
@@ -71,72 +76,112 @@ class Unsupported(Exception):
     """The text uses something outside the fast subset (or is bad): parse it with text_format."""
 
 
+class Plain:
+    """A message read by `iter_plain`: the fields the text sets are instance attributes,
+    the others read their defaults from the class (0, "", False, an empty tuple, an empty
+    read-only mapping, or a shared empty message), so code that reads a upb message's
+    fields (attributes, `len`, iteration, `dict(map)`, `HasField`) reads a Plain one alike.
+    Repeated fields are lists, maps dicts. Reading one costs a dict look-up, not a upb call."""
+
+    DESCRIPTOR: _d.Descriptor
+
+    def HasField(self, name: str) -> bool:
+        return name in self.__dict__
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({vars(self)!r})"
+
+
 def _value_kind(field: _d.FieldDescriptor) -> int:
     t = field.type
-    if t in _INT_TYPES:
+    if t in _INT_RANGES and t != _T.TYPE_ENUM:
         return _INT
-    if t == _d.FieldDescriptor.TYPE_BOOL:
+    if t == _T.TYPE_BOOL:
         return _BOOL
-    if t == _d.FieldDescriptor.TYPE_ENUM:
+    if t == _T.TYPE_ENUM:
         return _ENUM
-    if t == _d.FieldDescriptor.TYPE_STRING:
+    if t == _T.TYPE_STRING:
         return _STRING
-    if t == _d.FieldDescriptor.TYPE_BYTES:
+    if t == _T.TYPE_BYTES:
         return _BYTES
     return _FLOAT
 
 
-class _Table(dict):
-    """field name -> (kind, value kind, sub-table or enum descriptor, class of a streamed element)."""
+def _classes(desc: _d.Descriptor, classes: dict[str, type]) -> type:
+    """The Plain class of `desc` and of every message type under it (in `classes`),
+    their defaults set once all exist (messages may nest themselves)."""
+    if desc.full_name in classes:
+        return classes[desc.full_name]
+    cls = classes[desc.full_name] = type(desc.name, (Plain,), {"DESCRIPTOR": desc})
+    for f in desc.fields:
+        if f.message_type is not None:
+            _classes(f.message_type, classes)
+    for f in desc.fields:
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            default: Any = MappingProxyType({})
+        elif f.is_repeated:
+            default = ()
+        elif f.message_type is not None:
+            default = classes[f.message_type.full_name]()  # shared: read, never written
+        else:
+            default = f.default_value
+        setattr(cls, f.name, default)
+    return cls
 
 
-def _table(desc: _d.Descriptor, stream: str, tables: dict[str, _Table]) -> _Table:
+def _table(desc: _d.Descriptor, streams: frozenset[str], tables: dict[str, _Table],
+           classes: dict[str, type]) -> _Table:
     if desc.full_name in tables:
         return tables[desc.full_name]
     table = tables[desc.full_name] = _Table()
     for f in desc.fields:
         if f.containing_oneof is not None or f.is_extension:
-            table[f.name] = (_OTHER, None, None, None)  # not in the fast subset: falls back
+            table[f.name] = (_OTHER, None, None, None, 0, 0)  # not in the fast subset: falls back
             continue
         if f.message_type is not None:
-            sub = _table(f.message_type, stream, tables)
+            sub = _table(f.message_type, streams, tables, classes)
             if f.message_type.GetOptions().map_entry:
                 kind = _MAP
-            elif f.full_name == stream:
+            elif f.full_name in streams and f.is_repeated:
                 kind = _STREAM
             else:
                 kind = _REPEATED_MESSAGE if f.is_repeated else _MESSAGE
-            cls = message_factory.GetMessageClass(f.message_type) if kind == _STREAM else None
-            table[f.name] = (kind, None, sub, cls)
+            table[f.name] = (kind, f.full_name, sub, _classes(f.message_type, classes), 0, 0)
         else:
             kind = _REPEATED_SCALAR if f.is_repeated else _SCALAR
-            table[f.name] = (kind, _value_kind(f), f.enum_type, None)
+            lo, hi = _INT_RANGES.get(f.type, (0, 0))
+            table[f.name] = (kind, _value_kind(f), f.enum_type, None, lo, hi)
     return table
+
+
+class _Table(dict):
+    """field name -> (kind, value kind (a message field's full name), sub-table or enum
+    descriptor, Plain class of a message field, lowest and highest integer value)."""
 
 
 def _string(s: str) -> str:
     return text_encoding.CUnescape(s).decode("utf-8") if "\\" in s else s
 
 
-def _value(vkind: int, enum: Any, num: str | None, s: str | None, ident: str | None) -> Any:
-    if vkind == _INT:
-        if num is None:
+def _value(vkind: int, enum: Any, lo: int, hi: int, num: str, s: str, ident: str) -> Any:
+    """The value of `name: <num | "s" | ident>` (the groups not matched are empty) for a
+    field of value kind `vkind`; Unsupported where text_format must decide."""
+    if vkind == _INT or (vkind == _ENUM and num):
+        if not num or (vkind == _ENUM and enum.is_closed):
             raise Unsupported
-        return int(num)
-    if vkind == _STRING:
-        if s is None:
+        v = int(num)
+        if v < lo or v > hi:
             raise Unsupported
-        return _string(s)
-    if vkind == _BYTES:
-        if s is None:
+        return v
+    if vkind == _STRING or vkind == _BYTES:
+        if num or ident:
             raise Unsupported
-        return text_encoding.CUnescape(s)
+        return _string(s) if vkind == _STRING else text_encoding.CUnescape(s)
     if vkind == _ENUM:
-        if num is not None:
-            if enum.is_closed:
-                raise Unsupported
-            return int(num)
-        v = enum.values_by_name.get(ident) if ident is not None else None
+        v = enum.values_by_name.get(ident) if ident else None
         if v is None:
             raise Unsupported
         return v.number
@@ -203,100 +248,160 @@ def _with_last(parts: Iterable[str]) -> Iterator[tuple[str, bool]]:
 
 
 def iter_stream(text: str | Iterable[str], root: Message, stream: str) -> Iterator[Message]:
-    """Parse `text` (one string, or its chunks in order: cut into `pieces`) into `root`, yielding each element of the repeated field `stream`
-    (full name, e.g. 'tracedb.tf.StepStats.dev_stats') as it closes, not adding it to its
-    parent. Raises Unsupported (maybe after some yields) where text_format must take over.
-    Unknown fields are skipped, as text_format.Parse(allow_unknown_field=True) does."""
+    """`iter_plain` of one streamed field as upb messages: each element (a message of
+    the field's type), and the root's other fields set in `root` when the text ends."""
+    classes: dict[str, type] = {}
+    table = _table(root.DESCRIPTOR, frozenset([stream]), {}, classes)
+    it = _parse(text, table, _classes(root.DESCRIPTOR, classes)())
+    while True:
+        try:
+            _, element = next(it)
+        except StopIteration as done:
+            to_message(done.value, root)
+            return
+        yield to_message(element, message_factory.GetMessageClass(element.DESCRIPTOR)())
+
+
+def iter_plain(text: str | Iterable[str], desc: _d.Descriptor,
+               streams: Iterable[str]) -> Iterator[tuple[Plain, Plain]]:
+    """Parse `text` (one string, or its chunks in order: cut into `pieces`) as a message
+    of type `desc` into `Plain` messages, yielding (parent, element) for each element of
+    the repeated message fields named in `streams` (full names, e.g.
+    'tracedb.tf.StepStats.dev_stats') as it closes, not adding it to its parent (which
+    holds the fields read so far); returns (StopIteration.value) the root, without them.
+    A streamed field met inside an element of its own stays in it. Raises Unsupported
+    (maybe after some yields) where text_format must take over. Unknown fields are
+    skipped, as text_format.Parse(allow_unknown_field=True) does."""
+    classes: dict[str, type] = {}
+    table = _table(desc, frozenset(streams), {}, classes)
+    return _parse(text, table, _classes(desc, classes)())
+
+
+def to_message(plain: Plain, msg: Message) -> Message:
+    """Set the fields of `plain` in the upb message `msg` (of the same type); `msg`."""
+    fields = msg.DESCRIPTOR.fields_by_name
+    for name, v in vars(plain).items():
+        f = fields[name]
+        if f.message_type is None:
+            if f.is_repeated:
+                getattr(msg, name).extend(v)
+            else:
+                setattr(msg, name, v)
+        elif f.message_type.GetOptions().map_entry:
+            target = getattr(msg, name)
+            for key, x in v.items():
+                if isinstance(x, Plain):
+                    to_message(x, target[key])
+                else:
+                    target[key] = x
+        elif f.is_repeated:
+            target = getattr(msg, name)
+            for x in v:
+                to_message(x, target.add())
+        else:
+            getattr(msg, name).SetInParent()
+            to_message(v, getattr(msg, name))
+    return msg
+
+
+def _parse(text: str | Iterable[str], table: _Table, root: Plain) -> Iterator[tuple[Plain, Plain]]:
     parts = [text] if isinstance(text, str) else pieces(text)
-    table = _table(root.DESCRIPTOR, stream, {})
     msg: Any = root
-    seen: set[str] = set()
-    stack: list[tuple[Any, Any, set[str], int, str]] = []
+    d = vars(root)  # the fields set in msg
+    stack: list[tuple[Any, dict, _Table, int, str]] = []
     skip = 0  # depth inside an unknown message field
-    streaming = False  # inside a streamed element
+    streaming: set[str] = set()  # streamed fields with an element open
     try:
-        # Every position matches an item or the catch-all `bad`, so finditer's matches
-        # are contiguous: nothing is skipped unseen.
-        # A piece's end (`\Z`) that is not the text's end only moves on to the next piece.
+        # Every position matches an item or the catch-all `bad`, so finditer's matches are
+        # contiguous: nothing is skipped unseen. Groups not matched are "": a match with
+        # none is the end of the piece (`\Z`; a string's may be empty, its name is not).
+        # A piece's end that is not the text's end only moves on to the next piece.
         for piece, final in _with_last(parts):
             for m in _ITEM.finditer(piece):
-                name, num, s, ident, opn, close, end, bad = m.groups()
-                if bad is not None:
-                    raise Unsupported
-                if end is not None and not final:
-                    break
-                if skip:
-                    if opn is not None:
-                        skip += 1
-                    elif close is not None:
-                        skip -= 1
-                    elif end is not None:
-                        raise Unsupported
-                    continue
-                if name is not None:
+                name, num, s, ident, opn, close, bad = m.groups("")
+                if name:
+                    if skip:
+                        if opn:
+                            skip += 1
+                        continue
                     f = table.get(name)
                     if f is None:  # unknown field: skip its value or message
                         if name.lower() in table:  # maybe a proto2 group's type name: text_format decides
                             raise Unsupported
-                        if opn is not None:
+                        if opn:
                             skip = 1
                         continue
-                    kind, vkind, sub, cls = f
+                    kind, vkind, sub, cls, lo, hi = f
                     if kind == _SCALAR:
-                        if opn is not None or name in seen:
+                        if opn or name in d:
                             raise Unsupported
-                        seen.add(name)
-                        if vkind == _INT and num is not None:
-                            setattr(msg, name, int(num))
-                        elif vkind == _STRING and s is not None and "\\" not in s:
-                            setattr(msg, name, s)
+                        if vkind == _INT and num:
+                            v = int(num)
+                            if v < lo or v > hi:
+                                raise Unsupported
+                            d[name] = v
+                        elif vkind == _STRING and not (num or ident) and "\\" not in s:
+                            d[name] = s
                         else:
-                            setattr(msg, name, _value(vkind, sub, num, s, ident))
+                            d[name] = _value(vkind, sub, lo, hi, num, s, ident)
                         continue
-                    if opn is None:
+                    if not opn:
                         if kind != _REPEATED_SCALAR:
                             raise Unsupported
-                        getattr(msg, name).append(_value(vkind, sub, num, s, ident))
-                        continue
-                    if kind == _REPEATED_MESSAGE:
-                        child = getattr(msg, name).add()
-                    elif kind == _MESSAGE:
-                        if name in seen:
-                            raise Unsupported
-                        seen.add(name)
-                        child = getattr(msg, name)
-                        child.SetInParent()
-                    elif kind == _STREAM:
-                        if streaming:  # the same field nested inside an element: kept in it
-                            child, kind = getattr(msg, name).add(), _REPEATED_MESSAGE
+                        v = _value(vkind, sub, lo, hi, num, s, ident)
+                        if name in d:
+                            d[name].append(v)
                         else:
-                            child, streaming = cls(), True
-                    elif kind == _MAP:
-                        child = getattr(msg, name).GetEntryClass()()
-                    else:
+                            d[name] = [v]
+                        continue
+                    child = cls()
+                    if kind == _REPEATED_MESSAGE or (kind == _STREAM and vkind in streaming):
+                        kind = _REPEATED_MESSAGE  # a streamed field nested in an element stays in it
+                        if name in d:
+                            d[name].append(child)
+                        else:
+                            d[name] = [child]
+                    elif kind == _MESSAGE:
+                        if name in d:
+                            raise Unsupported
+                        d[name] = child
+                    elif kind == _STREAM:
+                        streaming.add(vkind)
+                        name = vkind  # popped at the close
+                    elif kind != _MAP:  # a map entry is added to its map when it closes
                         raise Unsupported
-                    stack.append((msg, table, seen, kind, name))
-                    msg, table, seen = child, sub, set()
-                elif close is not None:
+                    stack.append((msg, d, table, kind, name))
+                    msg, d, table = child, vars(child), sub
+                elif close:
+                    if skip:
+                        skip -= 1
+                        continue
                     if not stack:
                         raise Unsupported
                     child = msg
-                    msg, table, seen, kind, name = stack.pop()
+                    msg, d, table, kind, name = stack.pop()
                     if kind == _STREAM:
-                        streaming = False
-                        yield child
+                        streaming.discard(name)
+                        yield msg, child
                     elif kind == _MAP:
-                        target = getattr(msg, name)
-                        if isinstance(child.value, Message):
-                            target[child.key].CopyFrom(child.value)
+                        entry = vars(child)
+                        value = entry["value"] if "value" in entry else child.value
+                        if isinstance(value, Plain) and "value" not in entry:
+                            value = type(value)()  # its own empty message, not the shared default
+                        if name in d:
+                            d[name][child.key] = value
                         else:
-                            target[child.key] = child.value
+                            d[name] = {child.key: value}
+                elif bad:
+                    raise Unsupported
+                elif not final:
+                    break
                 else:
-                    if stack:
+                    if stack or skip:
                         raise Unsupported
-                    return
+                    return root
         raise Unsupported  # not reached: the last match is always the end or `bad`
     except (Unsupported, TracedbError):  # TracedbError: reading the chunks failed
         raise
-    except Exception as e:  # a value upb refuses (range, type, UTF-8): text_format says why
+    except Exception as e:  # a value text_format may refuse (UTF-8 of an escape): it says why
         raise Unsupported from e

@@ -121,6 +121,9 @@ def sniff(head: bytes) -> bool:
 
 
 _STREAM = "tracedb.tf.StepStats.dev_stats"
+# Text: the fields whose elements pbtext yields as they close.
+_STREAMS = (_STREAM, "tracedb.tf.DeviceStepStats.node_stats")
+_DEVICE = step_stats_pb2.DeviceStepStats.DESCRIPTOR
 _REPEATS = ("all", "memcpy")  # device streams that only repeat the numbered streams' rows
 _BINARY = "bad or truncated TF binary protobuf"
 # Binary: walked on the wire (`pbwire`), one run of NodeExecStats parsed at a time.
@@ -132,38 +135,55 @@ _RUN_METADATA = pbwire.Spec(run_metadata_pb2.RunMetadata, "", keep=False, nested
 
 
 def _dev_stats(path: Path) -> Iterator[tuple[Any, Any]]:
-    """(DeviceStepStats, a run of its NodeExecStats) pairs of a text or binary trace.
+    """(DeviceStepStats, a run of its NodeExecStats) pairs of a text or binary trace, a
+    device's runs in order and next to each other.
 
     Binary: `pbwire` walks the outer messages and parses the NodeExecStats a run at a time
     (the device's other fields, thread_names included, are read first), so memory holds
-    one run, not the file. Text goes through `pbtext` in chunks (descriptor-driven, one
-    DeviceStepStats at a time, ~5x text_format.Parse); where it gives up,
-    `text_format.Parse` reads the whole text (if under $TRACEDB_MAX_WHOLE_FILE_BYTES) and
-    the elements not yet yielded come from it: the same messages, and text_format's
-    error for bad input.
+    one run, not the file. Text: `_text_dev_stats`.
     """
     head = read_head(path)
     kind = _text_kind(head[:HEAD_BYTES])
     if kind is None:
         yield from _binary(path, head)
-        return
-    root = run_metadata_pb2.RunMetadata() if kind == "step_stats" else step_stats_pb2.StepStats()
-    done = any_nodes = 0
+    else:
+        yield from _text_dev_stats(path, run_metadata_pb2.RunMetadata if kind == "step_stats"
+                                   else step_stats_pb2.StepStats)
+
+
+def _text_dev_stats(path: Path, root: type) -> Iterator[tuple[Any, Any]]:
+    """Text goes through `pbtext` in chunks (descriptor-driven, into `pbtext.Plain`
+    messages), each NodeExecStats yielded as it closes with its device so far (its name
+    known; TF writes it first), so memory and the garbage collector see one node at a
+    time, not a device's thousands (a device held whole cost 3 extra full collections on
+    17 MB, 0.2 s). Held until the device closes: a node that needs the device's
+    thread_names (TF writes them after the nodes) and those after it, or all of the
+    device's if its name comes late. Where pbtext gives up, `text_format.Parse` reads
+    the whole text (if under $TRACEDB_MAX_WHOLE_FILE_BYTES) and the nodes not yet
+    yielded come from it: the same messages, and text_format's error for bad input.
+    """
+    devices_done = sent = nodes = 0  # devices closed, nodes of the open one yielded, all nodes
+    held: list[Any] = []
     try:
-        for dev in pbtext.iter_stream(_text_chunks(path), root, _STREAM):
-            any_nodes = any_nodes or len(dev.node_stats)
-            done += 1
-            yield dev, dev.node_stats
+        for parent, element in pbtext.iter_plain(_text_chunks(path), root.DESCRIPTOR, _STREAMS):
+            if element.DESCRIPTOR is _DEVICE:  # a device closed, its nodes yielded or held
+                yield element, held
+                devices_done, sent, held = devices_done + 1, 0, []
+            elif held or element.thread_id or not parent.HasField("device"):
+                nodes += 1
+                held.append(element)
+            else:
+                nodes, sent = nodes + 1, sent + 1
+                yield parent, (element,)
     except pbtext.Unsupported:
-        stats = _parse_text(_whole_text(path), root.__class__())
-        rest = list(stats.dev_stats)[done:]
-        any_nodes = any_nodes or any(d.node_stats for d in rest)
-        if not any_nodes:
+        stats = _parse_text(_whole_text(path), root())
+        rest = list(stats.dev_stats)[devices_done:]
+        if not (nodes or any(d.node_stats for d in rest)):
             raise TraceFormatError("TF step stats have no node_stats") from None
-        for dev in rest:
-            yield dev, dev.node_stats
+        for i, dev in enumerate(rest):
+            yield dev, dev.node_stats[sent:] if i == 0 else dev.node_stats
         return
-    if not any_nodes:
+    if not nodes:
         raise TraceFormatError("TF step stats have no node_stats")
 
 
@@ -326,20 +346,22 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     tensors = BatchBuilder("tensors", _BATCH_ROWS, _TENSOR_COLS)
     allocs = BatchBuilder("allocations", _BATCH_ROWS, _ALLOC_COLS)
     step, seq = ctx.file_ordinal, 0
+    last = None
     for dev_stats, node_stats in _dev_stats(path):
-        raw = dev_stats.device
-        dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
+        if dev_stats is not last:  # a device's runs come in a row
+            last, raw = dev_stats, dev_stats.device
+            dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
+            sid = int(stream) if stream is not None and stream.isdigit() else None
         if stream in _REPEATS:
             continue  # repeats of numbered-stream rows
-        if stream is not None and stream.isdigit():
-            sid = int(stream)
+        if sid is not None:
             for ns in node_stats:
                 kernels.add(_kernel_row(ns, dev, raw, step, sid))
                 if len(kernels) >= _BATCH_ROWS:
                     yield from kernels.flush()
             continue
         # Any other device (normally /job:...) holds framework ops.
-        thread_names = dict(dev_stats.thread_names)
+        thread_names = dev_stats.thread_names  # complete: a node with a thread id comes with its closed device
         for ns in node_stats:
             name = ns.node_name
             outputs, memory = ns.output, ns.memory
