@@ -50,12 +50,36 @@ _ITEM = re.compile(
     r"|\"([^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+)\""  # : "string"
     r"|([A-Za-z_]\w*+)(?![\w.+-]))"  # : IDENT
     r"|(:?\s*+\{))"  # {
-    r"|(\})|\Z|([\s\S]))",  # } or the end (no group) or anything else (so matches are contiguous)
+    r"|(\})|(\Z)|([\s\S]))",  # } or the end or anything else (so matches are contiguous)
     re.ASCII,
 )
 
-# Field kinds in a table entry.
-_SCALAR, _REPEATED_SCALAR, _MESSAGE, _REPEATED_MESSAGE, _MAP, _STREAM, _OTHER = range(7)
+# The groups of _ITEM; the last one matched (`lastindex`) says which item it is.
+_NAME, _NUM, _STR, _IDENT, _OPEN, _CLOSE, _END, _BAD = range(1, 9)
+
+# A line (or an item of _ITEM) that holds one item or none, and maybe a comment: the
+# same groups, read by the same rules, without the blanks and comments of other lines.
+_LINE = re.compile(
+    r"[ \t\r\f\v]*+"
+    r"(?:([A-Za-z_]\w*+)[ \t]*+"  # name
+    r"(?::[ \t]*+(?:(-?(?:0|[1-9]\d*+))(?![\w.+-])"  # : decimal
+    r"|\"([^\"\\\n]*+(?:\\.[^\"\\\n]*+)*+)\""  # : "string"
+    r"|([A-Za-z_]\w*+)(?![\w.+-]))"  # : IDENT
+    r"|(:?\s*+\{))"  # {
+    r"|(\}))?+"  # }
+    r"[ \t\r\f\v]*+(?:#[^\n]*+)?+",
+    re.ASCII,
+)
+# Tokens: what a line (or an item) does in the message being read, by op (the first element):
+# (_SET, name, value) a singular scalar field; (_APPEND, name, value) a repeated one;
+# (_OPEN_FIELD, name, entry) a message field opens; (_CLOSE_MSG,) it closes; (_NOTHING,).
+_SET, _CLOSE_MSG, _OPEN_FIELD, _APPEND, _NOTHING = range(5)
+_CLOSE_TOKEN, _NOTHING_TOKEN = (_CLOSE_MSG,), (_NOTHING,)
+LINE_CACHE = 4096  # tokens kept per message type (then: forgotten, and learnt again)
+_CACHED_LINE = 160  # longer lines are tokenized each time (a rare value: not worth keeping)
+# Field kinds (a table entry's first element).
+(_INT_FIELD, _STR_FIELD, _SCALAR, _REPEATED_SCALAR, _MESSAGE, _REPEATED_MESSAGE, _MAP, _STREAM, _OTHER,
+ _UNKNOWN) = range(10)
 # Value kinds.
 _INT, _BOOL, _ENUM, _STRING, _BYTES, _FLOAT = range(6)
 
@@ -132,56 +156,73 @@ def _classes(desc: _d.Descriptor, classes: dict[str, type]) -> type:
     return cls
 
 
-def _table(desc: _d.Descriptor, streams: frozenset[str], tables: dict[str, _Table],
-           classes: dict[str, type]) -> _Table:
+def _table(desc: _d.Descriptor, streams: frozenset[str], tables: dict[str, dict],
+           classes: dict[str, type], caches: dict[str, dict]) -> dict[str, tuple]:
+    """field name -> entry, by field kind:
+    _INT_FIELD: (kind, lowest, highest value); _STR_FIELD: (kind,);
+    _SCALAR, _REPEATED_SCALAR: (kind, value kind, enum descriptor, lowest, highest);
+    _MESSAGE, _REPEATED_MESSAGE, _MAP, _STREAM: (kind, full name, sub-table, Plain class,
+    the sub-table's line cache (in `caches`: line -> token));
+    _OTHER (oneof members, extensions: not in the fast subset): (kind,)."""
     if desc.full_name in tables:
         return tables[desc.full_name]
-    table = tables[desc.full_name] = _Table()
+    table = tables[desc.full_name] = {}
+    caches[desc.full_name] = {}
     for f in desc.fields:
         if f.containing_oneof is not None or f.is_extension:
-            table[f.name] = (_OTHER, None, None, None, 0, 0)  # not in the fast subset: falls back
-            continue
-        if f.message_type is not None:
-            sub = _table(f.message_type, streams, tables, classes)
+            table[f.name] = (_OTHER,)  # text_format checks them
+        elif f.message_type is not None:
+            sub = _table(f.message_type, streams, tables, classes, caches)
+            sub_name = f.message_type.full_name
             if f.message_type.GetOptions().map_entry:
                 kind = _MAP
             elif f.full_name in streams and f.is_repeated:
                 kind = _STREAM
             else:
                 kind = _REPEATED_MESSAGE if f.is_repeated else _MESSAGE
-            table[f.name] = (kind, f.full_name, sub, _classes(f.message_type, classes), 0, 0)
+            table[f.name] = (kind, f.full_name, sub, _classes(f.message_type, classes), caches[sub_name])
         else:
-            kind = _REPEATED_SCALAR if f.is_repeated else _SCALAR
-            lo, hi = _INT_RANGES.get(f.type, (0, 0))
-            table[f.name] = (kind, _value_kind(f), f.enum_type, None, lo, hi)
+            vkind, (lo, hi) = _value_kind(f), _INT_RANGES.get(f.type, (0, 0))
+            if f.is_repeated:
+                table[f.name] = (_REPEATED_SCALAR, vkind, f.enum_type, lo, hi)
+            elif vkind in (_INT, _STRING):
+                table[f.name] = (_INT_FIELD, lo, hi) if vkind == _INT else (_STR_FIELD,)
+            else:
+                table[f.name] = (_SCALAR, vkind, f.enum_type, lo, hi)
     return table
 
 
-class _Table(dict):
-    """field name -> (kind, value kind (a message field's full name), sub-table or enum
-    descriptor, Plain class of a message field, lowest and highest integer value)."""
+_UNKNOWN_FIELD = (_UNKNOWN,)
+_SKIP: dict[str, tuple] = {}  # the table inside an unknown field's message: every name unknown
+
+
+def _unknown(table: dict[str, tuple], name: str) -> tuple:
+    """The entry of a name not in `table`: an unknown field, skipped (with its message)."""
+    if name.lower() in table:  # maybe a proto2 group's type name: text_format decides
+        raise Unsupported
+    return _UNKNOWN_FIELD
 
 
 def _string(s: str) -> str:
     return text_encoding.CUnescape(s).decode("utf-8") if "\\" in s else s
 
 
-def _value(vkind: int, enum: Any, lo: int, hi: int, num: str, s: str, ident: str) -> Any:
-    """The value of `name: <num | "s" | ident>` (the groups not matched are empty) for a
-    field of value kind `vkind`; Unsupported where text_format must decide."""
-    if vkind == _INT or (vkind == _ENUM and num):
-        if not num or (vkind == _ENUM and enum.is_closed):
+def _value(vkind: int, enum: Any, lo: int, hi: int, num: str | None, s: str | None, ident: str | None) -> Any:
+    """The value of the item `name: <num | "s" | ident>` (one of them not None) for a field
+    of value kind `vkind`; Unsupported where text_format must decide."""
+    if vkind == _INT or (vkind == _ENUM and num is not None):
+        if num is None or (vkind == _ENUM and enum.is_closed):
             raise Unsupported
         v = int(num)
         if v < lo or v > hi:
             raise Unsupported
         return v
     if vkind == _STRING or vkind == _BYTES:
-        if num or ident:
+        if s is None:
             raise Unsupported
         return _string(s) if vkind == _STRING else text_encoding.CUnescape(s)
     if vkind == _ENUM:
-        v = enum.values_by_name.get(ident) if ident else None
+        v = enum.values_by_name.get(ident) if ident is not None else None
         if v is None:
             raise Unsupported
         return v.number
@@ -250,9 +291,7 @@ def _with_last(parts: Iterable[str]) -> Iterator[tuple[str, bool]]:
 def iter_stream(text: str | Iterable[str], root: Message, stream: str) -> Iterator[Message]:
     """`iter_plain` of one streamed field as upb messages: each element (a message of
     the field's type), and the root's other fields set in `root` when the text ends."""
-    classes: dict[str, type] = {}
-    table = _table(root.DESCRIPTOR, frozenset([stream]), {}, classes)
-    it = _parse(text, table, _classes(root.DESCRIPTOR, classes)())
+    it = _parser(text, root.DESCRIPTOR, [stream])
     while True:
         try:
             _, element = next(it)
@@ -272,9 +311,14 @@ def iter_plain(text: str | Iterable[str], desc: _d.Descriptor,
     A streamed field met inside an element of its own stays in it. Raises Unsupported
     (maybe after some yields) where text_format must take over. Unknown fields are
     skipped, as text_format.Parse(allow_unknown_field=True) does."""
+    return _parser(text, desc, streams)
+
+
+def _parser(text: str | Iterable[str], desc: _d.Descriptor, streams: Iterable[str]) -> Iterator[tuple[Plain, Plain]]:
     classes: dict[str, type] = {}
-    table = _table(desc, frozenset(streams), {}, classes)
-    return _parse(text, table, _classes(desc, classes)())
+    caches: dict[str, dict] = {}
+    table = _table(desc, frozenset(streams), {}, classes, caches)
+    return _parse(text, table, caches[desc.full_name], _classes(desc, classes)())
 
 
 def to_message(plain: Plain, msg: Message) -> Message:
@@ -304,104 +348,161 @@ def to_message(plain: Plain, msg: Message) -> Message:
     return msg
 
 
-def _parse(text: str | Iterable[str], table: _Table, root: Plain) -> Iterator[tuple[Plain, Plain]]:
+def _parse(text: str | Iterable[str], table: dict[str, tuple], cache: dict[str, tuple],
+           root: Plain) -> Iterator[tuple[Plain, Plain]]:
+    """The parse: each line of a piece is looked up in the line cache of the message type
+    being read (`cache`: line -> token; most lines of a TF dump repeat one met before) or
+    tokenized by `_token`; from the first line that is not one whole item (an item across
+    lines, two on a line), the rest of the piece is cut into items by `_items`."""
     parts = [text] if isinstance(text, str) else pieces(text)
     msg: Any = root
     d = vars(root)  # the fields set in msg
-    stack: list[tuple[Any, dict, _Table, int, str]] = []
-    skip = 0  # depth inside an unknown message field
+    stack: list[tuple[Any, dict, dict, dict, int, str]] = []  # the enclosing messages
     streaming: set[str] = set()  # streamed fields with an element open
+    skip_cache: dict[str, tuple] = {}  # the line cache inside unknown fields
     try:
-        # Every position matches an item or the catch-all `bad`, so finditer's matches are
-        # contiguous: nothing is skipped unseen. Groups not matched are "": a match with
-        # none is the end of the piece (`\Z`; a string's may be empty, its name is not).
-        # A piece's end that is not the text's end only moves on to the next piece.
         for piece, final in _with_last(parts):
-            for m in _ITEM.finditer(piece):
-                name, num, s, ident, opn, close, bad = m.groups("")
-                if name:
-                    if skip:
-                        if opn:
-                            skip += 1
-                        continue
-                    f = table.get(name)
-                    if f is None:  # unknown field: skip its value or message
-                        if name.lower() in table:  # maybe a proto2 group's type name: text_format decides
+            lines: list[str] | None = piece.split("\n")
+            bad = by_items = False
+            while lines is not None:
+                todo, lines = lines, None
+                for i, line in enumerate(todo):
+                    tok = cache.get(line)
+                    if tok is None:
+                        tok = _token(line, table)
+                        if tok is None:  # not one whole item
+                            if by_items:
+                                raise Unsupported  # not reached: _items gives whole items
+                            lines, bad = _items(piece, sum(map(len, todo[:i])) + i)
+                            by_items = True
+                            break
+                        if len(line) <= _CACHED_LINE:
+                            if len(cache) >= LINE_CACHE:
+                                cache.clear()
+                            cache[line] = tok
+                    op = tok[0]
+                    if op == _SET:
+                        name = tok[1]
+                        if name in d:  # a field given twice: text_format decides
                             raise Unsupported
-                        if opn:
-                            skip = 1
-                        continue
-                    kind, vkind, sub, cls, lo, hi = f
-                    if kind == _SCALAR:
-                        if opn or name in d:
+                        d[name] = tok[2]
+                    elif op == _CLOSE_MSG:
+                        if not stack:
                             raise Unsupported
-                        if vkind == _INT and num:
-                            v = int(num)
-                            if v < lo or v > hi:
+                        child = msg
+                        msg, d, table, cache, kind, name = stack.pop()
+                        if kind == _STREAM:
+                            streaming.discard(name)
+                            yield msg, child
+                        elif kind == _MAP:
+                            _add_entry(d, name, child)
+                    elif op == _OPEN_FIELD:
+                        name, f = tok[1], tok[2]
+                        kind = f[0]
+                        if kind == _UNKNOWN:  # skipped: names inside are unknown too
+                            stack.append((msg, d, table, cache, kind, name))
+                            msg, d, table, cache = None, {}, _SKIP, skip_cache
+                            continue
+                        child = f[3]()
+                        if kind == _REPEATED_MESSAGE or (kind == _STREAM and f[1] in streaming):
+                            kind = _REPEATED_MESSAGE  # a streamed field nested in an element stays in it
+                            if name in d:
+                                d[name].append(child)
+                            else:
+                                d[name] = [child]
+                        elif kind == _MESSAGE:
+                            if name in d:
                                 raise Unsupported
-                            d[name] = v
-                        elif vkind == _STRING and not (num or ident) and "\\" not in s:
-                            d[name] = s
-                        else:
-                            d[name] = _value(vkind, sub, lo, hi, num, s, ident)
-                        continue
-                    if not opn:
-                        if kind != _REPEATED_SCALAR:
-                            raise Unsupported
-                        v = _value(vkind, sub, lo, hi, num, s, ident)
+                            d[name] = child
+                        elif kind == _STREAM:
+                            streaming.add(f[1])
+                            name = f[1]  # popped at the close
+                        # else a map entry, added to its map when it closes
+                        stack.append((msg, d, table, cache, kind, name))
+                        msg, d, table, cache = child, vars(child), f[2], f[4]
+                    elif op == _APPEND:
+                        name = tok[1]
                         if name in d:
-                            d[name].append(v)
+                            d[name].append(tok[2])
                         else:
-                            d[name] = [v]
-                        continue
-                    child = cls()
-                    if kind == _REPEATED_MESSAGE or (kind == _STREAM and vkind in streaming):
-                        kind = _REPEATED_MESSAGE  # a streamed field nested in an element stays in it
-                        if name in d:
-                            d[name].append(child)
-                        else:
-                            d[name] = [child]
-                    elif kind == _MESSAGE:
-                        if name in d:
-                            raise Unsupported
-                        d[name] = child
-                    elif kind == _STREAM:
-                        streaming.add(vkind)
-                        name = vkind  # popped at the close
-                    elif kind != _MAP:  # a map entry is added to its map when it closes
-                        raise Unsupported
-                    stack.append((msg, d, table, kind, name))
-                    msg, d, table = child, vars(child), sub
-                elif close:
-                    if skip:
-                        skip -= 1
-                        continue
-                    if not stack:
-                        raise Unsupported
-                    child = msg
-                    msg, d, table, kind, name = stack.pop()
-                    if kind == _STREAM:
-                        streaming.discard(name)
-                        yield msg, child
-                    elif kind == _MAP:
-                        entry = vars(child)
-                        value = entry["value"] if "value" in entry else child.value
-                        if isinstance(value, Plain) and "value" not in entry:
-                            value = type(value)()  # its own empty message, not the shared default
-                        if name in d:
-                            d[name][child.key] = value
-                        else:
-                            d[name] = {child.key: value}
-                elif bad:
+                            d[name] = [tok[2]]
+            if bad:
+                raise Unsupported
+            if final:
+                if stack:
                     raise Unsupported
-                elif not final:
-                    break
-                else:
-                    if stack or skip:
-                        raise Unsupported
-                    return root
-        raise Unsupported  # not reached: the last match is always the end or `bad`
+                return root
+        raise Unsupported  # not reached: the last piece is final
     except (Unsupported, TracedbError):  # TracedbError: reading the chunks failed
         raise
     except Exception as e:  # a value text_format may refuse (UTF-8 of an escape): it says why
         raise Unsupported from e
+
+
+def _token(line: str, table: dict[str, tuple]) -> tuple | None:
+    """The token of a line (or item) in a message whose fields are `table`: None if it is
+    not one item (or none) and a comment; Unsupported if the item is one text_format
+    must judge (a value of the wrong kind or out of range, a field outside the subset)."""
+    m = _LINE.fullmatch(line)
+    if m is None:
+        return None
+    item = m.lastindex
+    if item is None:  # blanks or a comment
+        return _NOTHING_TOKEN
+    if item == _CLOSE:
+        return _CLOSE_TOKEN
+    name = m[_NAME]
+    try:
+        f = table[name]
+    except KeyError:
+        f = _unknown(table, name)
+    kind = f[0]
+    if item == _OPEN:
+        if kind < _MESSAGE or kind == _OTHER:  # a scalar field given a message
+            raise Unsupported
+        return (_OPEN_FIELD, name, f)
+    num, s, ident = m.group(_NUM, _STR, _IDENT)
+    if kind == _INT_FIELD:
+        if num is None:
+            raise Unsupported
+        v = int(num)
+        if v < f[1] or v > f[2]:
+            raise Unsupported
+        return (_SET, name, v)
+    if kind == _STR_FIELD:
+        if s is None:
+            raise Unsupported
+        return (_SET, name, _string(s))
+    if kind == _SCALAR:
+        return (_SET, name, _value(f[1], f[2], f[3], f[4], num, s, ident))
+    if kind == _REPEATED_SCALAR:
+        return (_APPEND, name, _value(f[1], f[2], f[3], f[4], num, s, ident))
+    if kind == _UNKNOWN:
+        return _NOTHING_TOKEN
+    raise Unsupported  # a message field given a value, or a field outside the subset
+
+
+def _items(piece: str, pos: int) -> tuple[list[str], bool]:
+    """The items of `piece` from `pos` on (each without the blanks and comments before
+    it), and whether something that is not an item (`bad`) ends them."""
+    items = []
+    for m in _ITEM.finditer(piece, pos):
+        item = m.lastindex
+        if item == _END:
+            return items, False
+        if item == _BAD:
+            return items, True
+        items.append(piece[m.start(_NAME if item <= _OPEN else item):m.end()])
+    return items, False  # not reached: the last match is the end or `bad`
+
+
+def _add_entry(d: dict, name: str, entry: Plain) -> None:
+    """Put a closed map entry in the map `name` of the fields `d` (a later key wins, as in text_format)."""
+    fields = vars(entry)
+    value = fields["value"] if "value" in fields else entry.value
+    if isinstance(value, Plain) and "value" not in fields:
+        value = type(value)()  # its own empty message, not the shared default
+    if name in d:
+        d[name][entry.key] = value
+    else:
+        d[name] = {entry.key: value}
