@@ -6,7 +6,8 @@ Builds a StepStats text of about --mb MB by repeating the LSTM seed trace
 (tests/data/tf_stepstats_gpu_streams, 1.4 MB: `dev_stats` is a repeated top-level field,
 so the concatenation is one valid StepStats), then times, interleaved, best of --repeat:
   baseline    google.protobuf.text_format.Parse of the decoded text (what a script would do)
-  pbtext      tracedb.formats.pbtext alone on the whole text (one string)
+  pbtext      tracedb.formats.pbtext alone on the whole text (one string), as the reader
+              calls it (`iter_plain`: Plain messages, each NodeExecStats yielded)
   pbtext_cut  pbtext fed 1 MiB chunks (cut into pieces after brace-ended lines)
   read_whole  tf_stepstats.read as before it streamed: the whole file decoded to one string
   read        tf_stepstats.read: file -> Arrow batches, the text read 1 MiB at a time
@@ -55,12 +56,12 @@ def run(path: Path, repeat: int) -> dict[str, float]:
         text_format.Parse(text, step_stats_pb2.StepStats(), allow_unknown_field=True)
 
     def fast():
-        for _ in pbtext.iter_stream(text, step_stats_pb2.StepStats(), tf_stepstats._STREAM):
+        for _ in pbtext.iter_plain(text, step_stats_pb2.StepStats.DESCRIPTOR, tf_stepstats._STREAMS):
             pass
 
     def fast_chunks():
         chunks = (text[i:i + (1 << 20)] for i in range(0, len(text), 1 << 20))
-        for _ in pbtext.iter_stream(chunks, step_stats_pb2.StepStats(), tf_stepstats._STREAM):
+        for _ in pbtext.iter_plain(chunks, step_stats_pb2.StepStats.DESCRIPTOR, tf_stepstats._STREAMS):
             pass
 
     def read():
