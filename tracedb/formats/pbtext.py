@@ -75,7 +75,7 @@ _LINE = re.compile(
 # (_OPEN_FIELD, name, entry) a message field opens; (_CLOSE_MSG,) it closes; (_NOTHING,).
 _SET, _CLOSE_MSG, _OPEN_FIELD, _APPEND, _NOTHING = range(5)
 _CLOSE_TOKEN, _NOTHING_TOKEN = (_CLOSE_MSG,), (_NOTHING,)
-LINE_CACHE = 4096  # tokens kept per message type (then: forgotten, and learnt again)
+LINE_CACHE = 4096  # tokens kept per message type, and as many of the generation before
 _CACHED_LINE = 160  # longer lines are tokenized each time (a rare value: not worth keeping)
 # Field kinds (a table entry's first element).
 (_INT_FIELD, _STR_FIELD, _SCALAR, _REPEATED_SCALAR, _MESSAGE, _REPEATED_MESSAGE, _MAP, _STREAM, _OTHER,
@@ -369,17 +369,13 @@ def _parse(text: str | Iterable[str], table: dict[str, tuple], cache: dict[str, 
                 for i, line in enumerate(todo):
                     tok = cache.get(line)
                     if tok is None:
-                        tok = _token(line, table)
+                        tok = _learn(line, table, cache)
                         if tok is None:  # not one whole item
                             if by_items:
                                 raise Unsupported  # not reached: _items gives whole items
                             lines, bad = _items(piece, sum(map(len, todo[:i])) + i)
                             by_items = True
                             break
-                        if len(line) <= _CACHED_LINE:
-                            if len(cache) >= LINE_CACHE:
-                                cache.clear()
-                            cache[line] = tok
                     op = tok[0]
                     if op == _SET:
                         name = tok[1]
@@ -437,6 +433,26 @@ def _parse(text: str | Iterable[str], table: dict[str, tuple], cache: dict[str, 
         raise
     except Exception as e:  # a value text_format may refuse (UTF-8 of an escape): it says why
         raise Unsupported from e
+
+
+def _learn(line: str, table: dict[str, tuple], cache: dict) -> tuple | None:
+    """The token of a line not in `cache`: from the cache's previous generation (kept
+    under the key None when the cache filled up), else `_token`; kept in `cache`. Two
+    generations: a line met in each stays (a timestamp's line does not, and does not
+    push out the lines that repeat)."""
+    prev = cache.get(None)
+    tok = prev.get(line) if prev is not None else None
+    if tok is None:
+        tok = _token(line, table)
+        if tok is None or len(line) > _CACHED_LINE:
+            return tok
+    if len(cache) > LINE_CACHE:  # (the key None counts too)
+        prev = cache.copy()
+        prev.pop(None, None)
+        cache.clear()  # in place: table entries and the stack hold it
+        cache[None] = prev
+    cache[line] = tok
+    return tok
 
 
 def _token(line: str, table: dict[str, tuple]) -> tuple | None:
