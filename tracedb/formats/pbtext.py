@@ -1,31 +1,47 @@
 """A fast reader for the protobuf text format, driven by the message descriptors.
 
 `google.protobuf.text_format.Parse` tokenizes in pure Python, one token at a time, at
-~3-5 MB/s (17 MB of TF StepStats text: 5.9 s on the 2-core machine). TF's text dumps
-are one field per line, so this reader matches a whole line with one regex
-(`name: 123`, `name: "text"`, `name: IDENT`, `name {`, `}`) and sets the field on the
-upb message with `setattr` (the conversion and range checks happen in C): ~1 µs a line,
-~20 MB/s including the regex (see bench/bench_tf_text.py for the figures).
+~3-5 MB/s (17 MB of TF StepStats text: 3.5-5.9 s on the 2-core machine). TF's text
+dumps are one field per line, and most lines repeat one met before (85% of the 47 k
+lines of the LSTM seed; `}` alone is 23%). So this reader splits a piece of text into
+lines and looks each up in a cache of the message type being read (line -> token: a
+scalar field's value, converted and range-checked; a message field opening; a close),
+so that most lines cost one dict look-up. A line not in the cache is matched with
+`_LINE` (one item, or none and a comment: `name: 123`, `name: "text"`, `name: IDENT`,
+`name {`, `}`); from a line that is not one whole item (two items on a line, `name` and
+its `{` on two lines, ...) the rest of the piece is cut into items by `_ITEM` and read
+the same way. Cache: LINE_CACHE (4096) lines per message type and the generation before
+(a full cache becomes the previous generation: lines met in each stay, those that never
+repeat, such as timestamps, go), lines of at most 160 characters.
+
+Messages are `Plain` ones (Python objects: the fields the text sets are in the
+instance's dict, the class holds the defaults), not upb ones: setting a field is a dict
+store, reading it a dict look-up, and code that reads upb messages reads them alike.
+`iter_stream` gives upb messages (`to_message`) for callers that want them.
+Measured on 17 MB (bench/bench_tf_text.py, CPU seconds, best of 3-4, 2 cores at load
+9-15): parse 0.44 s with upb messages, one `_ITEM` match a line (setattr) -> 0.21-0.23 s
+(0.28-0.32 s with --shift, timestamps moved on per copy so their lines never repeat).
 
 Exactness by construction: the fast path accepts a strict subset of the text format
 (no `<...>`, no `[a, b]` lists, no hex/octal/float literals, no adjacent strings, no
-extensions or Any, no separators, no field given twice) and raises `Unsupported` at
-the first thing outside it. The caller then parses the whole text with
-`text_format.Parse`, which either gives the same message (the subset is read with
-text_format's own rules) or raises text_format's own error (line:column and message).
-So the result, and the error message for bad input, are text_format's.
+extensions or Any, no separators, no field given twice, integers in their field's
+range, strings valid UTF-8) and raises `Unsupported` at the first thing outside it.
+The caller then parses the whole text with `text_format.Parse`, which either gives the
+same message (the subset is read with text_format's own rules) or raises text_format's
+own error (line:column and message). So the result, and the error message for bad
+input, are text_format's. A token is computed for the message type it is met in (its
+own cache), so a line means there what text_format would read.
 
-Streaming: elements of one chosen repeated message field (`stream=`, e.g.
-`tracedb.tf.StepStats.dev_stats`) are built as free messages and yielded as each one
-closes instead of being added to their parent, so memory holds one element at a time.
-The text may come in chunks (the TF reader decodes 1 MiB at a time): `pieces` regroups
-them into pieces that end just after a line ending in `{` or `}`, where no match can
-straddle the cut (see `pieces`), and each piece is matched on its own, so the matches
-are those of the whole text. Memory: one chunk, the text since the last such line, and
-one element (an 80 MB StepStats reads in the peak RSS of a 10 MB one, +4 MB;
-tests/test_streaming.py). Cost: 17 MB parse in 0.48 s in 1 MiB chunks vs 0.46 s as one
-string, and the reader gains that back by not decoding the whole file at once (read
-0.81 s vs 0.86 s; bench/bench_tf_text.py, load ~3.5).
+Streaming: elements of the chosen repeated message fields (`streams`, e.g.
+`tracedb.tf.StepStats.dev_stats` and `tracedb.tf.DeviceStepStats.node_stats`) are built
+as free messages and yielded with their parent as each one closes instead of being
+added to it, so memory holds one element at a time (and the garbage collector does not
+walk a device's thousands of nodes). The text may come in chunks (the TF reader decodes
+1 MiB at a time): `pieces` regroups them into pieces that end just after a line ending
+in `{` or `}`, where no item can straddle the cut (see `pieces`), and each piece is read
+on its own, so the items are those of the whole text. Memory: one chunk, the text since
+the last such line, its lines, the caches (a few MB at most) and one element (an 80 MB
+StepStats reads in the peak RSS of a 10 MB one; tests/test_streaming.py).
 """
 
 from __future__ import annotations
@@ -246,7 +262,9 @@ def pieces(chunks: Iterable[str], max_carry: int = MAX_CARRY) -> Iterator[str]:
     comments before an item and those inside `name\n{`; strings and values stop at the
     line end. A line that ends in a brace ends its last item at that brace (a brace needs
     no look-ahead), so every match before the cut is the one the whole text gives there,
-    and the text after it starts a fresh item. Memory: a chunk plus the carry (the text
+    and the text after it starts a fresh item, at a line's start (so a piece's lines are
+    whole lines, and a line that is one item is that item in the whole text too; the
+    carry's leading blanks dropped are blanks before an item). Memory: a chunk plus the carry (the text
     after the last cut, less leading blanks); a carry over `max_carry` (no brace-ended
     line in that much text) raises Unsupported."""
     carry = ""
@@ -352,8 +370,9 @@ def _parse(text: str | Iterable[str], table: dict[str, tuple], cache: dict[str, 
            root: Plain) -> Iterator[tuple[Plain, Plain]]:
     """The parse: each line of a piece is looked up in the line cache of the message type
     being read (`cache`: line -> token; most lines of a TF dump repeat one met before) or
-    tokenized by `_token`; from the first line that is not one whole item (an item across
-    lines, two on a line), the rest of the piece is cut into items by `_items`."""
+    learnt (`_learn`); from the first line that is not one whole item (an item across
+    lines, two on a line), the rest of the piece is cut into items by `_items`. One
+    function, the tokens' ops inline: a call a line would cost more than the look-up."""
     parts = [text] if isinstance(text, str) else pieces(text)
     msg: Any = root
     d = vars(root)  # the fields set in msg
