@@ -5,11 +5,13 @@
 `/memcpy` only repeat rows of the numbered streams (the seed trace checks this), so
 they are skipped and every GPU activity lands once.
 
-Text is read by `pbtext` (the descriptors of our .proto files, one regex match a line,
-one DeviceStepStats at a time), fed 1 MiB of decoded text at a time (`_text_chunks`):
-17 MB of StepStats text parses ~7x faster than with `text_format.Parse`, and reads
-into Arrow ~4x faster (bench/bench_tf_text.py); an 80 MB text reads in the memory of a
-10 MB one (tests/test_streaming.py). `text_format.Parse` stays the fallback for
+Text is read by `pbtext` (the descriptors of our .proto files, lines through a cache
+of tokens, `pbtext.Plain` messages, each NodeExecStats yielded as it closes:
+`_text_dev_stats`), fed 1 MiB of decoded text at a time (`_text_chunks`): 17 MB of
+StepStats text parses ~16x faster than with `text_format.Parse` (10x when its
+timestamps never repeat), and reads into Arrow ~7.4x faster (5.6x; bench/bench_tf_text.py,
+load 5-12); an 80 MB text reads in the memory of a 10 MB one (tests/test_streaming.py).
+`text_format.Parse` stays the fallback for
 anything outside the common subset and so gives the same messages and the same errors;
 it needs the whole text, so only files under $TRACEDB_MAX_WHOLE_FILE_BYTES (2 GiB) take
 it (a larger one is an error naming the limit).
@@ -25,8 +27,9 @@ one run, not the file (10 -> 40 MB reads in the same peak RSS, tests/test_stream
 RunMetadata's graphs are walked past unparsed.
 
 Rows are tuples in `_*_COLS` order (batches built column-wise); protobuf fields are read
-once per message and dtype names are memoized, since attribute access on a protobuf
-message costs more than the rest of a row.
+once per message and dtype names are memoized, since attribute access on a upb message
+costs more than the rest of a row (text gives Plain messages: a dict look-up a field;
+the row code reads both alike).
 """
 
 from __future__ import annotations
@@ -399,7 +402,7 @@ def _node_row(ns: Any, name: str, outputs: Any, memory: Any, seq: int, thread_na
     start = ns.all_start_nanos or ns.all_start_micros * 1000
     scheduled = ns.scheduled_nanos or ns.scheduled_micros * 1000
     thread_id = ns.thread_id
-    params = {}  # what _json would keep of {thread_name, memory, referenced_tensors}
+    params = {}  # memory, referenced_tensors, thread_name: those with a value (none: NULL)
     if memory:
         params["memory"] = [{k: v for k in _MEMORY_KEYS if (v := getattr(m, k))} for m in memory]
     if ns.referenced_tensor:
