@@ -99,7 +99,8 @@ _CACHED_LINE = 160  # longer lines are tokenized each time (a rare value: not wo
 # Value kinds.
 _INT, _BOOL, _ENUM, _STRING, _BYTES, _FLOAT = range(6)
 
-_I32, _U32, _I64, _U64 = (-(1 << 31), (1 << 31) - 1), (0, (1 << 32) - 1), (-(1 << 63), (1 << 63) - 1), (0, (1 << 64) - 1)
+_I32, _U32 = (-(1 << 31), (1 << 31) - 1), (0, (1 << 32) - 1)
+_I64, _U64 = (-(1 << 63), (1 << 63) - 1), (0, (1 << 64) - 1)
 _T = _d.FieldDescriptor
 # Integer field types -> the range upb (and text_format) accept.
 _INT_RANGES = {
@@ -135,6 +136,9 @@ class Plain:
         return f"{type(self).__name__}({vars(self)!r})"
 
 
+_PLAIN_NAMES = frozenset(dir(Plain))  # a field so named (`HasField`) is left to text_format
+
+
 def _value_kind(field: _d.FieldDescriptor) -> int:
     t = field.type
     if t in _INT_RANGES and t != _T.TYPE_ENUM:
@@ -160,6 +164,8 @@ def _classes(desc: _d.Descriptor, classes: dict[str, type]) -> type:
         if f.message_type is not None:
             _classes(f.message_type, classes)
     for f in desc.fields:
+        if f.name in _PLAIN_NAMES:
+            continue  # not read fast (an _OTHER field): the class keeps its own
         if f.message_type is not None and f.message_type.GetOptions().map_entry:
             default: Any = MappingProxyType({})
         elif f.is_repeated:
@@ -185,7 +191,7 @@ def _table(desc: _d.Descriptor, streams: frozenset[str], tables: dict[str, dict]
     table = tables[desc.full_name] = {}
     caches[desc.full_name] = {}
     for f in desc.fields:
-        if f.containing_oneof is not None or f.is_extension:
+        if f.containing_oneof is not None or f.is_extension or f.name in _PLAIN_NAMES:
             table[f.name] = (_OTHER,)  # text_format checks them
         elif f.message_type is not None:
             sub = _table(f.message_type, streams, tables, classes, caches)
@@ -332,7 +338,8 @@ def iter_plain(text: str | Iterable[str], desc: _d.Descriptor,
     return _parser(text, desc, streams)
 
 
-def _parser(text: str | Iterable[str], desc: _d.Descriptor, streams: Iterable[str]) -> Iterator[tuple[Plain, Plain]]:
+def _parser(text: str | Iterable[str], desc: _d.Descriptor,
+            streams: Iterable[str]) -> Iterator[tuple[Plain, Plain]]:
     classes: dict[str, type] = {}
     caches: dict[str, dict] = {}
     table = _table(desc, frozenset(streams), {}, classes, caches)
