@@ -1,12 +1,15 @@
 """TF StepStats text: tracedb's reader and whole ingest vs `text_format.Parse` alone.
 
-    python bench/bench_tf_text.py [--mb 17] [--repeat 3]
+    python bench/bench_tf_text.py [--mb 17] [--repeat 3] [--shift]
 
 Builds a StepStats text of about --mb MB by repeating the LSTM seed trace
 (tests/data/tf_stepstats_gpu_streams, 1.4 MB: `dev_stats` is a repeated top-level field,
-so the concatenation is one valid StepStats), then times, interleaved, best of --repeat:
+so the concatenation is one valid StepStats; with --shift each copy's timestamps are moved
+on, as in a trace of many steps, so that their lines do not repeat: pbtext caches lines),
+then times, interleaved, best of --repeat:
   baseline    google.protobuf.text_format.Parse of the decoded text (what a script would do)
-  pbtext      tracedb.formats.pbtext alone on the whole text (one string)
+  pbtext      tracedb.formats.pbtext alone on the whole text (one string), as the reader
+              calls it (`iter_plain`: Plain messages, each NodeExecStats yielded)
   pbtext_cut  pbtext fed 1 MiB chunks (cut into pieces after brace-ended lines)
   read_whole  tf_stepstats.read as before it streamed: the whole file decoded to one string
   read        tf_stepstats.read: file -> Arrow batches, the text read 1 MiB at a time
@@ -19,6 +22,7 @@ and prints each as MB/s and as speed-up over the baseline (higher is better).
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
@@ -38,12 +42,15 @@ from tracedb.proto import step_stats_pb2  # noqa: E402
 SEED = ROOT / "tests" / "data" / "tf_stepstats_gpu_streams" / "001_5e9237699abafb68.txt"
 
 
-def build(mb: float, out: Path) -> Path:
+_TIMESTAMP = re.compile(rb"^(\s*(?:all_start_micros|scheduled_micros|alloc_micros): )(\d+)$", re.M)
+
+
+def build(mb: float, out: Path, shift: bool = False) -> Path:
     seed = SEED.read_bytes()
     copies = max(1, round(mb * 1e6 / len(seed)))
     with open(out, "wb") as f:
-        for _ in range(copies):
-            f.write(seed)
+        for k in range(copies):
+            f.write(_TIMESTAMP.sub(lambda m: m[1] + b"%d" % (int(m[2]) + k * 1_000_003), seed) if shift else seed)
     return out
 
 
@@ -55,12 +62,12 @@ def run(path: Path, repeat: int) -> dict[str, float]:
         text_format.Parse(text, step_stats_pb2.StepStats(), allow_unknown_field=True)
 
     def fast():
-        for _ in pbtext.iter_stream(text, step_stats_pb2.StepStats(), tf_stepstats._STREAM):
+        for _ in pbtext.iter_plain(text, step_stats_pb2.StepStats.DESCRIPTOR, tf_stepstats._STREAMS):
             pass
 
     def fast_chunks():
         chunks = (text[i:i + (1 << 20)] for i in range(0, len(text), 1 << 20))
-        for _ in pbtext.iter_stream(chunks, step_stats_pb2.StepStats(), tf_stepstats._STREAM):
+        for _ in pbtext.iter_plain(chunks, step_stats_pb2.StepStats.DESCRIPTOR, tf_stepstats._STREAMS):
             pass
 
     def read():
@@ -102,12 +109,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=float, default=17)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--shift", action="store_true", help="timestamps moved on in each copy")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
-        path = build(args.mb, Path(d) / "stepstats.txt")
+        path = build(args.mb, Path(d) / "stepstats.txt", args.shift)
         size = path.stat().st_size / 1e6
         best = run(path, args.repeat)
-    print(f"TF StepStats text, {size:.1f} MB, best of {args.repeat}")
+    print(f"TF StepStats text, {size:.1f} MB{' (timestamps shifted)' if args.shift else ''}, best of {args.repeat}")
     print(f"{'':11} {'seconds':>8} {'MB/s':>7} {'x baseline':>11}")
     for k, t in best.items():
         print(f"{k:11} {t:8.2f} {size / t:7.1f} {best['baseline'] / t:11.2f}")

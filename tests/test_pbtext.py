@@ -219,3 +219,23 @@ def test_oneof_fields_fall_back():
     assert len(got) == 2 and len(got[1].items) == 1  # a nested `items` stays in its element
     with pytest.raises(pbtext.Unsupported):
         list(pbtext.iter_stream("items { a: 1 }", cls(), "t.M.items"))
+
+
+def test_fields_named_like_plain_attributes_fall_back():
+    """A field called `HasField` would hide what a Plain message needs: left to
+    text_format, the others read fast."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="pbtext_names_test.proto", package="t", syntax="proto3")
+    m = fdp.message_type.add(name="N")
+    for number, name in enumerate(["HasField", "ok"], 1):
+        m.field.add(name=name, number=number, type=F.TYPE_INT64, label=F.LABEL_OPTIONAL)
+    m.field.add(name="items", number=4, type=F.TYPE_MESSAGE, label=F.LABEL_REPEATED, type_name=".t.N")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("t.N"))
+    (got,) = pbtext.iter_stream("items { ok: 3 }", cls(), "t.N.items")
+    assert got.ok == 3
+    with pytest.raises(pbtext.Unsupported):
+        list(pbtext.iter_stream("items { HasField: 1 }", cls(), "t.N.items"))

@@ -5,11 +5,13 @@
 `/memcpy` only repeat rows of the numbered streams (the seed trace checks this), so
 they are skipped and every GPU activity lands once.
 
-Text is read by `pbtext` (the descriptors of our .proto files, one regex match a line,
-one DeviceStepStats at a time), fed 1 MiB of decoded text at a time (`_text_chunks`):
-17 MB of StepStats text parses ~7x faster than with `text_format.Parse`, and reads
-into Arrow ~4x faster (bench/bench_tf_text.py); an 80 MB text reads in the memory of a
-10 MB one (tests/test_streaming.py). `text_format.Parse` stays the fallback for
+Text is read by `pbtext` (the descriptors of our .proto files, lines through a cache
+of tokens, `pbtext.Plain` messages, each NodeExecStats yielded as it closes:
+`_text_dev_stats`), fed 1 MiB of decoded text at a time (`_text_chunks`): 17 MB of
+StepStats text parses ~16x faster than with `text_format.Parse` (10x when its
+timestamps never repeat), and reads into Arrow ~7.4x faster (5.6x; bench/bench_tf_text.py,
+load 5-12); an 80 MB text reads in the memory of a 10 MB one (tests/test_streaming.py).
+`text_format.Parse` stays the fallback for
 anything outside the common subset and so gives the same messages and the same errors;
 it needs the whole text, so only files under $TRACEDB_MAX_WHOLE_FILE_BYTES (2 GiB) take
 it (a larger one is an error naming the limit).
@@ -25,8 +27,9 @@ one run, not the file (10 -> 40 MB reads in the same peak RSS, tests/test_stream
 RunMetadata's graphs are walked past unparsed.
 
 Rows are tuples in `_*_COLS` order (batches built column-wise); protobuf fields are read
-once per message and dtype names are memoized, since attribute access on a protobuf
-message costs more than the rest of a row.
+once per message and dtype names are memoized, since attribute access on a upb message
+costs more than the rest of a row (text gives Plain messages: a dict look-up a field;
+the row code reads both alike).
 """
 
 from __future__ import annotations
@@ -121,6 +124,9 @@ def sniff(head: bytes) -> bool:
 
 
 _STREAM = "tracedb.tf.StepStats.dev_stats"
+# Text: the fields whose elements pbtext yields as they close.
+_STREAMS = (_STREAM, "tracedb.tf.DeviceStepStats.node_stats")
+_DEVICE = step_stats_pb2.DeviceStepStats.DESCRIPTOR
 _REPEATS = ("all", "memcpy")  # device streams that only repeat the numbered streams' rows
 _BINARY = "bad or truncated TF binary protobuf"
 # Binary: walked on the wire (`pbwire`), one run of NodeExecStats parsed at a time.
@@ -132,38 +138,55 @@ _RUN_METADATA = pbwire.Spec(run_metadata_pb2.RunMetadata, "", keep=False, nested
 
 
 def _dev_stats(path: Path) -> Iterator[tuple[Any, Any]]:
-    """(DeviceStepStats, a run of its NodeExecStats) pairs of a text or binary trace.
+    """(DeviceStepStats, a run of its NodeExecStats) pairs of a text or binary trace, a
+    device's runs in order and next to each other.
 
     Binary: `pbwire` walks the outer messages and parses the NodeExecStats a run at a time
     (the device's other fields, thread_names included, are read first), so memory holds
-    one run, not the file. Text goes through `pbtext` in chunks (descriptor-driven, one
-    DeviceStepStats at a time, ~5x text_format.Parse); where it gives up,
-    `text_format.Parse` reads the whole text (if under $TRACEDB_MAX_WHOLE_FILE_BYTES) and
-    the elements not yet yielded come from it: the same messages, and text_format's
-    error for bad input.
+    one run, not the file. Text: `_text_dev_stats`.
     """
     head = read_head(path)
     kind = _text_kind(head[:HEAD_BYTES])
     if kind is None:
         yield from _binary(path, head)
-        return
-    root = run_metadata_pb2.RunMetadata() if kind == "step_stats" else step_stats_pb2.StepStats()
-    done = any_nodes = 0
+    else:
+        yield from _text_dev_stats(path, run_metadata_pb2.RunMetadata if kind == "step_stats"
+                                   else step_stats_pb2.StepStats)
+
+
+def _text_dev_stats(path: Path, root: type) -> Iterator[tuple[Any, Any]]:
+    """Text goes through `pbtext` in chunks (descriptor-driven, into `pbtext.Plain`
+    messages), each NodeExecStats yielded as it closes with its device so far (its name
+    known; TF writes it first), so memory and the garbage collector see one node at a
+    time, not a device's thousands (a device held whole cost 3 extra full collections on
+    17 MB, 0.2 s). Held until the device closes: a node that needs the device's
+    thread_names (TF writes them after the nodes) and those after it, or all of the
+    device's if its name comes late. Where pbtext gives up, `text_format.Parse` reads
+    the whole text (if under $TRACEDB_MAX_WHOLE_FILE_BYTES) and the nodes not yet
+    yielded come from it: the same messages, and text_format's error for bad input.
+    """
+    devices_done = sent = nodes = 0  # devices closed, nodes of the open one yielded, all nodes
+    held: list[Any] = []
     try:
-        for dev in pbtext.iter_stream(_text_chunks(path), root, _STREAM):
-            any_nodes = any_nodes or len(dev.node_stats)
-            done += 1
-            yield dev, dev.node_stats
+        for parent, element in pbtext.iter_plain(_text_chunks(path), root.DESCRIPTOR, _STREAMS):
+            if element.DESCRIPTOR is _DEVICE:  # a device closed, its nodes yielded or held
+                yield element, held
+                devices_done, sent, held = devices_done + 1, 0, []
+            elif held or element.thread_id or not parent.HasField("device"):
+                nodes += 1
+                held.append(element)
+            else:
+                nodes, sent = nodes + 1, sent + 1
+                yield parent, (element,)
     except pbtext.Unsupported:
-        stats = _parse_text(_whole_text(path), root.__class__())
-        rest = list(stats.dev_stats)[done:]
-        any_nodes = any_nodes or any(d.node_stats for d in rest)
-        if not any_nodes:
+        stats = _parse_text(_whole_text(path), root())
+        rest = list(stats.dev_stats)[devices_done:]
+        if not (nodes or any(d.node_stats for d in rest)):
             raise TraceFormatError("TF step stats have no node_stats") from None
-        for dev in rest:
-            yield dev, dev.node_stats
+        for i, dev in enumerate(rest):
+            yield dev, dev.node_stats[sent:] if i == 0 else dev.node_stats
         return
-    if not any_nodes:
+    if not nodes:
         raise TraceFormatError("TF step stats have no node_stats")
 
 
@@ -274,17 +297,21 @@ def _dtype_name(value: int) -> str | None:
     return base + ("_ref" if ref else "")
 
 
-def _shape(shape: Any) -> list[int] | None:
-    return None if shape.unknown_rank else [d.size for d in shape.dim]
+# List values in rows are tuples: a tuple of strings or numbers leaves the garbage
+# collector's view at its first collection (a list stays, and rows live until their batch
+# is built: 17 MB of text, 0.03 s of collections less).
+def _shape(shape: Any) -> tuple[int, ...] | None:
+    return None if shape.unknown_rank else tuple([d.size for d in shape.dim])
 
 
-def _label(label: str) -> tuple[str | None, list[str] | None, list[str] | None]:
-    """`name = Op(a, ^b)` -> ('Op', ['a'], ['b']); (None, None, None) without `=`."""
+def _label(label: str) -> tuple[str | None, tuple[str, ...] | None, tuple[str, ...] | None]:
+    """`name = Op(a, ^b)` -> ('Op', ('a',), ('b',)); (None, None, None) without `=`."""
     m = _LABEL.match(label)
     if not m:
         return None, None, None
-    args = [a.strip() for a in m["args"].split(",") if a.strip()]
-    return m["op"], [a for a in args if not a.startswith("^")], [a[1:] for a in args if a.startswith("^")]
+    args = [a for a in map(str.strip, m["args"].split(",")) if a]
+    return (m["op"], tuple([a for a in args if not a.startswith("^")]),
+            tuple([a[1:] for a in args if a.startswith("^")]))
 
 
 # json.dumps(d, sort_keys=True) without building an encoder per call.
@@ -298,9 +325,12 @@ else:  # pragma: no cover - CPython always has the C encoder
     _dumps = json.JSONEncoder(sort_keys=True).encode
 
 
-def _json(d: dict[str, Any]) -> str | None:
-    d = {k: v for k, v in d.items() if v not in (None, "", [], {})}
-    return _dumps(d) if d else None
+def _label_json(label: str) -> str | None:
+    """A kernel row's params, _dumps({"timeline_label": label}) spelt out; None for ""."""
+    return '{"timeline_label": ' + encode_basestring_ascii(label) + "}" if label else None
+
+
+_SINGLE_REFERENCE = _dumps({"has_single_reference": True})
 
 
 def _int64(v: int) -> int | None:
@@ -326,20 +356,22 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     tensors = BatchBuilder("tensors", _BATCH_ROWS, _TENSOR_COLS)
     allocs = BatchBuilder("allocations", _BATCH_ROWS, _ALLOC_COLS)
     step, seq = ctx.file_ordinal, 0
+    last = None
     for dev_stats, node_stats in _dev_stats(path):
-        raw = dev_stats.device
-        dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
+        if dev_stats is not last:  # a device's runs come in a row
+            last, raw = dev_stats, dev_stats.device
+            dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
+            sid = int(stream) if stream is not None and stream.isdigit() else None
         if stream in _REPEATS:
             continue  # repeats of numbered-stream rows
-        if stream is not None and stream.isdigit():
-            sid = int(stream)
+        if sid is not None:
             for ns in node_stats:
                 kernels.add(_kernel_row(ns, dev, raw, step, sid))
                 if len(kernels) >= _BATCH_ROWS:
                     yield from kernels.flush()
             continue
         # Any other device (normally /job:...) holds framework ops.
-        thread_names = dict(dev_stats.thread_names)
+        thread_names = dev_stats.thread_names  # complete: a node with a thread id comes with its closed device
         for ns in node_stats:
             name = ns.node_name
             outputs, memory = ns.output, ns.memory
@@ -370,11 +402,13 @@ def _node_row(ns: Any, name: str, outputs: Any, memory: Any, seq: int, thread_na
     start = ns.all_start_nanos or ns.all_start_micros * 1000
     scheduled = ns.scheduled_nanos or ns.scheduled_micros * 1000
     thread_id = ns.thread_id
-    params = {
-        "thread_name": thread_names.get(thread_id) if thread_id else None,
-        "memory": [{k: v for k in _MEMORY_KEYS if (v := getattr(m, k))} for m in memory],
-        "referenced_tensors": len(ns.referenced_tensor) or None,
-    }
+    params = {}  # memory, referenced_tensors, thread_name: those with a value (none: NULL)
+    if memory:
+        params["memory"] = [{k: v for k in _MEMORY_KEYS if (v := getattr(m, k))} for m in memory]
+    if ns.referenced_tensor:
+        params["referenced_tensors"] = len(ns.referenced_tensor)
+    if thread_id and (thread_name := thread_names.get(thread_id)):
+        params["thread_name"] = thread_name
     return (
         dev, raw, step, name, op_type, start,
         ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000,
@@ -386,12 +420,12 @@ def _node_row(ns: Any, name: str, outputs: Any, memory: Any, seq: int, thread_na
         label or None,
         inputs,
         control or None,
-        [f"{name}:{o.slot}" for o in outs] or None,
-        [_shape(d.shape) for d in descs] or None,
-        [_dtype(d.dtype) for d in descs] or None,
+        tuple([f"{name}:{o.slot}" for o in outs]) or None,
+        tuple([_shape(d.shape) for d in descs]) or None,
+        tuple([_dtype(d.dtype) for d in descs]) or None,
         mem.temp_memory_size if mem else None,
         mem.persistent_memory_size if mem else None,
-        _json(params),
+        _dumps(params) if params else None,
     )
 
 
@@ -413,7 +447,7 @@ def _kernel_row(ns: Any, dev: str, raw: str, step: int, stream: int) -> tuple:
         ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000,
         int(nbytes.group(1)) if nbytes else None,
         m["dir"] if m and kind == "memcpy" else None,
-        _json({"timeline_label": label}),
+        _label_json(label),
     )
 
 
@@ -426,7 +460,7 @@ def _tensor_row(node_name: str, out: Any, dev: str, raw: str, step: int) -> tupl
             dev, raw, step, node_name, out.slot, _dtype(td.dtype), _shape(td.shape),
             ad.requested_bytes, ad.allocated_bytes, ad.allocator_name or None, ad.allocation_id,
             _int64(ptr) if ptr else None,
-            _json({"has_single_reference": True}) if ad.has_single_reference else None,
+            _SINGLE_REFERENCE if ad.has_single_reference else None,
         )
     return (dev, raw, step, node_name, out.slot, _dtype(td.dtype), _shape(td.shape),
             None, None, None, None, None, None)
