@@ -467,8 +467,9 @@ class _Landing:
     def commit(self) -> None:
         if self.pending:
             self.store = self.store or self.store_future.result()  # the lake is needed from here on only
-            self.roll_up()
-            _commit(self.store, [c for c, _ in self.pending])
+            # the runs not rolled up yet are, beside the commit of their files (`lake.Lake.commit`)
+            _commit(self.store, [c for c, _ in self.pending],
+                    self.roll_up if self.rolled < len(self.pending) else None)
             for _, summary in self.pending:
                 self.summaries.append(summary)
                 if self.on_run:
@@ -513,19 +514,29 @@ def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommi
         c.files += [f for f in made if f.run_id == c.run_row["run_id"]]
 
 
-def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
-    """The store commits the group, then the catalog publishes the snapshot: one lock."""
+def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], None] | None = None) -> None:
+    """The store commits the group, then the catalog publishes the snapshot: one lock.
+    Beside the commit of the files read (in threads: DuckDB and delta-rs release the GIL),
+    `roll_up` adds the runs' rollup files and the new snapshot's DuckDB file is made."""
     import duckdb
     from deltalake.exceptions import DeltaError
 
     from tracedb import catalog
 
+    made: list[catalog.NewSnapshot] = []
+
+    def beside() -> None:
+        lake.concurrently([lambda: made.append(catalog.new_snapshot(store)), *([roll_up] if roll_up else [])])
+
     with store.lock():
         try:
             with timing.phase("commit"):
-                store.commit(runs)
+                store.commit(runs, beside)
             with timing.phase("publish"):
-                catalog.publish(store)
+                catalog.publish(store, made[0])
         except (DeltaError, OSError, duckdb.Error) as e:
             raise WarehouseError(f"warehouse error: commit to {store.root} failed (the runs keep their previous "
                                  f"version): {' '.join(str(e).split())}") from e
+        finally:
+            for new in made:
+                new.discard()
