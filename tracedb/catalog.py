@@ -229,20 +229,45 @@ class NewSnapshot:
     """A snapshot file being written beside the catalog (`new_snapshot`), not yet in place."""
 
     path: Path
-    con: duckdb.DuckDBPyConnection
+    con: duckdb.DuckDBPyConnection  # `USE`s the new file
+    alias: str | None = None  # the file ATTACHed under this name to another connection's database
+
+    def close(self) -> None:
+        """Write it out (DuckDB checkpoints the file as it closes it)."""
+        if self.alias:
+            try:
+                self.con.execute("USE memory")
+                self.con.execute(f"DETACH DATABASE IF EXISTS {self.alias}")
+            finally:
+                self.alias = None
+        self.con.close()
 
     def discard(self) -> None:
         """Close it and delete what is left of it (nothing once `publish` renamed it)."""
-        self.con.close()
+        self.close()
         self.path.unlink(missing_ok=True)
         Path(str(self.path) + ".wal").unlink(missing_ok=True)
 
 
-def new_snapshot(lake: lake_mod.Lake) -> NewSnapshot:
-    """An empty snapshot file beside the catalog, for `publish` (the ingest makes it in a
-    thread while it commits: creating the DuckDB file is ~15-20 ms of a publish)."""
+def new_snapshot(lake: lake_mod.Lake, on: duckdb.DuckDBPyConnection | None = None) -> NewSnapshot:
+    """An empty snapshot file beside the catalog, for `publish`. `on`: an open in-memory
+    DuckDB connection (the ingest's rollups connection): the file is ATTACHed to a cursor
+    of it, ~1 ms, where starting a DuckDB database costs ~14-16 ms of CPU (medians of
+    10, 2 cores; a local lake only: an object-storage one registers its filesystem on a
+    connection of its own)."""
     target = snapshot_path(lake)
     tmp = target.parent / f".catalog-{os.getpid()}-{secrets.token_hex(4)}.duckdb"
+    if on is not None and not lake.remote:
+        alias = f"tracedb_new_{secrets.token_hex(4)}"
+        con = on.cursor()
+        try:
+            _no_fsync(con)
+            con.execute(f"ATTACH {lake_mod.sql_str(str(tmp))} AS {alias} (STORAGE_VERSION 'v1.0.0')")
+            con.execute(f"USE {alias}")
+        except BaseException:
+            NewSnapshot(tmp, con).discard()
+            raise
+        return NewSnapshot(tmp, con, alias)
     con = _new_snapshot_db(tmp)
     try:
         register_storage(con, lake)
@@ -250,6 +275,14 @@ def new_snapshot(lake: lake_mod.Lake) -> NewSnapshot:
         NewSnapshot(tmp, con).discard()
         raise
     return NewSnapshot(tmp, con)
+
+
+def _no_fsync(con: duckdb.DuckDBPyConnection) -> None:
+    """No fsync for the files this database writes (see `_new_snapshot_db`), where DuckDB can."""
+    try:
+        con.execute("SET fsync_mode = 'NONE'")
+    except duckdb.Error:  # an older DuckDB: no such setting
+        pass
 
 
 def publish(lake: lake_mod.Lake, new: NewSnapshot | None = None) -> None:
@@ -260,7 +293,7 @@ def publish(lake: lake_mod.Lake, new: NewSnapshot | None = None) -> None:
         try:
             _build(new.con, lake)
         finally:
-            new.con.close()
+            new.close()
         lake_mod.crash_point("snapshot_before_rename")
         if lake.remote:
             lake.storage.upload(new.path, CATALOG)  # for httpfs clients; one PUT

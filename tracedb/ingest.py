@@ -420,10 +420,10 @@ class _Landing:
 
     def start(self) -> None:
         """As the reads begin: a new lake and the rollups' connection, in a thread."""
+        self.opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
         if self.later:
-            self.opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
             self.store_future = self.opening.submit(_open_lake, self.warehouse)
-            self.roll_future = self.opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
+        self.roll_future = self.opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
         self.last_commit = time.monotonic()
 
     def unrolled(self) -> int:
@@ -460,7 +460,7 @@ class _Landing:
     def roll_up(self) -> None:
         if self.rolled < len(self.pending):
             with timing.phase("rollups"):
-                self.roll = self.roll or (self.roll_future.result() if self.roll_future else rollups.Writer())
+                self.roll = self.roll or self.roll_future.result()
                 _add_rollups(self.roll, self.warehouse, [c for c, _ in self.pending[self.rolled:]])
             self.rolled = len(self.pending)
 
@@ -469,7 +469,7 @@ class _Landing:
             self.store = self.store or self.store_future.result()  # the lake is needed from here on only
             # the runs not rolled up yet are, beside the commit of their files (`lake.Lake.commit`)
             _commit(self.store, [c for c, _ in self.pending],
-                    self.roll_up if self.rolled < len(self.pending) else None)
+                    self.roll_up if self.rolled < len(self.pending) else None, self.roll or self.roll_future.result())
             for _, summary in self.pending:
                 self.summaries.append(summary)
                 if self.on_run:
@@ -514,10 +514,12 @@ def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommi
         c.files += [f for f in made if f.run_id == c.run_row["run_id"]]
 
 
-def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], None] | None = None) -> None:
+def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], None] | None,
+            duck: rollups.Writer) -> None:
     """The store commits the group, then the catalog publishes the snapshot: one lock.
     Beside the commit of the files read (in threads: DuckDB and delta-rs release the GIL),
-    `roll_up` adds the runs' rollup files and the new snapshot's DuckDB file is made."""
+    `roll_up` adds the runs' rollup files and the new snapshot's DuckDB file is made (on
+    the rollups' DuckDB database: no database started for it)."""
     import duckdb
     from deltalake.exceptions import DeltaError
 
@@ -526,7 +528,7 @@ def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], 
     made: list[catalog.NewSnapshot] = []
 
     def beside() -> None:
-        lake.concurrently([lambda: made.append(catalog.new_snapshot(store)), *([roll_up] if roll_up else [])])
+        lake.concurrently([lambda: made.append(catalog.new_snapshot(store, duck.con)), *([roll_up] if roll_up else [])])
 
     with store.lock():
         try:

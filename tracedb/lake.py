@@ -79,6 +79,8 @@ LAKE_JSON = f"{META_DIR}/lake.json"
 LOCK_FILE = f"{META_DIR}/commit.lock"
 CATALOG = "catalog.duckdb"  # the DuckDB snapshot of the lake (tracedb.catalog)
 PARTITIONS = ["run_id", "device"]
+# The metadata tables a commit writes (through handles opened beside its step 1)
+META_WRITTEN = ("runs", "files", "ingest_log", "checksums")
 INGEST_ID = pa.field("ingest_id", pa.string(), metadata={"doc": "ingest that wrote the row; a run's live ingest is runs.ingest_id"})
 # Files removed from the log stay on disk this long, so open snapshots keep working.
 DEFAULT_RETENTION_HOURS = 168
@@ -248,13 +250,14 @@ class Lake:
         concurrently([lambda t=table: ensure(t) for table in schema.ALL_TABLES])
 
     def table(self, table: str):
-        """The DeltaTable, loaded once and brought up to date on each call."""
+        """The DeltaTable, loaded once and brought up to date on each call (unless the log
+        listing shows it is, `log_version`)."""
         from deltalake import DeltaTable
 
         dt = self._tables.get(table)
         if dt is None:
             dt = self._tables[table] = DeltaTable(self.uri(table), storage_options=self._opts)
-        else:
+        elif dt.version() != self.log_version(table):
             dt.update_incremental()
         return dt
 
@@ -391,7 +394,7 @@ class Lake:
             if not self.storage.lock_valid():  # object storage: the lease ran out under us
                 raise WarehouseError(f"warehouse error: lost the commit lease on {self.root} before publishing "
                                      "(the runs keep their previous version; `tracedb vacuum` removes what was written)")
-            write_deltalake(self.uri("runs"), data, mode="overwrite", predicate=pred, storage_options=self._opts)
+            write_deltalake(self.table("runs"), data, mode="overwrite", predicate=pred, storage_options=self._opts)
             crash_point("ingest_after_publish")
             self.remove_unpublished({r.run_row["run_id"] for r in replaced})
             crash_point("ingest_after_cleanup")
@@ -400,7 +403,8 @@ class Lake:
         """These tables' live files, read now (in threads) so that the clean-up step and
         the snapshot only update the tables a commit changed (a fresh process opens each
         table's log here: ~3 ms a table at load 1)."""
-        concurrently([lambda t=t: self.add_actions(t) for t in tables])
+        concurrently([lambda t=t: self.add_actions(t) for t in tables] +
+                     [lambda t=t: self.table(t) for t in META_WRITTEN])
 
     def _record_checksums(self, files: list[DataFile]) -> None:
         from deltalake import write_deltalake
@@ -408,7 +412,7 @@ class Lake:
         if files:
             rows = [{"table_name": f.table, "run_id": f.run_id, "path": f.rel, "size_bytes": f.size,
                      "sha256": f.sha256, "ingest_id": f.ingest_id} for f in files]
-            write_deltalake(self.uri("checksums"), pa.Table.from_pylist(rows, schema=delta_schema("checksums")),
+            write_deltalake(self.table("checksums"), pa.Table.from_pylist(rows, schema=delta_schema("checksums")),
                             mode="append", storage_options=self._opts)
 
     def _add_files(self, files: list[DataFile], checksums: list[DataFile] | bool = True) -> None:
@@ -451,8 +455,8 @@ class Lake:
                 paths = ", ".join(sql_str(fr["path"]) for fr in r.file_rows)
                 preds.append(f"(run_id = {rid} AND path IN ({paths}))")
         concurrently([  # two tables, two commits at once
-            lambda: write_deltalake(self.uri("ingest_log"), data, mode="append", storage_options=self._opts),
-            lambda: write_deltalake(self.uri("files"), data, mode="overwrite", predicate=" OR ".join(preds),
+            lambda: write_deltalake(self.table("ingest_log"), data, mode="append", storage_options=self._opts),
+            lambda: write_deltalake(self.table("files"), data, mode="overwrite", predicate=" OR ".join(preds),
                                     storage_options=self._opts)])
 
     def remove_unpublished(self, run_ids: set[str] | None = None) -> int:
