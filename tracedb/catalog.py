@@ -328,9 +328,10 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
         con.execute(f"CREATE TABLE tracedb_{name} AS SELECT {cols} FROM _lake_table")
         con.unregister("_lake_table")
     con.execute("CREATE TABLE tracedb_migrations (number INTEGER, name VARCHAR, applied_at VARCHAR, note VARCHAR)")
-    for m in lake.read_meta().get("migrations", []):
-        con.execute("INSERT INTO tracedb_migrations VALUES (?, ?, ?, ?)",
-                    [m["number"], m["name"], m.get("applied_at"), m.get("note")])
+    migrations = lake.read_meta().get("migrations", [])
+    if migrations:  # one statement (one each: ~0.4 ms a migration)
+        con.execute("INSERT INTO tracedb_migrations VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(migrations)),
+                    [v for m in migrations for v in (m["number"], m["name"], m.get("applied_at"), m.get("note"))])
     con.execute("CREATE TABLE tracedb_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     con.executemany("INSERT INTO tracedb_meta VALUES (?, ?)", [
         ["schema_version", str(schema.SCHEMA_VERSION)], ["lake_state", json.dumps(state)]])
