@@ -91,3 +91,31 @@ def test_the_snapshot_keeps_duckdb_1_0_storage_and_the_runs(tmp_path):
     finally:
         con.close()
     assert not list(wh.glob(".catalog-*"))  # no snapshot file left behind
+
+
+def test_the_live_files_kept_after_a_commit_are_those_the_log_lists(tmp_path, monkeypatch):
+    """The commit keeps each table's live files from its own actions rather than reading
+    the log again: a run with an odd id (encoded in its folders), ingested and re-ingested
+    (old files removed), leaves that record equal to what a fresh reader of the log lists."""
+    from tracedb import ingest as ing
+    from tracedb import schema
+
+    wh = tmp_path / "wh"
+    odd = "r/1 100% ü"
+    assert ingest([scenario("tf_stepstats_gpu_streams")], wh, run_id=odd).ok
+    kept = {}
+    commit = ing._commit
+
+    def spy(store, runs, roll_up, duck):
+        commit(store, runs, roll_up, duck)
+        kept.update({t: store.add_actions(t) for t in schema.TABLES})
+
+    monkeypatch.setattr(ing, "_commit", spy)
+    assert ingest([NCCL], wh, run_id=odd).ok
+    fresh = Lake(wh)
+    for table in schema.TABLES:
+        assert kept[table].sort_by("path").equals(fresh.add_actions(table).sort_by("path")), table
+    live = fresh.published()[odd]
+    assert {r["min_ingest"] for r in fresh.add_actions("kernels").to_pylist()} == {live}  # the old files left
+    assert sum(fresh.add_actions("kernels").column("rows").to_pylist()) == len(
+        rawtrace.kineto(rawtrace.load_kineto_json(NCCL)).kernels)

@@ -278,7 +278,7 @@ class Lake:
     # -- reading the log ----------------------------------------------------------------
     def published(self) -> dict[str, str]:
         """run_id -> its live ingest_id."""
-        t = self.read_table("runs", ["run_id", "ingest_id"])
+        t = self.read_table("runs")  # all columns: the snapshot reads them after the clean-up step
         return dict(zip(t.column("run_id").to_pylist(), t.column("ingest_id").to_pylist()))
 
     def log_version(self, table: str) -> int | None:
@@ -301,9 +301,30 @@ class Lake:
         rows = self._cached(self._reads, key, table)
         if rows is None:
             dt = self.table(table)
-            rows = pa.table(dt.to_pyarrow_table(columns=columns))
-            self._reads[key] = (dt.version(), rows)
+            version = dt.version()
+            if self.remote or table in schema.TABLES or dt.protocol().min_reader_version > 1:
+                rows = pa.table(dt.to_pyarrow_table(columns=columns))
+            else:
+                rows = self._read_live_files(table, dt, columns)
+            self._reads[key] = (version, rows)
         return rows
+
+    def _read_live_files(self, table: str, dt, columns: list[str] | None) -> pa.Table:
+        """An unpartitioned local table of reader protocol 1 (no deletion vectors, no column
+        mapping: its live files hold its rows as they are) read with pyarrow, file by file
+        in log order as delta-rs reads them: `runs`, `files`, `ingest_log` (one file per
+        commit), 3.5-4.6 ms of CPU each against 9.8-13 ms through `to_pyarrow_table`
+        (medians of 10, a 5-run lake, load ~9)."""
+        import pyarrow.parquet as pq
+
+        cached = self._actions.get(table)
+        actions = cached[1] if cached is not None and cached[0] == dt.version() else self._read_add_actions(table, dt)
+        sch = delta_schema(table)
+        paths = [str(self.root / p) for p in actions.column("path").to_pylist()]
+        if not paths:
+            empty = sch.empty_table()
+            return empty.select(columns) if columns is not None else empty
+        return pq.read_table(paths, schema=sch, columns=columns)
 
     def add_actions(self, table: str) -> pa.Table:
         """One row per live file: path (relative, decoded), size, rows, run_id, device,
@@ -428,17 +449,45 @@ class Lake:
 
         def add(table: str) -> None:
             mine = [f for f in files if f.table == table]
-            self.transact(table, [add_action(f, now) for f in mine])
+            self.transact(table, [add_action(f, now) for f in mine], added=mine)
             for f in mine:
                 f.logged = True
 
         concurrently(([lambda: self._record_checksums(summed)] if summed else []) +
                      [lambda t=table: add(t) for table in dict.fromkeys(f.table for f in files)])
 
-    def transact(self, table: str, actions: list) -> None:
-        """One Delta commit of add and remove actions on a data table."""
-        self.table(table).create_write_transaction(actions, mode="append", schema=delta_schema(table),
-                                                   partition_by=PARTITIONS)
+    def transact(self, table: str, actions: list, added: list[DataFile] | None = None,
+                 removed: list[str] | None = None) -> None:
+        """One Delta commit of add and remove actions on a data table. `added` (the files of
+        the add actions) and `removed` (the paths of the remove actions), when they are all
+        the actions, keep `add_actions` up to date without reading the log."""
+        dt = self.table(table)
+        before = dt.version()
+        dt.create_write_transaction(actions, mode="append", schema=delta_schema(table), partition_by=PARTITIONS)
+        if added is not None or removed is not None:
+            self._committed(table, before, added or [], removed or [])
+
+    def _committed(self, table: str, before: int, added: list[DataFile], removed: list[str]) -> None:
+        """After our commit on `table`: when the log shows it as the one version after
+        `before` (under the lock, no other can land), the live files of `before`, kept by
+        `add_actions`, become the new version's with these files added and removed,
+        without reading the log (a handle update and a read: ~2 ms of CPU a table, 11
+        tables a TF run's clean-up step)."""
+        cached = self._actions.get(table)
+        if cached is None or cached[0] != before or self.log_version(table) != before + 1:
+            return
+        import pyarrow.compute as pc
+
+        rows = cached[1]
+        if removed:
+            rows = rows.filter(pc.invert(pc.is_in(rows.column("path"), pa.array(removed, pa.string()))))
+        if added:
+            new = pa.table({"path": [f.rel for f in added], "size": [f.size for f in added],
+                            "rows": [f.rows for f in added], "run_id": [f.run_id for f in added],
+                            "device": [f.device for f in added], "min_ingest": [f.ingest_id for f in added],
+                            "max_ingest": [f.ingest_id for f in added]}, schema=rows.schema)
+            rows = pa.concat_tables([rows, new])
+        self._actions[table] = (before + 1, rows)
 
     def _write_file_rows(self, runs: list[RunCommit]) -> None:
         from deltalake import write_deltalake
@@ -488,7 +537,7 @@ class Lake:
     def _remove_files(self, table: str, rows: list[dict]) -> int:
         if rows:
             now = int(time.time() * 1000)
-            self.transact(table, [remove_action(r, now) for r in rows])
+            self.transact(table, [remove_action(r, now) for r in rows], removed=[r["path"] for r in rows])
         return len(rows)
 
     def delete_runs(self, run_ids: list[str]) -> list[str]:
