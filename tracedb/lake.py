@@ -405,11 +405,11 @@ class Lake:
             busy = {f.table for f in first}  # a handle is used by one thread at a time
             concurrently([beside, lambda: self._add_files(first, checksums=False),
                           lambda: self._read_logs([t for t in schema.TABLES if t not in busy])])
-            # the rest of step 1 and step 2 at once (other tables)
-            concurrently([lambda: self._add_files([f for r in replaced for f in r.files if not f.logged],
-                                                  checksums=[f for r in replaced for f in r.files]),
-                          lambda: self._write_file_rows(runs)])
-            crash_point("ingest_after_add")  # step 2 ran with it here: both precede the publish point
+            self._add_files([f for r in replaced for f in r.files if not f.logged],
+                            checksums=[f for r in replaced for f in r.files])
+            # (step 2 stays after step 1: a crash here must not leave `files` rows of an unpublished run)
+            crash_point("ingest_after_add")
+            self._write_file_rows(runs)
         crash_point("ingest_after_files")
         if replaced:
             rows = [{**r.run_row, "ingest_id": r.ingest_id} for r in replaced]
