@@ -449,6 +449,7 @@ class Lake:
 
         def add(table: str) -> None:
             mine = [f for f in files if f.table == table]
+            self.add_actions(table)  # the version before: the commit's own actions keep it (`_committed`)
             self.transact(table, [add_action(f, now) for f in mine], added=mine)
             for f in mine:
                 f.logged = True
