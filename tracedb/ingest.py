@@ -29,7 +29,9 @@ for a file and ROLLUP_EVERY_RUNS runs are read but not rolled up, it rolls them 
 (24 shipped traces: 0.21 s of rollups after the last read before, ~0.05 s now). A
 commit and its snapshot cost ~0.15 s whether they land 1 run or 24 (`TRACEDB_TIMING`),
 so they are not split further: the last one is the serial tail either way; within a
-commit the Delta commits of different tables run in threads (`lake.concurrently`). The
+commit the Delta commits of different tables run in threads (`lake.concurrently`), and
+the rollups of the runs not rolled up yet are computed beside the commit of their files
+(`lake.Lake.commit`), as the new snapshot's file is made, on the rollups' DuckDB database. The
 CLI then exits without the interpreter's teardown (0.12-0.2 s, `cli.main`). A worker that
 dies (out-of-memory kill, a crash in native code) costs only the file it was reading:
 the pool is rebuilt, the files it held are re-read one at a time, and the one that kills

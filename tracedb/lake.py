@@ -54,6 +54,19 @@ still a crashed one. `lake.json` is rewritten with one PUT.
 
 Measured (2 cores): one group commit of 50 small runs (4 data tables + 3 metadata
 tables) takes ~0.3 s; files are written once (no staging copy).
+
+## The fixed cost of a commit (issue 12)
+
+An ingest's rollups (`tracedb.rollups`) are computed under the lock, in a thread beside
+step 1's commit of the files read (the rollup files are invisible until step 3 like the
+others, so they are committed after, still in step 1), while this module reads every
+other table's log. The lake keeps each table's live files (`add_actions`) and its small
+tables' rows (`read_table`) per Delta version: a local table's log listing (~10 us) tells
+whether a version is still the latest, so a handle is updated (~0.6 ms at load 1, 1-2 ms
+under load) only for a table that changed; after its own commit the lake adds or drops
+the files it committed in its record instead of reading the log again, when the listing
+shows the one next version. Serial CPU of the tail of one TF StepStats run (1.4 MB) into an
+existing lake, medians of 3, load ~7: rollups + commit + publish 510-630 -> 307-335 ms.
 """
 
 from __future__ import annotations
