@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -223,25 +224,82 @@ def _fetch_lake_snapshot(lake: lake_mod.Lake, path: Path, state: dict) -> bool:
         tmp.unlink(missing_ok=True)
 
 
-def publish(lake: lake_mod.Lake) -> None:
-    """Write a new snapshot of the lake beside the catalog and rename it into place.
-    Call under the lake's commit lock, after a commit."""
+@dataclass
+class NewSnapshot:
+    """A snapshot file being written beside the catalog (`new_snapshot`), not yet in place."""
+
+    path: Path
+    con: duckdb.DuckDBPyConnection  # `USE`s the new file
+    alias: str | None = None  # the file ATTACHed under this name to another connection's database
+
+    def close(self) -> None:
+        """Write it out (DuckDB checkpoints the file as it closes it)."""
+        if self.alias:
+            try:
+                self.con.execute("USE memory")
+                self.con.execute(f"DETACH DATABASE IF EXISTS {self.alias}")
+            finally:
+                self.alias = None
+        self.con.close()
+
+    def discard(self) -> None:
+        """Close it and delete what is left of it (nothing once `publish` renamed it)."""
+        self.close()
+        self.path.unlink(missing_ok=True)
+        Path(str(self.path) + ".wal").unlink(missing_ok=True)
+
+
+def new_snapshot(lake: lake_mod.Lake, on: duckdb.DuckDBPyConnection | None = None) -> NewSnapshot:
+    """An empty snapshot file beside the catalog, for `publish`. `on`: an open in-memory
+    DuckDB connection (the ingest's rollups connection): the file is ATTACHed to a cursor
+    of it, ~1 ms, where starting a DuckDB database costs ~14-16 ms of CPU (medians of
+    10, 2 cores; a local lake only: an object-storage one registers its filesystem on a
+    connection of its own)."""
     target = snapshot_path(lake)
     tmp = target.parent / f".catalog-{os.getpid()}-{secrets.token_hex(4)}.duckdb"
-    try:
-        con = _new_snapshot_db(tmp)
+    if on is not None and not lake.remote:
+        alias = f"tracedb_new_{secrets.token_hex(4)}"
+        con = on.cursor()
         try:
-            register_storage(con, lake)
-            _build(con, lake)
+            _no_fsync(con)
+            con.execute(f"ATTACH {lake_mod.sql_str(str(tmp))} AS {alias} (STORAGE_VERSION 'v1.0.0')")
+            con.execute(f"USE {alias}")
+        except BaseException:
+            NewSnapshot(tmp, con).discard()
+            raise
+        return NewSnapshot(tmp, con, alias)
+    con = _new_snapshot_db(tmp)
+    try:
+        register_storage(con, lake)
+    except BaseException:
+        NewSnapshot(tmp, con).discard()
+        raise
+    return NewSnapshot(tmp, con)
+
+
+def _no_fsync(con: duckdb.DuckDBPyConnection) -> None:
+    """No fsync for the files this database writes (see `_new_snapshot_db`), where DuckDB can."""
+    try:
+        con.execute("SET fsync_mode = 'NONE'")
+    except duckdb.Error:  # an older DuckDB: no such setting
+        pass
+
+
+def publish(lake: lake_mod.Lake, new: NewSnapshot | None = None) -> None:
+    """Write a new snapshot of the lake beside the catalog (into `new`, when made
+    beforehand) and rename it into place. Call under the lake's commit lock, after a commit."""
+    new = new or new_snapshot(lake)
+    try:
+        try:
+            _build(new.con, lake)
         finally:
-            con.close()
+            new.close()
         lake_mod.crash_point("snapshot_before_rename")
         if lake.remote:
-            lake.storage.upload(tmp, CATALOG)  # for httpfs clients; one PUT
-        os.replace(tmp, target)
+            lake.storage.upload(new.path, CATALOG)  # for httpfs clients; one PUT
+        os.replace(new.path, snapshot_path(lake))
     finally:
-        tmp.unlink(missing_ok=True)
-        Path(str(tmp) + ".wal").unlink(missing_ok=True)
+        new.discard()
 
 
 def _new_snapshot_db(path: Path) -> duckdb.DuckDBPyConnection:
@@ -270,9 +328,10 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
         con.execute(f"CREATE TABLE tracedb_{name} AS SELECT {cols} FROM _lake_table")
         con.unregister("_lake_table")
     con.execute("CREATE TABLE tracedb_migrations (number INTEGER, name VARCHAR, applied_at VARCHAR, note VARCHAR)")
-    for m in lake.read_meta().get("migrations", []):
-        con.execute("INSERT INTO tracedb_migrations VALUES (?, ?, ?, ?)",
-                    [m["number"], m["name"], m.get("applied_at"), m.get("note")])
+    migrations = lake.read_meta().get("migrations", [])
+    if migrations:  # one statement (one each: ~0.4 ms a migration)
+        con.execute("INSERT INTO tracedb_migrations VALUES " + ", ".join(["(?, ?, ?, ?)"] * len(migrations)),
+                    [v for m in migrations for v in (m["number"], m["name"], m.get("applied_at"), m.get("note"))])
     con.execute("CREATE TABLE tracedb_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
     con.executemany("INSERT INTO tracedb_meta VALUES (?, ?)", [
         ["schema_version", str(schema.SCHEMA_VERSION)], ["lake_state", json.dumps(state)]])

@@ -29,7 +29,9 @@ for a file and ROLLUP_EVERY_RUNS runs are read but not rolled up, it rolls them 
 (24 shipped traces: 0.21 s of rollups after the last read before, ~0.05 s now). A
 commit and its snapshot cost ~0.15 s whether they land 1 run or 24 (`TRACEDB_TIMING`),
 so they are not split further: the last one is the serial tail either way; within a
-commit the Delta commits of different tables run in threads (`lake.concurrently`). The
+commit the Delta commits of different tables run in threads (`lake.concurrently`), and
+the rollups of the runs not rolled up yet are computed beside the commit of their files
+(`lake.Lake.commit`), as the new snapshot's file is made, on the rollups' DuckDB database. The
 CLI then exits without the interpreter's teardown (0.12-0.2 s, `cli.main`). A worker that
 dies (out-of-memory kill, a crash in native code) costs only the file it was reading:
 the pool is rebuilt, the files it held are re-read one at a time, and the one that kills
@@ -420,10 +422,10 @@ class _Landing:
 
     def start(self) -> None:
         """As the reads begin: a new lake and the rollups' connection, in a thread."""
+        self.opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
         if self.later:
-            self.opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
             self.store_future = self.opening.submit(_open_lake, self.warehouse)
-            self.roll_future = self.opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
+        self.roll_future = self.opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
         self.last_commit = time.monotonic()
 
     def unrolled(self) -> int:
@@ -460,15 +462,16 @@ class _Landing:
     def roll_up(self) -> None:
         if self.rolled < len(self.pending):
             with timing.phase("rollups"):
-                self.roll = self.roll or (self.roll_future.result() if self.roll_future else rollups.Writer())
+                self.roll = self.roll or self.roll_future.result()
                 _add_rollups(self.roll, self.warehouse, [c for c, _ in self.pending[self.rolled:]])
             self.rolled = len(self.pending)
 
     def commit(self) -> None:
         if self.pending:
             self.store = self.store or self.store_future.result()  # the lake is needed from here on only
-            self.roll_up()
-            _commit(self.store, [c for c, _ in self.pending])
+            # the runs not rolled up yet are, beside the commit of their files (`lake.Lake.commit`)
+            _commit(self.store, [c for c, _ in self.pending],
+                    self.roll_up if self.rolled < len(self.pending) else None, self.roll or self.roll_future.result())
             for _, summary in self.pending:
                 self.summaries.append(summary)
                 if self.on_run:
@@ -513,19 +516,31 @@ def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommi
         c.files += [f for f in made if f.run_id == c.run_row["run_id"]]
 
 
-def _commit(store: lake.Lake, runs: list[lake.RunCommit]) -> None:
-    """The store commits the group, then the catalog publishes the snapshot: one lock."""
+def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], None] | None,
+            duck: rollups.Writer) -> None:
+    """The store commits the group, then the catalog publishes the snapshot: one lock.
+    Beside the commit of the files read (in threads: DuckDB and delta-rs release the GIL),
+    `roll_up` adds the runs' rollup files and the new snapshot's DuckDB file is made (on
+    the rollups' DuckDB database: no database started for it)."""
     import duckdb
     from deltalake.exceptions import DeltaError
 
     from tracedb import catalog
 
+    made: list[catalog.NewSnapshot] = []
+
+    def beside() -> None:
+        lake.concurrently([lambda: made.append(catalog.new_snapshot(store, duck.con)), *([roll_up] if roll_up else [])])
+
     with store.lock():
         try:
             with timing.phase("commit"):
-                store.commit(runs)
+                store.commit(runs, beside)
             with timing.phase("publish"):
-                catalog.publish(store)
+                catalog.publish(store, made[0])
         except (DeltaError, OSError, duckdb.Error) as e:
             raise WarehouseError(f"warehouse error: commit to {store.root} failed (the runs keep their previous "
                                  f"version): {' '.join(str(e).split())}") from e
+        finally:
+            for new in made:
+                new.discard()

@@ -94,6 +94,17 @@ but its parameters only filter rows (rank, steps) or flag them (cutoffs):
 launched (`sql/metrics/kernel_launches.sql`; the metric reads `whole.runtime_calls`,
 `CALL_COLUMNS`, beside `whole.kernels`), and the query filters, flags and orders them. At
 1,000 runs (924 k launches) the join from raw rows took 1.47 s fleet-wide.
+
+Fixed cost at ingest (issue 12). On a run of a few thousand rows the metrics' cost is
+mostly DuckDB's: parsing, binding and planning nine statements (~90 ms of CPU of ~120 on
+the 17 MB TF text's 9,060 activities, load ~4; on empty inputs alone 78-89 ms). The Writer
+parses each metric once, runs it on a cursor of its own through the DB-API result (the
+relation API binds each statement a second time to make the relation): 29-41 ms for the
+nine on empty inputs. A metric whose input tables have no rows in the commit group
+(`NEEDS`: `kernel_launches` without `runtime_calls`, all but `step_times` without
+`kernels`) is not run, and, as for any rollup without rows, no file is written and its
+table gets no Delta commit; a re-ingest still removes the run's old rollup files (the
+commit's clean-up step covers every data table).
 """
 
 from __future__ import annotations
@@ -103,6 +114,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracedb import schema
+from tracedb.errors import TracedbError
 
 if TYPE_CHECKING:
     import duckdb
@@ -128,6 +140,11 @@ NODE_COLUMNS = ("run_id", "rank", "step", "start_ns", "duration_ns")
 READS_ALSO: dict[str, tuple[str, ...]] = {"rollup_step_times": ("nodes",), "rollup_kernel_launches": ("runtime_calls",)}
 # The `runtime_calls` columns the metrics read (view `whole.runtime_calls`)
 CALL_COLUMNS = ("run_id", "rank", "step", "source_file", "correlation_id", "name", "start_ns", "duration_ns")
+# The source tables a rollup's metric needs rows of (each entry: at least one of these
+# tables; default: `kernels`): without them it has no rows, and is not run (a metric
+# costs 3-18 ms of CPU on empty inputs, mostly DuckDB planning).
+NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {"rollup_step_times": (("kernels", "nodes"),),
+                                                 "rollup_kernel_launches": (("kernels",), ("runtime_calls",))}
 # Every source table a metric reads, with the columns of its in-memory copy `whole.<table>`:
 # the ingest hands the Writer a run's files of these tables.
 WHOLE_SOURCES: dict[str, tuple[str, ...]] = {"kernels": COLUMNS + WHOLE_COLUMNS, "nodes": NODE_COLUMNS,
@@ -136,25 +153,39 @@ WHOLE_SOURCES: dict[str, tuple[str, ...]] = {"kernels": COLUMNS + WHOLE_COLUMNS,
 
 class Writer:
     """Computes and writes runs' rollups on one in-memory DuckDB connection, the metrics'
-    SQL parsed and bound once (a connection and the parsing cost ~50-100 ms under load,
-    as much as the metrics themselves on a small run)."""
+    SQL parsed once and each run on a cursor of its own kept open (a connection and the
+    parsing cost ~50-100 ms under load, as much as the metrics themselves on a small run)."""
 
     def __init__(self) -> None:
+        import warnings
+
         import duckdb
 
         from tracedb import query as q
 
+        # `_run` takes Arrow from a DB-API result on purpose (a metric's rows are few): only
+        # DuckDB's note about that, and only where this module asks, is silenced.
+        warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning,
+                                module=re.escape(__name__))
         self.con = duckdb.connect()
         # a few thousand rows a run: one thread (the ingest's workers have the other cores)
         self.con.execute("SET enable_progress_bar = false")
         self.con.execute("SET threads = 1")
+        self.con.execute("CREATE SCHEMA whole")
         self.metrics = {}
         self._registered: set = set()  # fsspec protocols registered on the connection
         for table, metric in schema.ROLLUPS.items():
             cq = q.load(str(metric_path(metric)))
-            self.metrics[table] = (cq, q.bind(cq, {}))
+            whole = not any(p.name == "kind" for p in cq.params)
+            cur = self.con.cursor()
+            if whole:  # a cursor's own setting: `kernels` is then that schema's
+                cur.execute("SET search_path = 'whole'")
+            # parsed once (DuckDB's Statement): ~1.5 ms a metric a computation under load
+            self.metrics[table] = (cq, q.bind(cq, {}), self.con.extract_statements(cq.sql)[-1], cur, whole)
 
     def close(self) -> None:
+        for *_, cur, _whole in self.metrics.values():
+            cur.close()
         self.con.close()
 
     def compute(self, sources: list[dict[str, str]], tables: list[str] | None = None) -> list[dict[str, pa.Table]]:
@@ -177,8 +208,10 @@ class Writer:
         a commit group of 50 fleet runs holds ~0.5 M kernel rows there)."""
         from tracedb.lake import concurrently
 
-        todo = [(t, cq, v) for t, (cq, v) in self.metrics.items() if tables is None or t in tables]
-        whole = {t for t, cq, _ in todo if not any(p.name == "kind" for p in cq.params)}
+        have = {t for src in sources for t in src}
+        todo = [(t, m) for t, m in self.metrics.items() if (tables is None or t in tables)
+                and all(any(s in have for s in alts) for alts in NEEDS.get(t, (("kernels",),)))]
+        whole = {t for t, m in todo if m[4]}
         if len(whole) < len(todo):
             rows_of = self._rows_of(sources, "kernels", COLUMNS)
             # A table of the in-memory database (not TEMP, which is one connection's): each
@@ -190,33 +223,35 @@ class Writer:
                 FROM k JOIN (SELECT NULL AS kind UNION ALL SELECT DISTINCT kind FROM k WHERE kind IS NOT NULL) s
                   ON s.kind IS NULL OR k.kind = s.kind""")
         if whole:
-            self.con.execute("CREATE SCHEMA IF NOT EXISTS whole")
             for table, columns in WHOLE_SOURCES.items():
                 self.con.execute(f"""CREATE OR REPLACE TABLE whole.{table} AS
                     SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
                     FROM ({self._rows_of(sources, table, columns)})""")
         try:
-            results = concurrently([lambda cq=cq, values=values, t=t: self._run(cq, values, "whole" if t in whole else None)
-                                    for t, cq, values in todo])
+            results = concurrently([lambda m=m: self._run(*m[:4]) for _, m in todo])
         finally:
             self.con.execute("DROP TABLE IF EXISTS kernels")
             for table in WHOLE_SOURCES:
                 self.con.execute(f"DROP TABLE IF EXISTS whole.{table}")
         out: list[dict[str, pa.Table]] = [{} for _ in sources]
-        for (table, _, _), rows in zip(todo, results):
+        for (table, _), rows in zip(todo, results):
             self._split(table, rows, out)
         return out
 
-    def _run(self, cq, values, search_path: str | None = None) -> pa.Table:
+    @staticmethod
+    def _run(cq, values, statement, cur) -> pa.Table:
+        """The metric's rows, as `query.execute` gives them with no run named (no view to
+        scope): the parsed statement on its cursor, through the DB-API result (with the
+        relation API DuckDB binds each statement once more to make the relation; the nine
+        metrics' fixed cost, on empty inputs, 78-89 -> 29-41 ms of CPU at load ~4)."""
+        import duckdb
+
         from tracedb import query as q
 
-        cur = self.con.cursor()
         try:
-            if search_path:  # a cursor's own setting: `kernels` is then that schema's
-                cur.execute(f"SET search_path = '{search_path}'")
-            return q.execute(cur, cq, values)
-        finally:
-            cur.close()
+            return q._plain_numbers(cur.execute(statement, values).to_arrow_table())
+        except duckdb.Error as e:
+            raise TracedbError(f"{cq.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
 
     @staticmethod
     def _rows_of(sources: list[dict[str, str]], table: str, columns: tuple[str, ...]) -> str:
