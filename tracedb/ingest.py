@@ -10,13 +10,20 @@ leaves nothing behind, while the run's other files still land.
 ## Parallel reading (`--jobs N`, the CLI's default: one per core)
 
 Sniffing, hashing and reading each file run in worker processes; only discovery, the
-commits and the snapshot stay in the caller. The workers are forked from a forkserver
-that imported the readers once (`set_forkserver_preload`), so a worker starts in a few
-ms instead of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each under
-`spawn`, which made `--jobs 2` no faster than `--jobs 1`); and unlike a plain fork of the
-caller, no DuckDB or Arrow thread's lock can be inherited mid-use. Workers get the
-caller's environment at the start of each ingest. The forkserver's pyarrow, and so every
-worker's, is told pandas and numpy are absent (`workers.arrow_without_pandas`: pyarrow imports
+commits and the snapshot stay in the caller. `tracedb ingest` forks the workers from
+itself right after discovery, having imported the readers and before it starts any
+thread (`workers.ForkPoint`; the pool is made, and every sniff queued, before the
+progress bar and the lake's threads start); elsewhere, e.g. `Warehouse.ingest` in a
+user's process that may run threads, they fork from a forkserver that imported the
+readers once (`set_forkserver_preload`). Either way a worker starts in a few ms instead
+of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each under `spawn`, which
+made `--jobs 2` no faster than `--jobs 1`), and no DuckDB or delta-rs thread's lock can
+be inherited mid-use. Forking from the caller saves the forkserver's interpreter and
+imports, which ran beside the caller's start-up: 24 shipped traces, `--jobs 2`, first
+read at 0.19-0.24 s instead of 0.63-0.76 s and 0.3-0.6 s less CPU for all processes
+(`bench_jobs.py --phases`, see bench/RESULTS.md "Session 6: jobscale"). Workers get the
+caller's environment at the start of each ingest. The workers' pyarrow is told pandas
+and numpy are absent (`workers.arrow_without_pandas`: pyarrow imports
 pandas on a process's first table, ~0.25 s of CPU per process, and numpy with itself, ~75 ms),
 and the workers import no duckdb.
 A new warehouse's Delta tables are created in a thread while the files are read, by the
@@ -335,19 +342,18 @@ def ingest(
     warehouse = storage.location(warehouse)
     with timing.phase("discover"):
         runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
-    if on_plan:
-        on_plan(runs)
     if jobs < 1:
         raise TracedbError("--jobs must be at least 1")
     n_files = sum(len(run.files) for run in runs)
-    parallel = min(jobs, n_files) > 1
-    if parallel:
-        workers.start()  # the forkserver's imports (~0.5 s) overlap ours and discovery
-    landing = _Landing(warehouse, on_run)
-    ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-    with timing.phase("start pool"):
-        pool = workers.Workers(min(jobs, n_files)) if parallel else None
+    with timing.phase("start pool"):  # before any thread of ours (progress, lake): it may fork this process
+        pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
+    landing = None
     try:
+        _sniff_all(runs, pool)
+        if on_plan:
+            on_plan(runs)
+        landing = _Landing(warehouse, on_run)
+        ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         landing.start()
         planned = _queue(runs, warehouse, ingest_id, pool)
         for run, run_jobs in planned:
@@ -366,23 +372,28 @@ def ingest(
             landing.add(run, results, ingest_id, partial, time.perf_counter() - start)
         landing.commit()
     except BaseException:
-        landing.discard(pool.finished() if pool else [])
+        if landing:
+            landing.discard(pool.finished() if pool else [])
         raise
     finally:
         if pool:
             with timing.phase("close pool"):
                 pool.close()
-        landing.close()
+        if landing:
+            landing.close()
     return IngestSummary(warehouse, landing.summaries)
+
+
+def _sniff_all(runs: list[RunSpec], pool: workers.Workers | None) -> None:
+    """With workers, every sniff is queued at once (a few ms each)."""
+    for i, path in enumerate(p for run in runs for p in run.files) if pool else ():
+        pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
 
 
 def _queue(runs: list[RunSpec], warehouse: Path | str, ingest_id: str,
            pool: workers.Workers | None) -> list[tuple[RunSpec, list[_Job]]]:
-    """Each run with its read jobs; with workers, every sniff is queued first (a few ms
-    each), then each run's reads as its sniffs come back."""
-    if pool:
-        for i, path in enumerate(p for run in runs for p in run.files):
-            pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
+    """Each run with its read jobs; with workers, each run's reads are queued as its sniffs
+    (`_sniff_all`) come back."""
     planned, index = [], 0
     sniffs = iter(range(sum(len(run.files) for run in runs)))
     for run in runs:
