@@ -5,9 +5,9 @@ before it starts a thread (`ForkPoint`); anywhere else they fork from a forkserv
 imported the readers once (PRELOAD). Either way a worker starts in a few ms: `spawn`
 re-imported tracedb, pyarrow, duckdb and protobuf in every worker (~1 s each on the
 loaded 2-core machine), which made `--jobs 2` slower than `--jobs 1` on 24 small runs.
-A plain fork of any caller would be cheaper still, but a caller may already run DuckDB,
-Arrow or delta-rs threads whose locks a child inherits. This module imports only the
-standard library, so the CLI can start the forkserver (`start`) before it imports the rest.
+Not any caller may fork: one that already runs DuckDB, OpenBLAS or delta-rs threads
+could hand a child one of their locks, held. This module imports only the
+standard library (and tracedb.timing).
 """
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ class ForkPoint:
 
 
 def _worker_init(env: dict, caller: int) -> None:
-    # The forkserver keeps the environment of its own start; the caller's may have changed.
+    # The forkserver keeps the environment of its own start; the caller's may have changed
+    # (a worker forked from the caller has it already).
     os.environ.clear()
     os.environ.update(env)
     threading.Thread(target=_exit_with, args=(caller,), daemon=True).start()
@@ -147,9 +148,9 @@ def _worker_init(env: dict, caller: int) -> None:
 
 
 def _exit_with(caller: int) -> None:
-    """Exit when the ingesting process is gone (SIGKILL, OOM kill). A worker's parent is the
-    forkserver, not the caller, and a pool worker waits for tasks forever: without this it
-    would outlive the caller, holding its stdout/stderr open (a shell or
+    """Exit when the ingesting process is gone (SIGKILL, OOM kill). A pool worker waits for
+    tasks forever, and its parent is the forkserver or the killed caller (nothing reaps it
+    or tells it): without this it would outlive the caller, holding its stdout/stderr open (a shell or
     `subprocess.run(capture_output=True)` waiting for them would hang) and the forkserver
     alive. A killed caller stays a zombie until reaped, hence its state, not just its pid."""
     stat = Path(f"/proc/{caller}/stat")
