@@ -703,6 +703,36 @@ def test_runs_rolled_up_while_the_workers_read_match_their_raw_rows(tmp_path, mo
         con.close()
 
 
+def test_runs_with_many_rows_are_rolled_up_in_smaller_batches(tmp_path, monkeypatch):
+    """A rollup batch also closes at ROLLUP_EVERY_ROWS rows of the tables the metrics read
+    (kernels, nodes, runtime_calls; a TF run's tensors and allocations do not count), so
+    large runs leave fewer of theirs for the rollups after the last read."""
+    from tracedb import timing, workers
+    from tracedb import ingest as ing
+
+    tf = rawtrace.tf()
+    per_run = len(tf.kernels) + len(tf.nodes)  # 755 + 577; no runtime calls
+    monkeypatch.setattr(ing, "ROLLUP_EVERY_RUNS", 100)
+    monkeypatch.setattr(workers.Workers, "ready", lambda self, key: False)  # the caller always catches up
+    log = tmp_path / "timing.jsonl"
+    monkeypatch.setenv("TRACEDB_TIMING", str(log))
+    runs = tmp_path / "runs"
+    for i in range(5):
+        (runs / f"r{i}").mkdir(parents=True)
+        shutil.copy(scenario("tf_stepstats_gpu_streams"), runs / f"r{i}")
+    for rows, batches in ((2 * per_run, 3), (2 * per_run + 1, 2)):  # 2 + 2 + 1 at the commit; 3 + 2
+        monkeypatch.setattr(ing, "ROLLUP_EVERY_ROWS", rows)
+        log.unlink(missing_ok=True)
+        assert ingest([runs], tmp_path / f"wh{rows}", jobs=2).ok
+        phases = [x["phase"] for x in timing.read(log) if x["phase"] in ("rollups", "commit")]
+        assert phases == ["rollups"] * batches + ["commit"], (rows, phases)
+    con = catalog.connect(tmp_path / f"wh{rows}")
+    try:  # every run's rollups landed
+        assert con.execute("SELECT count(DISTINCT run_id) FROM rollup_step_times").fetchone()[0] == 5
+    finally:
+        con.close()
+
+
 def test_data_files_dictionary_encode_repeating_columns_only(tmp_path):
     """Timestamps, durations and ids are written plain (dictionaries of nearly distinct
     values cost write time and space); names, steps, threads keep their dictionaries."""

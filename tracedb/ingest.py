@@ -32,7 +32,8 @@ Reads are queued run by run as their sniffs come back (queueing each group's lar
 files first balanced the workers no better on the bench and held every read back until
 all sniffs were in, so progress came in one burst). Commits go on in the caller while
 the workers read the next runs, and so do the rollups: whenever the caller would wait
-for a file and ROLLUP_EVERY_RUNS runs are read but not rolled up, it rolls them up then
+for a file and ROLLUP_EVERY_RUNS runs (or ROLLUP_EVERY_ROWS rows) are read but not
+rolled up, it rolls them up then
 (24 shipped traces: 0.21 s of rollups after the last read before, ~0.05 s now). A
 commit and its snapshot cost ~0.15 s whether they land 1 run or 24 (`TRACEDB_TIMING`),
 so they are not split further: the last one is the serial tail either way; within a
@@ -72,7 +73,12 @@ COMMIT_EVERY_SECONDS = 10.0
 # computation of the eight metrics costs ~100 ms of CPU plus a few ms a run, taken from the
 # workers on 2 cores: `bench_jobs.py --jobs 2`, 24 shipped traces, alternating windows at
 # load ~2: 12 runs a batch 1.37-1.39x, 4 runs 1.27-1.31x; 24 fleet runs 1.61x / 1.58x.
+# A batch also closes at this many rows of the tables the metrics read: their cost is
+# ~6-8 us a row, so large runs' batches would leave most of it after the last read (24
+# fleet runs of 7.5 k rows, load ~10, medians of 4: last read to exit 1.22 -> 0.84 s for
+# 0.4 s more CPU before it, 7.9 -> 7.5 s wall; the shipped traces' batches stay at 12 runs).
 ROLLUP_EVERY_RUNS = 12
+ROLLUP_EVERY_ROWS = 30_000
 
 
 @dataclass
@@ -360,7 +366,7 @@ def ingest(
             start = time.perf_counter()
             results = []
             for job in run_jobs:
-                if pool and landing.unrolled() >= ROLLUP_EVERY_RUNS and not pool.ready(job.file_tag):
+                if pool and _roll_up_now(landing) and not pool.ready(job.file_tag):
                     landing.roll_up()  # the caller would only wait: it rolls up the runs read so far meanwhile
                 results.append(pool.result(job.file_tag) if pool else _read_one(job))
                 if on_file:
@@ -382,6 +388,14 @@ def ingest(
         if landing:
             landing.close()
     return IngestSummary(warehouse, landing.summaries)
+
+
+def _roll_up_now(landing: _Landing) -> bool:
+    """Whether the runs read but not rolled up make a batch: ROLLUP_EVERY_RUNS runs, or
+    ROLLUP_EVERY_ROWS rows of the tables the metrics read."""
+    unrolled = [summary for _, summary in landing.pending[landing.rolled:]]
+    return len(unrolled) >= ROLLUP_EVERY_RUNS or (
+        sum(n for s in unrolled for t, n in s.rows.items() if t in rollups.WHOLE_SOURCES) >= ROLLUP_EVERY_ROWS)
 
 
 def _sniff_all(runs: list[RunSpec], pool: workers.Workers | None) -> None:
