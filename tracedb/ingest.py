@@ -362,11 +362,12 @@ def ingest(
         ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         landing.start()
         planned = _queue(runs, warehouse, ingest_id, pool)
+        rows: list[int] = []  # each run's rows of the tables the metrics read, in landing order
         for run, run_jobs in planned:
             start = time.perf_counter()
             results = []
             for job in run_jobs:
-                if pool and _roll_up_now(landing) and not pool.ready(job.file_tag):
+                if pool and _roll_up_now(rows, landing.unrolled()) and not pool.ready(job.file_tag):
                     landing.roll_up()  # the caller would only wait: it rolls up the runs read so far meanwhile
                 results.append(pool.result(job.file_tag) if pool else _read_one(job))
                 if on_file:
@@ -376,6 +377,7 @@ def ingest(
                 if on_file:
                     on_file(results[-1])
             landing.add(run, results, ingest_id, partial, time.perf_counter() - start)
+            rows.append(sum(n for r in results for t, n in r.rows.items() if t in rollups.WHOLE_SOURCES))
         landing.commit()
     except BaseException:
         if landing:
@@ -390,12 +392,10 @@ def ingest(
     return IngestSummary(warehouse, landing.summaries)
 
 
-def _roll_up_now(landing: _Landing) -> bool:
-    """Whether the runs read but not rolled up make a batch: ROLLUP_EVERY_RUNS runs, or
-    ROLLUP_EVERY_ROWS rows of the tables the metrics read."""
-    unrolled = [summary for _, summary in landing.pending[landing.rolled:]]
-    return len(unrolled) >= ROLLUP_EVERY_RUNS or (
-        sum(n for s in unrolled for t, n in s.rows.items() if t in rollups.WHOLE_SOURCES) >= ROLLUP_EVERY_ROWS)
+def _roll_up_now(rows: list[int], unrolled: int) -> bool:
+    """Whether the last `unrolled` runs read (`rows`: each run's rows of the tables the
+    metrics read) make a rollup batch: ROLLUP_EVERY_RUNS runs, or ROLLUP_EVERY_ROWS rows."""
+    return unrolled >= ROLLUP_EVERY_RUNS or (unrolled > 0 and sum(rows[-unrolled:]) >= ROLLUP_EVERY_ROWS)
 
 
 def _sniff_all(runs: list[RunSpec], pool: workers.Workers | None) -> None:
