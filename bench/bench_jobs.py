@@ -77,23 +77,22 @@ def bench_env(tmp: Path) -> dict:
     return env
 
 
-def caller_cpu(fn, *args) -> tuple[object, float, float]:
-    """fn's result, the CPU seconds of the processes it waited for (the caller: not the
-    forkserver and its workers, which the caller does not wait for), and of every process
-    of the ingest (this process is their subreaper: orphans are reaped and counted here)."""
+def tree_cpu(fn, *args) -> tuple[object, float]:
+    """fn's result and the CPU seconds of every process of the ingest it runs: the caller,
+    and the forkserver and workers it does not wait for (this process is their subreaper,
+    `subreaper`: orphans are reaped and counted here)."""
     def cpu():
         r = resource.getrusage(resource.RUSAGE_CHILDREN)
         return r.ru_utime + r.ru_stime
 
     before = cpu()
     out = fn(*args)
-    mid = cpu()
     while True:  # the forkserver, and any worker, exit once the caller is gone
         try:
             os.wait()
         except ChildProcessError:
             break
-    return out, mid - before, cpu() - before
+    return out, cpu() - before
 
 
 def subreaper() -> None:
@@ -110,7 +109,7 @@ def phases(runs: Path, wh: Path, jobs: int, env: dict, log: Path, root: Path = R
     log.unlink(missing_ok=True)
     shutil.rmtree(wh, ignore_errors=True)  # not counted: ingest() removes it again, at once
     launch = time.time()
-    _, cpu, tree = caller_cpu(ingest, runs, wh, jobs, {**env, "TRACEDB_TIMING": str(log)}, root)
+    _, tree = tree_cpu(ingest, runs, wh, jobs, {**env, "TRACEDB_TIMING": str(log)}, root)
     end = time.time()
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     caller = next(x["pid"] for x in lines if x["phase"] == "discover")
@@ -122,8 +121,8 @@ def phases(runs: Path, wh: Path, jobs: int, env: dict, log: Path, root: Path = R
     print(f"--jobs {jobs}: {end - launch:.2f} s wall; start-up (interpreter, imports) until discovery "
           f"{own[0]['start'] - launch:.2f} s" + (f"; first read at {first - launch:.2f} s, last read done at "
                                                f"{last - launch:.2f} s, then {end - last:.2f} s to exit" if tasks else ""))
-    print(f"    CPU seconds: all processes {tree:.2f}, caller {cpu:.2f}" +
-          (f", workers {sum(x['cpu'] for x in lives):.2f} (their tasks {sum(x['cpu'] for x in tasks):.2f})"
+    print(f"    CPU seconds: all processes {tree:.2f}" +  # the caller's own figure holds the workers it forked
+          (f", of which workers {sum(x['cpu'] for x in lives):.2f} (their tasks {sum(x['cpu'] for x in tasks):.2f})"
            if lives else ""))
     totals: dict[str, list[float]] = {}
     for x in own:
