@@ -14,10 +14,10 @@ the median. The machine may be shared: only the interleaved ratios mean anything
 One untimed warm-up round first; bytecode is cached privately (see `bench_env`).
 
 --phases [N] also runs each side N times more (default once) with TRACEDB_TIMING
-(tracedb.timing) and prints where the time went, measured inside the processes rather than as a ratio of two loaded
-runs: start-up until discovery begins (interpreter, imports), each phase of the caller
-(wall and CPU seconds), how long the workers were busy, and the serial tail after the
-last read (commit, snapshot, pool shutdown, exit).
+(tracedb.timing) and prints where the time went, measured inside the processes rather
+than as a ratio of two loaded runs: start-up until discovery begins (interpreter,
+imports), each phase of the caller (wall and CPU seconds), how long the workers were
+busy, and the serial tail after the last read (commit, snapshot, pool shutdown, exit).
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ class ForkPoint:
 
     threads: int | None = None  # native threads at `prepare`, where forking is safe
     # Imported, these run native thread pools (DuckDB, delta-rs's runtime, OpenBLAS): a fork
-    # could inherit one of their locks held
+    # could inherit one of their locks, held.
     THREADED = ("duckdb", "deltalake", "numpy")
 
     @classmethod
@@ -149,10 +149,10 @@ def _worker_init(env: dict, caller: int) -> None:
 
 def _exit_with(caller: int) -> None:
     """Exit when the ingesting process is gone (SIGKILL, OOM kill). A pool worker waits for
-    tasks forever, and its parent is the forkserver or the killed caller (nothing reaps it
-    or tells it): without this it would outlive the caller, holding its stdout/stderr open (a shell or
-    `subprocess.run(capture_output=True)` waiting for them would hang) and the forkserver
-    alive. A killed caller stays a zombie until reaped, hence its state, not just its pid."""
+    tasks forever, and its parent is the forkserver or the killed caller (nothing tells
+    it): without this it would outlive the caller, holding its stdout/stderr open (a shell
+    or `subprocess.run(capture_output=True)` waiting for them would hang) and the
+    forkserver alive. A killed caller stays a zombie until reaped, hence its state, not just its pid."""
     stat = Path(f"/proc/{caller}/stat")
     while True:
         time.sleep(0.5)
