@@ -76,7 +76,8 @@ COMMIT_EVERY_SECONDS = 10.0
 # A batch also closes at this many rows of the tables the metrics read: their cost is
 # ~6-8 us a row, so large runs' batches would leave most of it after the last read (24
 # fleet runs of 7.5 k rows, load ~10, medians of 4: last read to exit 1.22 -> 0.84 s for
-# 0.4 s more CPU before it, 7.9 -> 7.5 s wall; the shipped traces' batches stay at 12 runs).
+# 0.4 s more CPU before it, 7.9 -> 7.5 s wall; the shipped traces' batches stay at 12 runs;
+# where the ingest gets about one core, that CPU shows: see bench/RESULTS.md, "Session 6: jobscale").
 ROLLUP_EVERY_RUNS = 12
 ROLLUP_EVERY_ROWS = 30_000
 
