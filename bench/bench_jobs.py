@@ -1,6 +1,6 @@
 """`tracedb ingest --jobs 2` against `--jobs 1` on 24 runs (issue 12 item 5).
 
-    python bench/bench_jobs.py [--runs 24] [--repeat 3] [--jobs 2] [--runs-dir DIR] [--base DIR] [--phases]
+    python bench/bench_jobs.py [--runs 24] [--repeat 3] [--jobs 2] [--runs-dir DIR] [--base DIR] [--phases [N]]
 
 Builds --runs run folders from the shipped real traces (tests/data: Kineto H200, TF
 StepStats with GPU streams, MegEngine, XSpace, TF RunMetadata text, in turn; one trace
@@ -13,11 +13,11 @@ the median. The machine may be shared: only the interleaved ratios mean anything
 --base DIR times another checkout's four commands in the same rounds (before/after).
 One untimed warm-up round first; bytecode is cached privately (see `bench_env`).
 
---phases also runs each side once more with TRACEDB_TIMING (tracedb.timing) and prints
-where the time went, measured inside the processes rather than as a ratio of two loaded
-runs: start-up until discovery begins (interpreter, imports), each phase of the caller
-(wall and CPU seconds), how long the workers were busy, and the serial tail after the
-last read (commit, snapshot, pool shutdown, exit).
+--phases [N] also runs each side N times more (default once) with TRACEDB_TIMING
+(tracedb.timing) and prints where the time went, measured inside the processes rather
+than as a ratio of two loaded runs: start-up until discovery begins (interpreter,
+imports), each phase of the caller (wall and CPU seconds), how long the workers were
+busy, and the serial tail after the last read (commit, snapshot, pool shutdown, exit).
 """
 
 from __future__ import annotations
@@ -77,23 +77,40 @@ def bench_env(tmp: Path) -> dict:
     return env
 
 
-def caller_cpu(fn, *args) -> tuple[object, float]:
-    """fn's result and the CPU seconds of the processes it waited for (the caller: not
-    the forkserver and its workers, which the caller does not wait for)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def tree_cpu(fn, *args) -> tuple[object, float]:
+    """fn's result and the CPU seconds of every process of the ingest it runs: the caller,
+    and the forkserver and workers it does not wait for (this process is their subreaper,
+    `subreaper`: orphans are reaped and counted here)."""
+    def cpu():
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    before = cpu()
     out = fn(*args)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return out, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    while True:  # the forkserver, and any worker, exit once the caller is gone
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
+    return out, cpu() - before
 
 
-def phases(runs: Path, wh: Path, jobs: int, env: dict, log: Path) -> None:
+def subreaper() -> None:
+    """Orphaned descendants (the forkserver, its workers) become this process's children."""
+    import ctypes
+
+    PR_SET_CHILD_SUBREAPER = 36
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def phases(runs: Path, wh: Path, jobs: int, env: dict, log: Path, root: Path = ROOT) -> None:
     """One traced ingest: its timeline, from tracedb.timing's lines."""
+    subreaper()
     log.unlink(missing_ok=True)
     shutil.rmtree(wh, ignore_errors=True)  # not counted: ingest() removes it again, at once
     launch = time.time()
-    _, cpu = caller_cpu(ingest, runs, wh, jobs, {**env, "TRACEDB_TIMING": str(log)})
+    _, tree = tree_cpu(ingest, runs, wh, jobs, {**env, "TRACEDB_TIMING": str(log)}, root)
     end = time.time()
-    time.sleep(1)  # the workers' own exit lines
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     caller = next(x["pid"] for x in lines if x["phase"] == "discover")
     lives = [x for x in lines if x["phase"] == "worker"]
@@ -104,9 +121,9 @@ def phases(runs: Path, wh: Path, jobs: int, env: dict, log: Path) -> None:
     print(f"--jobs {jobs}: {end - launch:.2f} s wall; start-up (interpreter, imports) until discovery "
           f"{own[0]['start'] - launch:.2f} s" + (f"; first read at {first - launch:.2f} s, last read done at "
                                                f"{last - launch:.2f} s, then {end - last:.2f} s to exit" if tasks else ""))
-    print(f"    CPU seconds: caller {cpu:.2f}" + (f", workers {sum(x['cpu'] for x in lives):.2f} "
-                                                  f"(their tasks {sum(x['cpu'] for x in tasks):.2f}), plus the "
-                                                  "forkserver's imports" if lives else ""))
+    print(f"    CPU seconds: all processes {tree:.2f}" +  # the caller's own figure holds the workers it forked
+          (f", of which workers {sum(x['cpu'] for x in lives):.2f} (their tasks {sum(x['cpu'] for x in tasks):.2f})"
+           if lives else ""))
     totals: dict[str, list[float]] = {}
     for x in own:
         t = totals.setdefault(x["phase"], [0, 0.0, 0.0, None])
@@ -129,7 +146,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--runs-dir", type=Path, help="ingest this runs folder instead of building one")
-    ap.add_argument("--phases", action="store_true", help="also trace one run of each side (TRACEDB_TIMING)")
+    ap.add_argument("--phases", type=int, nargs="?", const=1, default=0, metavar="N",
+                    help="also trace N runs (default 1) of each side (TRACEDB_TIMING)")
     ap.add_argument("--base", type=Path, help="another checkout (e.g. `git worktree add /tmp/base main`): "
                     "its --jobs 1 and --jobs N are timed in the same rounds, interleaved")
     args = ap.parse_args()
@@ -163,9 +181,11 @@ def main() -> None:
                   f"(medians {statistics.median(one):.2f} s / {statistics.median(many):.2f} s; best times: "
                   f"{min(one):.2f} s / {min(many):.2f} s = {min(one) / min(many):.2f}x)")
         print(f"load average {os.getloadavg()[0]:.1f} at end, {time.strftime('%H:%M UTC', time.gmtime())}")
-        if args.phases:
-            for j in (1, args.jobs):
-                phases(runs, tmp / f"wh{j}", j, env, tmp / f"timing{j}.jsonl")
+        for r in range(args.phases):
+            for k, root in sides.items():
+                for j in (1, args.jobs):
+                    print(f"{k}, round {r + 1}: ", end="")
+                    phases(runs, tmp / f"wh{j}", j, env, tmp / f"timing{j}.jsonl", root)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -371,6 +371,135 @@ def test_a_worker_reads_without_importing_anything_more(tmp_path):
     assert not {"duckdb", "deltalake", "pandas", "numpy"} & after
 
 
+def test_the_ingest_command_forks_its_workers_from_itself(tmp_path):
+    """`tracedb ingest --jobs 2` forks its workers from itself once it has imported the
+    readers (workers.ForkPoint): no forkserver is started, two processes other than the
+    caller read, and the rows are the traces' (rawtrace counts)."""
+    import os
+    import subprocess
+    import sys
+
+    from tracedb import timing
+
+    code = """if True:
+        import os, sys
+        from multiprocessing import forkserver
+        exit_, me = os._exit, os.getpid()
+        def report(code):  # the command ends with os._exit (no teardown); so do its forks
+            if os.getpid() == me:
+                print(forkserver._forkserver._forkserver_pid, code, flush=True)
+            exit_(code)
+        os._exit = report
+        sys.argv = ["tracedb", "ingest", sys.argv[1], "-w", sys.argv[2], "-q", "--jobs", "2"]
+        from tracedb.cli import main
+        main()
+    """
+    runs = tmp_path / "runs"
+    for name in ("kineto_h200_fp32", "tf_stepstats_gpu_streams"):
+        (runs / name).mkdir(parents=True)
+        shutil.copy(scenario(name), runs / name)
+    wh, log = tmp_path / "wh", tmp_path / "timing.jsonl"
+    r = subprocess.run([sys.executable, "-c", code, str(runs), str(wh)], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parent.parent, timeout=120,
+                       env={**os.environ, "TRACEDB_TIMING": str(log)})
+    assert r.stdout == "None 0\n", (r.stdout, r.stderr)
+    lines = timing.read(log)
+    caller = next(x["pid"] for x in lines if x["phase"] == "discover")
+    readers = {x["pid"] for x in lines if x["phase"] == "read_one"}
+    assert len(readers | {caller}) == 3 or (len(readers) == 1 and caller not in readers), readers
+    assert {x["pid"] for x in lines if x["phase"] == "worker"} == {x["pid"] for x in lines} - {caller}
+    kineto, tf = rawtrace.kineto(rawtrace.load_kineto_json(scenario("kineto_h200_fp32"))), rawtrace.tf()
+    assert counts(wh)["kernels"] == len(kineto.kernels) + len(tf.kernels)
+    assert counts(wh)["nodes"] == len(kineto.nodes) + len(tf.nodes)
+
+
+def _in_subprocess(code: str) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 0 and r.stdout == "ok\n", (r.stdout, r.stderr)
+
+
+def test_workers_fork_from_the_caller_only_while_it_runs_no_thread_of_its_own(tmp_path):
+    """After ForkPoint.prepare the workers fork from the caller; once it started a thread,
+    or where a library with native thread pools was imported before, they come from the
+    forkserver. Both read the same file alike."""
+    path = scenario("kineto_h200_fp32")
+    expected = len(rawtrace.kineto(rawtrace.load_kineto_json(path)).kernels)
+    _in_subprocess(f"""if True:
+        import threading
+        from pathlib import Path
+        from tracedb import workers
+        workers.ForkPoint.prepare()  # first: pyarrow imported before it would import numpy
+        from tracedb import ingest as ing
+        def kernels(pool):
+            fmt, err = ing._sniff(Path({str(path)!r}))
+            job = ing._Job(Path({str(path)!r}), "k", "k", "r", fmt, 0, Path({str(tmp_path)!r}), "i1", "i1-00000", err)
+            pool.submit("k", ing._read_one, job, lambda: None)
+            return pool.result("k").rows["kernels"]
+        assert workers.ForkPoint.ok()
+        pool = workers.Workers(2)
+        try:
+            assert pool.forked and kernels(pool) == {expected}
+        finally:
+            pool.close()
+        stop = threading.Event()
+        t = threading.Thread(target=stop.wait)
+        t.start()
+        assert not workers.ForkPoint.ok()
+        pool = workers.Workers(2)
+        try:
+            assert not pool.forked and kernels(pool) == {expected}
+        finally:
+            pool.close()
+            stop.set()
+            t.join()
+        print("ok")
+    """)
+    for first in ("duckdb", "numpy", "pyarrow"):  # numpy: pyarrow imported before the CLI's refusal
+        _in_subprocess(f"""if True:
+            import {first}
+            from tracedb import workers
+            workers.ForkPoint.prepare()
+            assert not workers.ForkPoint.ok()
+            print("ok")
+        """)
+
+
+def test_a_forked_worker_reads_without_importing_anything_more(tmp_path):
+    """Forked from the prepared caller, a worker has every reader already (its first file
+    costs no import) and none of duckdb, deltalake, pandas or numpy."""
+    path = scenario("kineto_h200_fp32")
+    _in_subprocess(f"""if True:
+        import sys
+        from pathlib import Path
+        from tracedb import workers
+        workers.ForkPoint.prepare()
+        from tracedb import ingest as ing
+        pool = workers.Workers(2)
+        modules = "sorted({{m.split('.')[0] for m in __import__('sys').modules}})"
+        fmt, err = ing._sniff(Path({str(path)!r}))
+        job = ing._Job(Path({str(path)!r}), "k", "k", "r", fmt, 0, Path({str(tmp_path)!r}), "i1", "i1-00000", err)
+        try:
+            assert pool.forked
+            pool.submit("before", eval, modules, lambda: None)
+            before = set(pool.result("before"))
+            pool.submit("read", ing._read_one, job, lambda: None)
+            res = pool.result("read")
+            pool.submit("after", eval, modules, lambda: None)
+            after = set(pool.result("after"))
+        finally:
+            pool.close()
+        assert res.ok and res.rows["kernels"] > 0, res.error
+        assert {{"pyarrow", "tracedb", "google"}} <= before
+        assert after - before <= {{"gzip", "_compression", "zlib"}}, after - before
+        assert not {{"duckdb", "deltalake", "pandas", "numpy"}} & after, after
+        print("ok")
+    """)
+
+
 def test_arrow_without_pandas_converts_and_leaves_pandas_importable():
     """tracedb's ingest processes tell pyarrow pandas is absent: Python values still convert
     (the lake's rows, a reader's tables: the same Arrow data), pandas is never imported, and
@@ -571,6 +700,36 @@ def test_runs_rolled_up_while_the_workers_read_match_their_raw_rows(tmp_path, mo
             got, want = q.execute(con, new, values), q.execute(con, old, values)
             assert got.equals(want), name
             assert set(got.column("run_id").to_pylist()) == {f"r{i}" for i in range(7)}, name  # every trace has GPU activity
+    finally:
+        con.close()
+
+
+def test_runs_with_many_rows_are_rolled_up_in_smaller_batches(tmp_path, monkeypatch):
+    """A rollup batch also closes at ROLLUP_EVERY_ROWS rows of the tables the metrics read
+    (kernels, nodes, runtime_calls; a TF run's tensors and allocations do not count), so
+    large runs leave fewer of theirs for the rollups after the last read."""
+    from tracedb import timing, workers
+    from tracedb import ingest as ing
+
+    tf = rawtrace.tf()
+    per_run = len(tf.kernels) + len(tf.nodes)  # 755 + 577; no runtime calls
+    monkeypatch.setattr(ing, "ROLLUP_EVERY_RUNS", 100)
+    monkeypatch.setattr(workers.Workers, "ready", lambda self, key: False)  # the caller always catches up
+    log = tmp_path / "timing.jsonl"
+    monkeypatch.setenv("TRACEDB_TIMING", str(log))
+    runs = tmp_path / "runs"
+    for i in range(5):
+        (runs / f"r{i}").mkdir(parents=True)
+        shutil.copy(scenario("tf_stepstats_gpu_streams"), runs / f"r{i}")
+    for rows, batches in ((2 * per_run, 3), (2 * per_run + 1, 2)):  # 2 + 2 + 1 at the commit; 3 + 2
+        monkeypatch.setattr(ing, "ROLLUP_EVERY_ROWS", rows)
+        log.unlink(missing_ok=True)
+        assert ingest([runs], tmp_path / f"wh{rows}", jobs=2).ok
+        phases = [x["phase"] for x in timing.read(log) if x["phase"] in ("rollups", "commit")]
+        assert phases == ["rollups"] * batches + ["commit"], (rows, phases)
+    con = catalog.connect(tmp_path / f"wh{rows}")
+    try:  # every run's rollups landed
+        assert con.execute("SELECT count(DISTINCT run_id) FROM rollup_step_times").fetchone()[0] == 5
     finally:
         con.close()
 

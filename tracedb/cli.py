@@ -106,7 +106,7 @@ def ingest(
     if jobs > 1 and not dry_run and (len(paths) > 1 or paths[0].is_dir()):  # likely several files
         from tracedb import workers
 
-        workers.start()  # the forkserver's imports (~1 s) overlap ours (bench/bench_jobs.py)
+        workers.ForkPoint.prepare()  # the workers' imports, before any thread: they fork from here
     if not dry_run:
         from tracedb import workers
 

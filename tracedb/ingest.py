@@ -10,13 +10,20 @@ leaves nothing behind, while the run's other files still land.
 ## Parallel reading (`--jobs N`, the CLI's default: one per core)
 
 Sniffing, hashing and reading each file run in worker processes; only discovery, the
-commits and the snapshot stay in the caller. The workers are forked from a forkserver
-that imported the readers once (`set_forkserver_preload`), so a worker starts in a few
-ms instead of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each under
-`spawn`, which made `--jobs 2` no faster than `--jobs 1`); and unlike a plain fork of the
-caller, no DuckDB or Arrow thread's lock can be inherited mid-use. Workers get the
-caller's environment at the start of each ingest. The forkserver's pyarrow, and so every
-worker's, is told pandas and numpy are absent (`workers.arrow_without_pandas`: pyarrow imports
+commits and the snapshot stay in the caller. `tracedb ingest` forks the workers from
+itself right after discovery, having imported the readers and before it starts any
+thread (`workers.ForkPoint`; the pool is made, and every sniff queued, before the
+progress bar and the lake's threads start); elsewhere, e.g. `Warehouse.ingest` in a
+user's process that may run threads, they fork from a forkserver that imported the
+readers once (`set_forkserver_preload`). Either way a worker starts in a few ms instead
+of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each under `spawn`, which
+made `--jobs 2` no faster than `--jobs 1`), and no DuckDB or delta-rs thread's lock can
+be inherited mid-use. Forking from the caller saves the forkserver's interpreter and
+imports, which ran beside the caller's start-up: 24 shipped traces, `--jobs 2`, first
+read at 0.19-0.24 s instead of 0.63-0.76 s and 0.3-0.6 s less CPU for all processes
+(`bench_jobs.py --phases`, see bench/RESULTS.md "Session 6: jobscale"). Workers get the
+caller's environment at the start of each ingest. The workers' pyarrow is told pandas
+and numpy are absent (`workers.arrow_without_pandas`: pyarrow imports
 pandas on a process's first table, ~0.25 s of CPU per process, and numpy with itself, ~75 ms),
 and the workers import no duckdb.
 A new warehouse's Delta tables are created in a thread while the files are read, by the
@@ -25,7 +32,8 @@ Reads are queued run by run as their sniffs come back (queueing each group's lar
 files first balanced the workers no better on the bench and held every read back until
 all sniffs were in, so progress came in one burst). Commits go on in the caller while
 the workers read the next runs, and so do the rollups: whenever the caller would wait
-for a file and ROLLUP_EVERY_RUNS runs are read but not rolled up, it rolls them up then
+for a file and ROLLUP_EVERY_RUNS runs (or ROLLUP_EVERY_ROWS rows) are read but not
+rolled up, it rolls them up then
 (24 shipped traces: 0.21 s of rollups after the last read before, ~0.05 s now). A
 commit and its snapshot cost ~0.15 s whether they land 1 run or 24 (`TRACEDB_TIMING`),
 so they are not split further: the last one is the serial tail either way; within a
@@ -67,7 +75,13 @@ COMMIT_EVERY_SECONDS = 10.0
 # computation of the eight metrics costs ~100 ms of CPU plus a few ms a run, taken from the
 # workers on 2 cores: `bench_jobs.py --jobs 2`, 24 shipped traces, alternating windows at
 # load ~2: 12 runs a batch 1.37-1.39x, 4 runs 1.27-1.31x; 24 fleet runs 1.61x / 1.58x.
+# A batch also closes at this many rows of the tables the metrics read: their cost is
+# ~6-8 us a row, so large runs' batches would leave most of it after the last read (24
+# fleet runs of 7.5 k rows, load ~10, medians of 4: last read to exit 1.22 -> 0.84 s for
+# 0.4 s more CPU before it, 7.9 -> 7.5 s wall; the shipped traces' batches stay at 12 runs;
+# where the ingest gets about one core, that CPU shows: see bench/RESULTS.md, "Session 6: jobscale").
 ROLLUP_EVERY_RUNS = 12
+ROLLUP_EVERY_ROWS = 30_000
 
 
 @dataclass
@@ -337,26 +351,26 @@ def ingest(
     warehouse = storage.location(warehouse)
     with timing.phase("discover"):
         runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
-    if on_plan:
-        on_plan(runs)
     if jobs < 1:
         raise TracedbError("--jobs must be at least 1")
     n_files = sum(len(run.files) for run in runs)
-    parallel = min(jobs, n_files) > 1
-    if parallel:
-        workers.start()  # the forkserver's imports (~0.5 s) overlap ours and discovery
-    landing = _Landing(warehouse, on_run)
-    ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-    with timing.phase("start pool"):
-        pool = workers.Workers(min(jobs, n_files)) if parallel else None
+    with timing.phase("start pool"):  # before any thread of ours (progress, lake): it may fork this process
+        pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
+    landing = None
     try:
+        _sniff_all(runs, pool)
+        if on_plan:
+            on_plan(runs)
+        landing = _Landing(warehouse, on_run)
+        ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         landing.start()
         planned = _queue(runs, warehouse, ingest_id, pool)
+        rows: list[int] = []  # each run's rows of the tables the metrics read, in landing order
         for run, run_jobs in planned:
             start = time.perf_counter()
             results = []
             for job in run_jobs:
-                if pool and landing.unrolled() >= ROLLUP_EVERY_RUNS and not pool.ready(job.file_tag):
+                if pool and _roll_up_now(rows, landing.unrolled()) and not pool.ready(job.file_tag):
                     landing.roll_up()  # the caller would only wait: it rolls up the runs read so far meanwhile
                 results.append(pool.result(job.file_tag) if pool else _read_one(job))
                 if on_file:
@@ -366,25 +380,37 @@ def ingest(
                 if on_file:
                     on_file(results[-1])
             landing.add(run, results, ingest_id, partial, time.perf_counter() - start)
+            rows.append(sum(n for r in results for t, n in r.rows.items() if t in rollups.WHOLE_SOURCES))
         landing.commit()
     except BaseException:
-        landing.discard(pool.finished() if pool else [])
+        if landing:
+            landing.discard(pool.finished() if pool else [])
         raise
     finally:
         if pool:
             with timing.phase("close pool"):
                 pool.close()
-        landing.close()
+        if landing:
+            landing.close()
     return IngestSummary(warehouse, landing.summaries)
+
+
+def _roll_up_now(rows: list[int], unrolled: int) -> bool:
+    """Whether the last `unrolled` runs read (`rows`: each run's rows of the tables the
+    metrics read) make a rollup batch: ROLLUP_EVERY_RUNS runs, or ROLLUP_EVERY_ROWS rows."""
+    return unrolled >= ROLLUP_EVERY_RUNS or (unrolled > 0 and sum(rows[-unrolled:]) >= ROLLUP_EVERY_ROWS)
+
+
+def _sniff_all(runs: list[RunSpec], pool: workers.Workers | None) -> None:
+    """With workers, every sniff is queued at once (a few ms each)."""
+    for i, path in enumerate(p for run in runs for p in run.files) if pool else ():
+        pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
 
 
 def _queue(runs: list[RunSpec], warehouse: Path | str, ingest_id: str,
            pool: workers.Workers | None) -> list[tuple[RunSpec, list[_Job]]]:
-    """Each run with its read jobs; with workers, every sniff is queued first (a few ms
-    each), then each run's reads as its sniffs come back."""
-    if pool:
-        for i, path in enumerate(p for run in runs for p in run.files):
-            pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
+    """Each run with its read jobs; with workers, each run's reads are queued as its sniffs
+    (`_sniff_all`) come back."""
     planned, index = [], 0
     sniffs = iter(range(sum(len(run.files) for run in runs)))
     for run in runs:

@@ -1,12 +1,13 @@
 """Worker processes for `tracedb ingest --jobs N` (see `tracedb.ingest`'s docstring).
 
-Workers fork from a forkserver that imported the readers once (PRELOAD), so a worker
-starts in a few ms: `spawn` re-imported tracedb, pyarrow, duckdb and protobuf in every
-worker (~1 s each on the loaded 2-core machine), which made `--jobs 2` slower than
-`--jobs 1` on 24 small runs. A plain fork of the caller would be cheaper still, but the
-caller may already run DuckDB, Arrow or delta-rs threads whose locks a child inherits.
-This module imports only the standard library, so the CLI can start the forkserver
-(`start`) before it imports the rest.
+`tracedb ingest` forks its workers from itself, once it has imported the readers and
+before it starts a thread (`ForkPoint`); anywhere else they fork from a forkserver that
+imported the readers once (PRELOAD). Either way a worker starts in a few ms: `spawn`
+re-imported tracedb, pyarrow, duckdb and protobuf in every worker (~1 s each on the
+loaded 2-core machine), which made `--jobs 2` slower than `--jobs 1` on 24 small runs.
+Not any caller may fork: one that already runs DuckDB, OpenBLAS or delta-rs threads
+could hand a child one of their locks, held. This module imports only the
+standard library (and tracedb.timing).
 """
 
 from __future__ import annotations
@@ -89,17 +90,52 @@ def context():
     return ctx
 
 
-def start() -> None:
-    """Start the forkserver now (it imports PRELOAD, ~0.5 s of CPU) so that it does so while
-    the caller imports and discovers runs, rather than after."""
-    from multiprocessing import forkserver
+def native_threads() -> int | None:
+    """This process's threads, native ones included (None: unknown, not Linux)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
 
-    context()
-    forkserver.ensure_running()
+
+class ForkPoint:
+    """Where `tracedb ingest` forks its workers itself instead of using the forkserver.
+
+    The forkserver is a fresh interpreter that imported the readers (`preload()`); the
+    workers fork from it. `tracedb ingest` imports the same (`prepare`, which it needs
+    anyway to read with --jobs 1) before it starts any thread; a fork of it is then as
+    safe as a fork of the forkserver (pyarrow's import starts two native threads there and
+    here, jemalloc's background thread and one more, idle in both), and it saves the
+    forkserver's interpreter start and imports (~0.25 s of CPU beside the caller's own on
+    2 cores) and its handshake, so the first read starts ~0.45 s earlier
+    (bench/bench_jobs.py --phases). `ok()` holds while no thread was started since: the
+    ingest forks its workers before its lake, DuckDB, delta-rs or progress-bar threads start.
+    Anywhere else (a user's process, a process that imported a library with its own thread
+    pools, any thread started since) the workers come from the forkserver."""
+
+    threads: int | None = None  # native threads at `prepare`, where forking is safe
+    # Imported, these run native thread pools (DuckDB, delta-rs's runtime, OpenBLAS): a fork
+    # could inherit one of their locks, held.
+    THREADED = ("duckdb", "deltalake", "numpy")
+
+    @classmethod
+    def prepare(cls) -> None:
+        import importlib
+        import sys
+
+        for name in preload():
+            importlib.import_module(name)
+        quiet = threading.active_count() == 1 and not any(m in sys.modules for m in cls.THREADED)
+        cls.threads = native_threads() if quiet else None
+
+    @classmethod
+    def ok(cls) -> bool:
+        return cls.threads is not None and threading.active_count() == 1 and native_threads() == cls.threads
 
 
 def _worker_init(env: dict, caller: int) -> None:
-    # The forkserver keeps the environment of its own start; the caller's may have changed.
+    # The forkserver keeps the environment of its own start; the caller's may have changed
+    # (a worker forked from the caller has it already).
     os.environ.clear()
     os.environ.update(env)
     threading.Thread(target=_exit_with, args=(caller,), daemon=True).start()
@@ -112,11 +148,11 @@ def _worker_init(env: dict, caller: int) -> None:
 
 
 def _exit_with(caller: int) -> None:
-    """Exit when the ingesting process is gone (SIGKILL, OOM kill). A worker's parent is the
-    forkserver, not the caller, and a pool worker waits for tasks forever: without this it
-    would outlive the caller, holding its stdout/stderr open (a shell or
-    `subprocess.run(capture_output=True)` waiting for them would hang) and the forkserver
-    alive. A killed caller stays a zombie until reaped, hence its state, not just its pid."""
+    """Exit when the ingesting process is gone (SIGKILL, OOM kill). A pool worker waits for
+    tasks forever, and its parent is the forkserver or the killed caller (nothing tells
+    it): without this it would outlive the caller, holding its stdout/stderr open (a shell
+    or `subprocess.run(capture_output=True)` waiting for them would hang) and the
+    forkserver alive. A killed caller stays a zombie until reaped, hence its state, not just its pid."""
     stat = Path(f"/proc/{caller}/stat")
     while True:
         time.sleep(0.5)
@@ -163,11 +199,18 @@ class Workers:
         self.markers = Path(tempfile.mkdtemp(prefix="tracedb-ingest-"))
         self.tasks: dict[str, _Task] = {}
         self.done: dict[str, object] = {}  # results of tasks re-run after a worker died
-        self.pool = self._pool(n)
+        self.forked = ForkPoint.ok()
+        self.pool = self._pool(n, self.forked)
 
-    def _pool(self, n: int) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(n, mp_context=context(), initializer=_worker_init,
+    def _pool(self, n: int, fork: bool = False) -> ProcessPoolExecutor:
+        """A pool forked from this process now (`ForkPoint`), or from the forkserver; a pool
+        rebuilt after a worker died comes from the forkserver (this process runs threads)."""
+        ctx = multiprocessing.get_context("fork") if fork else context()
+        pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init,
                                    initargs=(dict(os.environ), os.getpid()))
+        if fork:
+            pool.submit(int)  # under fork the first task forks every worker: now, before any thread starts
+        return pool
 
     def submit(self, key: str, fn: Callable, arg, dead: Callable) -> None:
         task = self.tasks[key] = _Task(fn, arg, dead)
