@@ -12,19 +12,22 @@ standard library (and tracedb.timing).
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tracedb import timing
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
+
+# multiprocessing and concurrent.futures.process are imported where a pool is made or
+# waited on: a `--jobs 1` ingest, which makes none, saves their ~8-13 ms of import.
 
 # What the forkserver imports before forking workers: the readers and what they use.
 PRELOAD = ["tracedb.ingest"] + [f"tracedb.formats.{m}" for m in (
@@ -85,6 +88,8 @@ class _Refuse:
 
 def context():
     """A forkserver that has imported the readers: workers fork from it ready to read."""
+    import multiprocessing
+
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(preload())
     return ctx
@@ -205,6 +210,9 @@ class Workers:
     def _pool(self, n: int, fork: bool = False) -> ProcessPoolExecutor:
         """A pool forked from this process now (`ForkPoint`), or from the forkserver; a pool
         rebuilt after a worker died comes from the forkserver (this process runs threads)."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         ctx = multiprocessing.get_context("fork") if fork else context()
         pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_worker_init,
                                    initargs=(dict(os.environ), os.getpid()))
@@ -221,6 +229,8 @@ class Workers:
         return key in self.done or self.tasks[key].future.done()
 
     def result(self, key: str):
+        from concurrent.futures.process import BrokenProcessPool
+
         with timing.phase("wait"):
             while key not in self.done:
                 try:
@@ -233,6 +243,8 @@ class Workers:
         """A worker died: every unfinished task goes to a new pool, except those that were
         running (their markers remain), each re-run alone: one that dies again is the culprit."""
         self.pool.shutdown(wait=True)  # after this every future of the broken pool is settled
+        from concurrent.futures.process import BrokenProcessPool
+
         running = {m.name for m in self.markers.iterdir()}
         for m in self.markers.iterdir():
             m.unlink()
@@ -248,6 +260,8 @@ class Workers:
                 self.done[key] = self._alone(key)
 
     def _alone(self, key: str):
+        from concurrent.futures.process import BrokenProcessPool
+
         task = self.tasks[key]
         solo = self._pool(1)
         try:
