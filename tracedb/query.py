@@ -312,7 +312,7 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
             return fetch(con.sql(query.sql, params=values or None))
         from tracedb import catalog
 
-        return _plain_numbers(catalog.query_arrow(con, query.sql, values))
+        return plain_numbers(catalog.query_arrow(con, query.sql, values))
     except duckdb.PermissionException as e:
         raise TracedbError(
             f"{query.name}: the sandbox refused it: {str(e).splitlines()[0].removeprefix('Permission Error: ')} "
@@ -325,7 +325,7 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
 
 
 # DuckDB types whose Python values (fetchall) print exactly as their Arrow values do after
-# `_plain_numbers`, and their `Rows` kind. Others take the Arrow path: DECIMAL (Arrow's
+# `plain_numbers`, and their `Rows` kind. Others take the Arrow path: DECIMAL (Arrow's
 # cast to float64 rounds differently from float(Decimal): 2,136 of 21,000 values), FLOAT
 # (float32 digits), temporal types, structs, maps, BLOB, UUID, ENUM, lists of HUGEINT.
 _KINDS = {"VARCHAR": "text", "BOOLEAN": "bool", "DOUBLE": "float",
@@ -343,9 +343,9 @@ def _kind(duckdb_type: str) -> str | None:
 
 def fetch(rel) -> pa.Table | Rows:
     """A DuckDB relation's rows as `tracedb.output.Rows` when every column has a plain
-    kind (no pyarrow import), else as Arrow (`_plain_numbers`). HUGEINT, which Arrow gets
-    as decimal128(38, 0) and `_plain_numbers` makes int64, stays int; a column with a
-    value beyond int64 becomes Decimal throughout, as `_plain_numbers` leaves it."""
+    kind (no pyarrow import), else as Arrow (`plain_numbers`). HUGEINT, which Arrow gets
+    as decimal128(38, 0) and `plain_numbers` makes int64, stays int; a column with a
+    value beyond int64 becomes Decimal throughout, as `plain_numbers` leaves it."""
     from tracedb.output import Rows
 
     kinds = [_kind(str(t)) for t in rel.types] if rel is not None else [None]
@@ -354,7 +354,7 @@ def fetch(rel) -> pa.Table | Rows:
 
         if rel is None:  # a statement without a result
             return pa.table({})
-        return _plain_numbers((getattr(rel, "to_arrow_table", None) or rel.arrow)())
+        return plain_numbers((getattr(rel, "to_arrow_table", None) or rel.arrow)())
     names, data = list(rel.columns), rel.fetchall()
     for i, t in enumerate(rel.types):
         if str(t) == "HUGEINT" and any(v is not None and not _INT64[0] <= v <= _INT64[1] for v in (r[i] for r in data)):
@@ -364,7 +364,7 @@ def fetch(rel) -> pa.Table | Rows:
     return Rows(names, kinds, data)
 
 
-def _plain_numbers(table: pa.Table) -> pa.Table:
+def plain_numbers(table: pa.Table) -> pa.Table:
     """DuckDB sums BIGINTs into HUGEINT (Arrow decimal128): give integers back as int64
     and other decimals as float64, so CSV/JSON/pandas see numbers."""
     import pyarrow as pa

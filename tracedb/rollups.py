@@ -249,7 +249,7 @@ class Writer:
         from tracedb import query as q
 
         try:
-            return q._plain_numbers(cur.execute(statement, values).to_arrow_table())
+            return q.plain_numbers(cur.execute(statement, values).to_arrow_table())
         except duckdb.Error as e:
             raise TracedbError(f"{cq.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
 
