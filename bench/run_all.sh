@@ -23,9 +23,13 @@ LOG="$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
   for mb in $TF_MB; do
     echo; echo "## TF StepStats text, $mb MB"; python bench/bench_tf_text.py --mb "$mb" --repeat "$REPEAT"
   done
+  echo; echo "## TF StepStats text, 17 MB, timestamps that never repeat (the reader's line cache's honest case)"
+  python bench/bench_tf_text.py --shift --repeat "$REPEAT"
   echo; echo "## Per-trace ingest vs plain parsing (and HTA when installed)"; python bench/bench_ingest.py --repeat "$REPEAT"
   echo; echo "## One 8-rank Kineto job: tracedb ingest vs HTA load + kernel breakdown"
   python bench/bench_kineto_hta.py --repeat "$((REPEAT > 5 ? REPEAT : 5))" --jobs "$JOBS"
+  echo; echo "## The same, one process each (tracedb --jobs 1, HTA without its pool), with CPU seconds"
+  python bench/bench_kineto_hta.py --repeat "$((REPEAT > 5 ? REPEAT : 5))" --serial
   echo; echo "## Streaming TF binary / XSpace / MegEngine vs whole-document readers"; python bench/bench_stream.py --repeat "$REPEAT"
   echo; echo "## CLI start-up beyond bare Python"; python bench/bench_startup.py --repeat 10
   echo; echo "## --jobs $JOBS vs --jobs 1, 24 runs"; python bench/bench_jobs.py --repeat "$REPEAT" --jobs "$JOBS" --phases
