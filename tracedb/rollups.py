@@ -111,7 +111,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracedb import schema
 from tracedb.errors import TracedbError
@@ -136,19 +136,30 @@ WHOLE_COLUMNS = ("name", "source_file", "launch_start_ns", "copy_kind", "bytes",
                  "registers_per_thread", "shared_memory_bytes", "occupancy", "correlation_id")
 # The `nodes` columns the metrics read (view `whole.nodes`)
 NODE_COLUMNS = ("run_id", "rank", "step", "start_ns", "duration_ns")
-# The source tables a rollup's metric reads besides `kernels` (backfill gathers their files too)
-READS_ALSO: dict[str, tuple[str, ...]] = {"rollup_step_times": ("nodes",), "rollup_kernel_launches": ("runtime_calls",)}
 # The `runtime_calls` columns the metrics read (view `whole.runtime_calls`)
 CALL_COLUMNS = ("run_id", "rank", "step", "source_file", "correlation_id", "name", "start_ns", "duration_ns")
-# The source tables a rollup's metric needs rows of (each entry: at least one of these
-# tables; default: `kernels`): without them it has no rows, and is not run (a metric
+# The source tables a rollup's metric reads and needs rows of (each entry: at least one of
+# these tables; default: `kernels`): without them it has no rows, and is not run (a metric
 # costs 3-18 ms of CPU on empty inputs, mostly DuckDB planning).
 NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {"rollup_step_times": (("kernels", "nodes"),),
                                                  "rollup_kernel_launches": (("kernels",), ("runtime_calls",))}
+# ... those of them besides `kernels` (backfill gathers their files too)
+READS_ALSO: dict[str, tuple[str, ...]] = {
+    table: tuple(dict.fromkeys(s for alts in needs for s in alts if s != "kernels")) for table, needs in NEEDS.items()}
 # Every source table a metric reads, with the columns of its in-memory copy `whole.<table>`:
 # the ingest hands the Writer a run's files of these tables.
 WHOLE_SOURCES: dict[str, tuple[str, ...]] = {"kernels": COLUMNS + WHOLE_COLUMNS, "nodes": NODE_COLUMNS,
                                              "runtime_calls": CALL_COLUMNS}
+
+
+class _Metric(NamedTuple):
+    """A rollup's metric as the Writer runs it."""
+
+    query: Any  # tracedb.query.CannedQuery
+    values: dict[str, Any]  # its parameters at their defaults
+    statement: Any  # the parsed SQL (DuckDB's Statement)
+    cursor: Any  # its own cursor of the Writer's connection
+    whole: bool  # no `kind` parameter: it reads the `whole` schema's tables
 
 
 class Writer:
@@ -172,7 +183,7 @@ class Writer:
         self.con.execute("SET enable_progress_bar = false")
         self.con.execute("SET threads = 1")
         self.con.execute("CREATE SCHEMA whole")
-        self.metrics = {}
+        self.metrics: dict[str, _Metric] = {}
         self._registered: set = set()  # fsspec protocols registered on the connection
         for table, metric in schema.ROLLUPS.items():
             cq = q.load(str(metric_path(metric)))
@@ -181,11 +192,11 @@ class Writer:
             if whole:  # a cursor's own setting: `kernels` is then that schema's
                 cur.execute("SET search_path = 'whole'")
             # parsed once (DuckDB's Statement): ~1.5 ms a metric a computation under load
-            self.metrics[table] = (cq, q.bind(cq, {}), self.con.extract_statements(cq.sql)[-1], cur, whole)
+            self.metrics[table] = _Metric(cq, q.bind(cq, {}), self.con.extract_statements(cq.sql)[-1], cur, whole)
 
     def close(self) -> None:
-        for *_, cur, _whole in self.metrics.values():
-            cur.close()
+        for m in self.metrics.values():
+            m.cursor.close()
         self.con.close()
 
     def compute(self, sources: list[dict[str, str]], tables: list[str] | None = None) -> list[dict[str, pa.Table]]:
@@ -211,7 +222,7 @@ class Writer:
         have = {t for src in sources for t in src}
         todo = [(t, m) for t, m in self.metrics.items() if (tables is None or t in tables)
                 and all(any(s in have for s in alts) for alts in NEEDS.get(t, (("kernels",),)))]
-        whole = {t for t, m in todo if m[4]}
+        whole = {t for t, m in todo if m.whole}
         if len(whole) < len(todo):
             rows_of = self._rows_of(sources, "kernels", COLUMNS)
             # A table of the in-memory database (not TEMP, which is one connection's): each
@@ -228,7 +239,7 @@ class Writer:
                     SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
                     FROM ({self._rows_of(sources, table, columns)})""")
         try:
-            results = concurrently([lambda m=m: self._run(*m[:4]) for _, m in todo])
+            results = concurrently([lambda m=m: self._run(m) for _, m in todo])
         finally:
             self.con.execute("DROP TABLE IF EXISTS kernels")
             for table in WHOLE_SOURCES:
@@ -239,7 +250,7 @@ class Writer:
         return out
 
     @staticmethod
-    def _run(cq, values, statement, cur) -> pa.Table:
+    def _run(m: _Metric) -> pa.Table:
         """The metric's rows, as `query.execute` gives them with no run named (no view to
         scope): the parsed statement on its cursor, through the DB-API result (with the
         relation API DuckDB binds each statement once more to make the relation; the nine
@@ -249,9 +260,9 @@ class Writer:
         from tracedb import query as q
 
         try:
-            return q.plain_numbers(cur.execute(statement, values).to_arrow_table())
+            return q.plain_numbers(m.cursor.execute(m.statement, m.values).to_arrow_table())
         except duckdb.Error as e:
-            raise TracedbError(f"{cq.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+            raise TracedbError(f"{m.query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
 
     @staticmethod
     def _rows_of(sources: list[dict[str, str]], table: str, columns: tuple[str, ...]) -> str:

@@ -363,19 +363,22 @@ SOURCE_TABLES: dict[str, pa.Schema] = {
     "steps": STEPS,
     "events": EVENTS,
 }
+# Tables the ingest computes from the readers' rows (tracedb.rollups): `rollup_<metric>`.
+ROLLUP_TABLES: dict[str, pa.Schema] = {
+    "rollup_gpu_busy_idle": ROLLUP_GPU_BUSY_IDLE,
+    "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP,
+    "rollup_collectives": ROLLUP_COLLECTIVES,
+    "rollup_stream_time": ROLLUP_STREAM_TIME,
+    "rollup_memory_bandwidth": ROLLUP_MEMORY_BANDWIDTH,
+    "rollup_device_time": ROLLUP_DEVICE_TIME,
+    "rollup_step_times": ROLLUP_STEP_TIMES,
+    "rollup_kernel_launch_config": ROLLUP_KERNEL_LAUNCH_CONFIG,
+    "rollup_kernel_launches": ROLLUP_KERNEL_LAUNCHES,
+}
 # Rollup table -> the metric (sql/metrics/<metric>.sql; the canned query of that name, if any, reads it).
-ROLLUPS: dict[str, str] = {"rollup_gpu_busy_idle": "gpu_busy_idle", "rollup_stream_overlap": "stream_overlap",
-                           "rollup_collectives": "collectives", "rollup_stream_time": "stream_time",
-                           "rollup_memory_bandwidth": "memory_bandwidth", "rollup_device_time": "device_time",
-                           "rollup_step_times": "step_times", "rollup_kernel_launch_config": "kernel_launch_config",
-                           "rollup_kernel_launches": "kernel_launches"}
+ROLLUPS: dict[str, str] = {table: table.removeprefix("rollup_") for table in ROLLUP_TABLES}
 # Parquet-backed (partitioned) tables: the readers' and the rollups.
-TABLES: dict[str, pa.Schema] = {**SOURCE_TABLES, "rollup_gpu_busy_idle": ROLLUP_GPU_BUSY_IDLE,
-                                "rollup_stream_overlap": ROLLUP_STREAM_OVERLAP, "rollup_collectives": ROLLUP_COLLECTIVES,
-                                "rollup_stream_time": ROLLUP_STREAM_TIME, "rollup_memory_bandwidth": ROLLUP_MEMORY_BANDWIDTH,
-                                "rollup_device_time": ROLLUP_DEVICE_TIME, "rollup_step_times": ROLLUP_STEP_TIMES,
-                                "rollup_kernel_launch_config": ROLLUP_KERNEL_LAUNCH_CONFIG,
-                                "rollup_kernel_launches": ROLLUP_KERNEL_LAUNCHES}
+TABLES: dict[str, pa.Schema] = {**SOURCE_TABLES, **ROLLUP_TABLES}
 
 # The tables of schema version 1, which every format fills; the others (runtime_calls,
 # annotations, steps, events) are Kineto's so far.
