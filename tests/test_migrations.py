@@ -202,6 +202,22 @@ FROZEN_SCHEMA3 = DATA / "frozen_warehouse_schema3"
 BEFORE_ISSUE12 = DATA / "sql_before_issue12"
 
 
+def _rows_as_before(con, name: str, runs, variations) -> int:
+    """Query `name` gives the same rows (and schema) as its text from before issue 12 for
+    every run and parameter variation (a dict of values besides run_id); the rows seen."""
+    from tracedb import query as q
+
+    new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
+    seen = 0
+    for run in runs:
+        for extra in variations:
+            values = q.bind(new, {"run_id": run, **extra})
+            want, got = q.execute(con, old, values), q.execute(con, new, values)
+            assert got.schema == want.schema and got.equals(want), (name, run, extra)
+            seen += got.num_rows
+    return seen
+
+
 def test_schema3_lake_gains_rollups_that_match_the_raw_queries(tmp_path):
     """Migration 0006 on a frozen schema-3 lake (a Kineto run ingested twice, a TF run with
     three streams, a two-rank NCCL job; made with the code before it): the rollup tables
@@ -209,7 +225,6 @@ def test_schema3_lake_gains_rollups_that_match_the_raw_queries(tmp_path):
     now read them, give the rows the raw-row queries give, for the fleet and each run and
     kind; nothing else changes; migrating again does nothing; a re-ingest replaces a run's
     rollup with the new version's."""
-    from tracedb import query as q
 
     wh = tmp_path / "wh"
     shutil.copytree(FROZEN_SCHEMA3, wh)
@@ -226,16 +241,9 @@ def test_schema3_lake_gains_rollups_that_match_the_raw_queries(tmp_path):
         ("nccl", 3, 2), ("streams", 2, 1), ("torch", 3, 1)]
 
     def same(con) -> int:
-        seen = 0
-        for name in ("gpu_busy_idle", "stream_overlap"):
-            new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
-            for run in (None, "nccl", "streams", "torch"):
-                for kind in (None, "kernel", "memcpy", "memset"):
-                    values = q.bind(new, {"run_id": run, "kind": kind})
-                    want, got = q.execute(con, old, values), q.execute(con, new, values)
-                    assert got.equals(want), (name, run, kind)
-                    seen += got.num_rows
-        return seen
+        return sum(_rows_as_before(con, name, (None, "nccl", "streams", "torch"),
+                                   [{"kind": kind} for kind in (None, "kernel", "memcpy", "memset")])
+                   for name in ("gpu_busy_idle", "stream_overlap"))
 
     assert same(con) > 50
     con.close()
@@ -277,7 +285,6 @@ def test_schema4_lake_gains_the_collectives_rollup(tmp_path):
     `collectives`, which reads it without name_like or a step range, gives the old text's
     rows for the fleet and every run and device; the other rollups are untouched; migrating
     again does nothing; a re-ingest replaces a run's rollup."""
-    from tracedb import query as q
 
     wh = tmp_path / "wh"
     shutil.copytree(FROZEN_SCHEMA4, wh)
@@ -297,17 +304,9 @@ def test_schema4_lake_gains_the_collectives_rollup(tmp_path):
     assert len(want) == 4 and sum(i for i, _, _ in want.values()) == 41
     assert any(0 < o < t for _, t, o in want.values())  # collectives partly overlapped by compute
 
-    new, old = q.load("collectives"), q.load(str(BEFORE_ISSUE12 / "collectives.sql"))
-
     def same(con) -> int:
-        seen = 0
-        for run in (None, "allreduce", "nccl", "streams", "torch"):
-            for device in (None, "GPU:0", "GPU:1"):
-                values = q.bind(new, {"run_id": run, "device": device})
-                want, got = q.execute(con, old, values), q.execute(con, new, values)
-                assert got.equals(want), (run, device)
-                seen += got.num_rows
-        return seen
+        return _rows_as_before(con, "collectives", (None, "allreduce", "nccl", "streams", "torch"),
+                               [{"device": device} for device in (None, "GPU:0", "GPU:1")])
 
     assert same(con) == 4 * 4  # four rows, each seen fleet-wide, in its run, on its device, both
     con.close()
@@ -403,15 +402,9 @@ def test_schema5_lake_gains_stream_rollup(tmp_path):
     def same(con) -> int:
         seen = 0
         for name in ("idle_time_breakdown", "queue_length", "memory_bandwidth"):
-            new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
-            extras = [{}, {"step_to": 551}] + ([{"rank": 0}, {"rank": 1}] if new.param("rank") else [])
+            extras = [{}, {"step_to": 551}] + ([{"rank": 0}, {"rank": 1}] if q.load(name).param("rank") else [])
             extras += [{"kernel_wait_ns": 30000, "rank": 1}, {"kernel_wait_ns": 5000}] if name == "idle_time_breakdown" else []
-            for run in (None, "allreduce", "nccl", "streams", "torch"):
-                for extra in extras:
-                    values = q.bind(new, {"run_id": run, **extra})
-                    want, got = q.execute(con, old, values), q.execute(con, new, values)
-                    assert got.schema == want.schema and got.equals(want), (name, run, extra)
-                    seen += got.num_rows
+            seen += _rows_as_before(con, name, (None, "allreduce", "nccl", "streams", "torch"), extras)
         return seen
 
     assert same(con) > 300
@@ -499,16 +492,9 @@ def test_schema5_lake_gains_device_time_rollup(tmp_path):
                for r in (*allreduce.values(), *nccl.values()))
 
     def same(con) -> int:
-        seen = 0
-        for name in DEVICE_TIME_QUERIES:
-            new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
-            for run in (None, "allreduce", "nccl", "streams", "torch"):
-                for steps in ({}, {"step_from": 551}, {"step_to": 3}):
-                    values = q.bind(new, {"run_id": run, **steps})
-                    want, got = q.execute(con, old, values), q.execute(con, new, values)
-                    assert got.equals(want), (name, run, steps)
-                    seen += got.num_rows
-        return seen
+        return sum(_rows_as_before(con, name, (None, "allreduce", "nccl", "streams", "torch"),
+                                   ({}, {"step_from": 551}, {"step_to": 3}))
+                   for name in DEVICE_TIME_QUERIES)
 
     def comm_runs(con) -> list:
         cq = q.load("comm_comp_overlap")
@@ -533,7 +519,6 @@ def test_schema5_lake_gains_the_step_rollup(tmp_path):
     rows for the fleet and every run (and device); other tables are untouched; migrating
     again does nothing; a re-ingest replaces a run's rollups."""
     import rawtrace
-    from tracedb import query as q
 
     wh = tmp_path / "wh"
     shutil.copytree(FROZEN_SCHEMA5, wh)
@@ -566,17 +551,9 @@ def test_schema5_lake_gains_the_step_rollup(tmp_path):
     ).fetchall()} == want
 
     def same(con) -> int:
-        seen = 0
-        for name, variations in (("step_times", [{}]),
-                                 ("kernel_launch_config", [{}, {"device": "GPU:0"}, {"device": "GPU:1", "limit": 3}])):
-            new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
-            for run in (None, "allreduce", "nccl", "streams", "torch"):
-                for extra in variations:
-                    values = q.bind(new, {"run_id": run, **extra})
-                    want, got = q.execute(con, old, values), q.execute(con, new, values)
-                    assert got.equals(want), (name, run, extra)
-                    seen += got.num_rows
-        return seen
+        return sum(_rows_as_before(con, name, (None, "allreduce", "nccl", "streams", "torch"), variations)
+                   for name, variations in (("step_times", [{}]), ("kernel_launch_config",
+                                            [{}, {"device": "GPU:0"}, {"device": "GPU:1", "limit": 3}])))
 
     seen = same(con)
     assert seen > 100
@@ -596,7 +573,6 @@ def test_schema5_lake_gains_the_launch_rollup(tmp_path):
     `kernel_launch_stats`, which reads only it, gives the old text's rows for the fleet,
     every run, a rank, a step range and other cutoffs."""
     import rawtrace
-    from tracedb import query as q
 
     wh = tmp_path / "wh"
     shutil.copytree(FROZEN_SCHEMA5, wh)
@@ -609,15 +585,9 @@ def test_schema5_lake_gains_the_launch_rollup(tmp_path):
     got = dict(con.execute("SELECT run_id, count(*) FROM rollup_kernel_launches GROUP BY 1").fetchall())
     assert {r: got[r] for r in launched} == launched == {"allreduce": 3774, "nccl": 2358}
     assert "streams" not in got  # a TF run records no launch calls
-    new, old = q.load("kernel_launch_stats"), q.load(str(BEFORE_ISSUE12 / "kernel_launch_stats.sql"))
-    seen = 0
-    for run in (None, "allreduce", "nccl", "streams", "torch"):
-        for extra in ({}, {"rank": 1}, {"step_from": 552, "step_to": 553},
-                      {"runtime_cutoff_ns": 3000, "launch_delay_cutoff_ns": 0}):
-            values = q.bind(new, {"run_id": run, **extra})
-            want, got_rows = q.execute(con, old, values), q.execute(con, new, values)
-            assert got_rows.schema == want.schema and got_rows.equals(want), (run, extra)
-            seen += got_rows.num_rows
+    seen = _rows_as_before(con, "kernel_launch_stats", (None, "allreduce", "nccl", "streams", "torch"),
+                           ({}, {"rank": 1}, {"step_from": 552, "step_to": 553},
+                            {"runtime_cutoff_ns": 3000, "launch_delay_cutoff_ns": 0}))
     assert seen > 2 * (3774 + 2358)
     con.close()
     assert catalog_migrate(wh) == []
