@@ -748,3 +748,23 @@ def test_data_files_dictionary_encode_repeating_columns_only(tmp_path):
         assert "RLE_DICTIONARY" not in enc[plain], (plain, enc[plain])
     for dictionary in ("node_name", "op_type", "step", "thread_id", "params", "input_dtypes.list.element"):
         assert "RLE_DICTIONARY" in enc[dictionary], (dictionary, enc[dictionary])
+
+
+def test_an_interrupted_ingest_leaves_no_file_of_the_run_being_read(tmp_path):
+    """Ctrl-C after the first of a run's three files were read (here: from the progress
+    callback) leaves no parquet file behind: the files read of the run being read are
+    deleted with those of the runs not committed yet."""
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    for name in ("a", "b", "c"):
+        shutil.copy(DATA / "chrome_trace_tf_timeline" / "timeline_step0.json", run / f"{name}.json")
+    seen = []
+
+    def interrupt(result):
+        seen.append(result)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ingest([tmp_path / "runs"], tmp_path / "wh", on_file=interrupt)
+    assert len(seen) == 1 and seen[0].ok and seen[0].written  # the first file had been written
+    assert list((tmp_path / "wh").rglob("*.parquet")) == []

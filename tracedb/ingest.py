@@ -44,22 +44,10 @@ CLI then exits without the interpreter's teardown (0.12-0.2 s, `cli.main`). A wo
 dies (out-of-memory kill, a crash in native code) costs only the file it was reading:
 the pool is rebuilt, the files it held are re-read one at a time, and the one that kills
 its process again gets a one-line error. Measured with `bench/bench_jobs.py --phases` (see bench/RESULTS.md).
-
-## One process (`--jobs 1`, the API's default)
-
-The caller reads every file itself, and a thread (`WriteBehind`) writes each file's
-parquet while the caller parses on: pyarrow encodes and compresses without the GIL, so
-on a second core a file's writes (~20 ms a rank of the 8-rank Kineto bench job, against
-~110 ms of reading) overlap the next file's read. A file's result (rows, files, or the
-one-line error of a write that failed in the thread) is given once its writes are done,
-one file behind the reads; an interrupted ingest deletes the files of the run it was
-reading, the one whose writes were still queued included. 8 ranks read and written in
-one process, medians of 8 alternating rounds at load ~3: 1.42 -> 1.28 s wall, same CPU.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import time
@@ -67,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from tracedb import formats, lake, rollups, schema, storage, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
@@ -198,191 +186,62 @@ class _Job:
 
 
 def _read_one(job: _Job) -> FileResult:
-    """Read one trace into staging (a worker's task: writes done when it returns). Never
-    raises: errors land in the result."""
-    return _read(job, None).result()
-
-
-def _read(job: _Job, behind: WriteBehind | None) -> _Read:
-    """Read one trace; its parquet is written by `behind`'s thread while the caller goes on
-    (None: here, before this returns). `result()` of what it returns completes the
-    FileResult once the writes are done; only KeyboardInterrupt is raised."""
+    """Read one trace into staging. Never raises: errors land in the result."""
     res = FileResult(path=job.display, rel=job.rel, format=job.format)
     start = time.perf_counter()
     try:
         res.size_bytes, res.sha256 = lake.size_and_hash(job.path)
     except OSError as e:
         res.error = f"cannot read: {e.strerror or e}"
-        return _Read(res, start)
+        return res
     if job.sniff_error:
         res.error = job.sniff_error
-        return _Read(res, start)
+        return res
     ctx = ReadContext(run_id=job.run_id, source_file=job.rel, file_ordinal=job.ordinal)
     fill = {"source_format": job.format, "source_file": job.rel}
     if job.rank is not None:
         fill["rank"] = job.rank  # fills only rows whose reader found no rank
-    writes = _Writes(FileWriter(job.root, job.run_id, job.ingest_id, job.file_tag, fill=fill), behind)
+    writer = FileWriter(job.root, job.run_id, job.ingest_id, job.file_tag, fill=fill)
     checks = Validator()
     try:
         for table, batch in formats.read(job.path, ctx, job.format):
-            writes.write(table, checks.check(table, batch))
-        writes.close()
+            _store(writer.write, table, checks.check(table, batch))
+        written = _store(writer.close)
         ctx.warnings.update(checks.finish())
         res.format = ctx.format or job.format  # a fallback reader may have read it
-    except BaseException as e:  # noqa: BLE001 - see _failed
-        writes.abort()
-        res.error = _failed(e)
-        return _Read(res, start)
-    return _Read(res, start, writes, job, ctx)
-
-
-def _failed(e: BaseException) -> str:
-    """The one-line error of a read or write that raised (KeyboardInterrupt goes on up)."""
-    if isinstance(e, TracedbError):  # TraceFormatError (the source) or WarehouseError
-        return str(e)
-    if isinstance(e, MemoryError):  # the reader's frames are gone: the memory is back, the batch goes on
-        return ("out of memory while reading (every reader streams; what is held whole is one "
-                "element - a device's step stats, a MegEngine graph - or a file parsed whole under "
-                "TRACEDB_MAX_WHOLE_FILE_BYTES: lower it, or give the machine more memory)")
-    if isinstance(e, Exception):  # a reader bug on odd input must not stop the batch
-        return f"unexpected {type(e).__name__} while reading: {e}"
-    raise e
-
-
-class _Read:
-    """A file read whose writes may still be running (`WriteBehind`)."""
-
-    def __init__(self, res: FileResult, start: float, writes: _Writes | None = None,
-                 job: _Job | None = None, ctx: ReadContext | None = None) -> None:
-        self.res, self.start, self.writes, self.job, self.ctx = res, start, writes, job, ctx
-
-    def abort(self) -> None:
-        if self.writes is not None:
-            self.writes.abort()
-
-    def result(self) -> FileResult:
-        res, job, ctx = self.res, self.job, self.ctx
-        if self.writes is not None:
-            try:
-                written = self.writes.result()
-            except BaseException as e:  # noqa: BLE001 - see _failed
-                self.writes.abort()
-                res.error = _failed(e)
-            else:
-                _written(res, job, ctx, written)
-        res.error = " ".join(res.error.split()) if res.error else None  # one line
-        res.seconds = time.perf_counter() - self.start
-        return res
-
-
-def _written(res: FileResult, job: _Job, ctx: ReadContext, written: list[lake.DataFile]) -> None:
-    res.rows = {t: 0 for t in schema.SOURCE_TABLES}
-    for w in written:
-        res.rows[w.table] += w.rows
-    res.written = written
-    res.metadata = ctx.metadata
-    res.warnings = dict(getattr(ctx, "warnings", None) or {})
-    if job.rank is not None and "rank" not in ctx.metadata:
-        res.metadata["rank"] = job.rank
-        res.warning = job.rank_note
-    if sum(res.rows.values()) == 0:
-        res.error = "no rows: the trace holds no events tracedb can store"
-        store = storage.open_storage(job.root)
+    except TracedbError as e:  # TraceFormatError (the source) or WarehouseError
+        writer.abort()
+        res.error = str(e)
+    except MemoryError:
+        writer.abort()  # the reader's frames are gone: the memory is back, the batch goes on
+        res.error = ("out of memory while reading (every reader streams; what is held whole is one "
+                     "element - a device's step stats, a MegEngine graph - or a file parsed whole under "
+                     "TRACEDB_MAX_WHOLE_FILE_BYTES: lower it, or give the machine more memory)")
+    except KeyboardInterrupt:
+        writer.abort()
+        raise
+    except Exception as e:  # noqa: BLE001 - a reader bug on odd input must not stop the batch
+        writer.abort()
+        res.error = f"unexpected {type(e).__name__} while reading: {e}"
+    else:
+        res.rows = {t: 0 for t in schema.SOURCE_TABLES}
         for w in written:
-            store.unlink(w.rel)
-        res.written = []
-
-
-class WriteBehind:
-    """One thread that writes the parquet of the files an ingest with `--jobs 1` reads,
-    while the caller parses on (pyarrow encodes and compresses without the GIL). The
-    batches waiting for it hold at most MAX_BYTES (at least one batch), so a streaming
-    reader's memory stays bounded. Measured: one rank of the 8-rank Kineto bench job
-    reads in ~110 ms and writes in ~20 ms more (hash and close included)."""
-
-    MAX_BYTES = 64 << 20
-
-    def __init__(self) -> None:
-        import threading
-
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="tracedb-write")
-        self.room = threading.Condition()
-        self.waiting = 0  # bytes of the batches queued
-
-    def submit(self, fn: Callable, nbytes: int = 0):
-        with self.room:
-            self.room.wait_for(lambda: self.waiting == 0 or self.waiting + nbytes <= self.MAX_BYTES)
-            self.waiting += nbytes
-
-        def run():
-            try:
-                return fn()
-            finally:
-                with self.room:
-                    self.waiting -= nbytes
-                    self.room.notify_all()
-        return self.pool.submit(run)
-
-    def close(self) -> None:
-        self.pool.shutdown()
-
-
-class _Writes:
-    """A FileWriter fed here (`behind` None) or by `behind`'s thread, in order; the first
-    failure stops the rest and is raised by the next call (its message unchanged)."""
-
-    def __init__(self, writer: FileWriter, behind: WriteBehind | None) -> None:
-        self.writer, self.behind = writer, behind
-        self.last = None  # the future of the last task queued
-        self.error: BaseException | None = None
-        self.done: list[lake.DataFile] | None = None
-
-    def _do(self, fn: Callable, *args) -> None:
-        if self.error is None:
-            try:
-                out = _store(fn, *args)
-            except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
-                self.error = e
-            else:
-                if out is not None:  # FileWriter.close: the files written
-                    self.done = out
-
-    def _queue(self, fn: Callable, *args, nbytes: int = 0) -> None:
-        if self.error is not None:
-            raise self.error
-        if self.behind is None:
-            self._do(fn, *args)
-            if self.error is not None:
-                raise self.error
-        else:
-            self.last = self.behind.submit(lambda: self._do(fn, *args), nbytes)
-
-    def write(self, table: str, batch) -> None:
-        self._queue(self.writer.write, table, batch, nbytes=batch.nbytes)
-
-    def close(self) -> None:
-        self._queue(self.writer.close)
-
-    def result(self) -> list[lake.DataFile]:
-        """The files written, once every write is done (else what failed, raised)."""
-        self._wait()
-        if self.error is not None:
-            raise self.error
-        return self.done
-
-    def _wait(self) -> None:
-        if self.last is not None:
-            self.last.result()  # the tasks run in order: the last done, all done
-
-    def abort(self) -> None:
-        """After a failure: nothing more is written, and what was is deleted."""
-        self.error = self.error or _Aborted()
-        self._wait()
-        self.writer.abort()
-
-
-class _Aborted(Exception):
-    """Set on writes that were still queued when their file failed: they do nothing."""
+            res.rows[w.table] += w.rows
+        res.written = written
+        res.metadata = ctx.metadata
+        res.warnings = dict(getattr(ctx, "warnings", None) or {})
+        if job.rank is not None and "rank" not in ctx.metadata:
+            res.metadata["rank"] = job.rank
+            res.warning = job.rank_note
+        if sum(res.rows.values()) == 0:
+            res.error = "no rows: the trace holds no events tracedb can store"
+            store = storage.open_storage(job.root)
+            for w in written:
+                store.unlink(w.rel)
+            res.written = []
+    res.error = " ".join(res.error.split()) if res.error else None  # one line
+    res.seconds = time.perf_counter() - start
+    return res
 
 
 def _store(fn, *args):
@@ -497,8 +356,8 @@ def ingest(
     n_files = sum(len(run.files) for run in runs)
     with timing.phase("start pool"):  # before any thread of ours (progress, lake): it may fork this process
         pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
-    landing = behind = None
-    results: list[FileResult] = []  # the run being read
+    landing = None
+    results: list[FileResult] = []  # the files read of the run being read
     try:
         _sniff_all(runs, pool)
         if on_plan:
@@ -508,16 +367,15 @@ def ingest(
         landing.start()
         planned = _queue(runs, warehouse, ingest_id, pool)
         rows: list[int] = []  # each run's rows of the tables the metrics read, in landing order
-        behind = None if pool else WriteBehind()
         for run, run_jobs in planned:
             start = time.perf_counter()
             results = []
-            with contextlib.closing(_reads(run_jobs, pool, behind, lambda: _roll_up_now(rows, landing.unrolled()),
-                                           landing.roll_up)) as reads:
-                for result in reads:
-                    results.append(result)
-                    if on_file:
-                        on_file(results[-1])
+            for job in run_jobs:
+                if pool and _roll_up_now(rows, landing.unrolled()) and not pool.ready(job.file_tag):
+                    landing.roll_up()  # the caller would only wait: it rolls up the runs read so far meanwhile
+                results.append(pool.result(job.file_tag) if pool else _read_one(job))
+                if on_file:
+                    on_file(results[-1])
             for where, message in run.errors:  # what discovery could not list
                 results.append(FileResult(path=display(where), rel=run.rel(where), error=message))
                 if on_file:
@@ -534,36 +392,9 @@ def ingest(
         if pool:
             with timing.phase("close pool"):
                 pool.close()
-        if behind:
-            behind.close()
         if landing:
             landing.close()
     return IngestSummary(warehouse, landing.summaries)
-
-
-def _reads(run_jobs: list[_Job], pool: workers.Workers | None, behind: WriteBehind | None,
-           roll_up_now: Callable[[], bool], roll_up: Callable[[], None]) -> Iterator[FileResult]:
-    """A run's files read, in order: by the workers (while the caller would only wait for
-    one, it rolls up the runs read so far, `roll_up`), or here, each file's writes done by
-    `behind` while the next file is read (its result comes once they are)."""
-    if pool:
-        for job in run_jobs:
-            if roll_up_now() and not pool.ready(job.file_tag):
-                roll_up()
-            yield pool.result(job.file_tag)
-        return
-    pending = None  # read, its result not given yet
-    try:
-        for job in run_jobs:
-            done, pending = pending, _read(job, behind)
-            if done is not None:
-                yield done.result()
-        done, pending = pending, None
-        if done is not None:
-            yield done.result()
-    finally:
-        if pending is not None:  # interrupted: its files are no one's
-            pending.abort()
 
 
 def _roll_up_now(rows: list[int], unrolled: int) -> bool:

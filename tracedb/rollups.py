@@ -192,7 +192,7 @@ class Writer:
             if whole:  # a cursor's own setting: `kernels` is then that schema's
                 cur.execute("SET search_path = 'whole'")
             # parsed once (DuckDB's Statement): ~1.5 ms a metric a computation under load
-            self.metrics[table] = _Metric(cq, q.bind(cq, {}), self.con.extract_statements(cq.sql)[-1], cur, whole)
+            self.metrics[table] = _Metric(cq, q.bind(cq, {}, self.con), self.con.extract_statements(cq.sql)[-1], cur, whole)
 
     def close(self) -> None:
         for m in self.metrics.values():
