@@ -18,6 +18,10 @@ it, interleaved round by round:
 and prints each round's seconds and the ratio HTA / tracedb (> 1: tracedb faster), with
 the median ratio, the machine's core count and its load average before and after.
 
+`--existing` also times the ingest into a warehouse that holds the job already (ingested
+once before the rounds; each round adds the job as one more run): a nightly job's case,
+where the lake's tables exist and the opener only reads them.
+
 `--serial` runs both in one process (HTA's `parse_traces(use_multiprocessing=False)`,
 `tracedb ingest --jobs 1`) and also prints their CPU seconds (user + system, from the
 children's rusage): on a shared machine CPU time is steadier than wall time. (With
@@ -96,6 +100,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--out", type=Path, help="keep the job here (default: a temporary folder)")
     ap.add_argument("--serial", action="store_true", help="both sides in one process; CPU seconds too")
+    ap.add_argument("--existing", action="store_true",
+                    help="also time the ingest into a warehouse that holds the job already (a new run each round)")
     ap.add_argument("--before", type=Path, metavar="TREE",
                     help="also time the ingest of another tracedb source tree (e.g. `git archive` of an "
                          "older commit), interleaved, to show the change under the same load")
@@ -118,6 +124,10 @@ def main() -> None:
           + (f" {'HTA cpu s':>10} {'ingest cpu s':>13} {'cpu ratio':>10}" if args.serial else ""))
     ratios, ratios_q, ratios_cpu = [], [], []
     befores: list[tuple[float, float, float, float]] = []
+    existing: list[tuple[float, float, float, float]] = []  # (HTA wall, HTA CPU, ingest wall, ingest CPU)
+    if args.existing:
+        timed([py, "-m", "tracedb.cli", "ingest", str(job), "-w", str(tmp / "existing"), "--run-id", "seed",
+               "--jobs", str(jobs), "-q"], env)
     for n in range(args.repeat):
         h, h_cpu = timed([py, "-c", HTA, str(job), "serial" if args.serial else "pool"], env)
         wh = tmp / f"wh{n}"
@@ -132,6 +142,10 @@ def main() -> None:
                               "--run-id", "job", "--jobs", str(jobs), "-q"], b_env, cwd=args.before)
             shutil.rmtree(tmp / f"before{n}")
             befores.append((b, b_cpu, i, i_cpu))
+        if args.existing:
+            e, e_cpu = timed([py, "-m", "tracedb.cli", "ingest", str(job), "-w", str(tmp / "existing"),
+                              "--run-id", f"job{n}", "--jobs", str(jobs), "-q"], env)
+            existing.append((h, h_cpu, e, e_cpu))
         ratios.append(h / i)
         ratios_q.append(h / (i + q))
         ratios_cpu.append(h_cpu / i_cpu)
@@ -141,6 +155,10 @@ def main() -> None:
           f"(range {min(ratios):.2f}-{max(ratios):.2f}); with the query: {statistics.median(ratios_q):.2f}x"
           + (f"; CPU: {statistics.median(ratios_cpu):.2f}x" if args.serial else "")
           + f"; load average after {os.getloadavg()[0]:.1f}")
+    if existing:
+        print("into an existing warehouse, same rounds: ingest s " + " ".join(f"{e:.2f}" for _, _, e, _ in existing)
+              + f"; median HTA / tracedb ingest: {statistics.median(h / e for h, _, e, _ in existing):.2f}x"
+              + (f" (CPU {statistics.median(hc / ec for _, hc, _, ec in existing):.2f}x)" if args.serial else ""))
     if befores:
         print(f"before ({args.before}), same rounds: ingest s " + " ".join(f"{b:.2f}" for b, *_ in befores)
               + f"; median before / now: {statistics.median(b / i for b, _, i, _ in befores):.2f}x"

@@ -29,7 +29,9 @@ LOG="$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
   echo; echo "## One 8-rank Kineto job: tracedb ingest vs HTA load + kernel breakdown"
   python bench/bench_kineto_hta.py --repeat "$((REPEAT > 5 ? REPEAT : 5))" --jobs "$JOBS"
   echo; echo "## The same, one process each (tracedb --jobs 1, HTA without its pool), with CPU seconds"
-  python bench/bench_kineto_hta.py --repeat "$((REPEAT > 5 ? REPEAT : 5))" --serial
+  python bench/bench_kineto_hta.py --repeat "$((REPEAT > 5 ? REPEAT : 5))" --serial --existing
+  echo; echo "## A 24-rank job, one process each (the fixed costs - start-up, lake, commit - spread over 3x the ranks)"
+  python bench/bench_kineto_hta.py --repeat 2 --serial --ranks 24
   echo; echo "## Streaming TF binary / XSpace / MegEngine vs whole-document readers"; python bench/bench_stream.py --repeat "$REPEAT"
   echo; echo "## CLI start-up beyond bare Python"; python bench/bench_startup.py --repeat 10
   echo; echo "## --jobs $JOBS vs --jobs 1, 24 runs"; python bench/bench_jobs.py --repeat "$REPEAT" --jobs "$JOBS" --phases
