@@ -247,6 +247,40 @@ def test_odd_documents_read_the_same_either_way(tmp_path, doc, request):
     assert digest(p) == fast
 
 
+@pytest.mark.parametrize("times", [("1.5", "2", "3.25"), ("1.2345", "1e3", "2.0005"), ("7", "1.5E+1", "-0.5")])
+def test_fast_path_event_times_match_the_general_path(tmp_path, times, request):
+    """The fast path converts the times of the events other than cpu_ops in bulk
+    (`kineto._event_times`: Arrow, exact to the ns); where Arrow refuses one (more than
+    3 decimals), all are decoded as the general path decodes them (and rounded as it
+    rounds): the same rows either way, and the fast path reads each document."""
+    from tracedb.formats import kineto
+    from tracedb.formats.base import ReadContext
+
+    ts, dur, mem = times
+    doc = ('{"baseTimeNanoseconds": 1000, "traceEvents": ['
+           '{"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 0.5, "dur": 50, "args": {"External id": 1}}, '
+           f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": {ts}, "dur": {dur}, '
+           '"args": {"correlation": 7, "External id": 1}}, '
+           f'{{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": {ts}, "dur": {dur}, '
+           '"args": {"device": 0, "stream": 7, "correlation": 7}}, '
+           f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": {dur}}}, '
+           f'{{"ph": "X", "cat": "gpu_user_annotation", "name": "range", "pid": 0, "tid": 7, "ts": {ts}, "dur": {dur}, '
+           '"args": {"device": 0, "stream": 7}}, '
+           f'{{"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": {mem}, "s": "t", '
+           '"args": {"Device Type": 1, "Device Id": 0, "Addr": 9, "Bytes": 512, "Total Allocated": 512, "Total Reserved": 1024}}, '
+           f'{{"ph": "X", "cat": "cuda_sync", "name": "sync", "pid": 0, "tid": 7, "ts": {mem}, "dur": {dur}, '
+           '"args": {"device": 0, "stream": 7, "correlation": 7}}, '
+           f'{{"ph": "i", "cat": "python_function", "name": "inst", "pid": 1, "tid": 1, "ts": {mem}, "s": "t"}}]}}')
+    p = tmp_path / "t.json"
+    p.write_text(doc, encoding="utf-8")
+    batches = kineto._fast(p, ReadContext("r", "f"))
+    assert batches is not None  # the fast path reads it
+    assert {t for t, _ in batches} >= {"kernels", "runtime_calls", "annotations", "allocations", "events", "steps"}
+    fast = digest(p)
+    request.getfixturevalue("general_path")
+    assert digest(p) == fast
+
+
 def test_fast_path_op_params_and_steps_match_the_general_path(tmp_path, request):
     """The fast path's inline op params (a text tid joins them, replacing an args `tid` in
     place; non-ASCII and DEL text spelled by json; nested TensorList dims kept; only known
