@@ -57,7 +57,9 @@ time; pass 1 builds each cpu_op's node row at once (the op's
 fields are then in the CPU cache; columns built a field at a time over all ops measured
 1.5x slower), with its params encoded by msgspec; a node's step is looked up after the
 loop; the other events (a quarter) become dicts as the general path decodes them and go
-through the same row functions. Anything it does not expect (a missing time, a name that
+through the same row functions, their times converted to ns in bulk first (`_event_times`,
+`jsonstream.Ns`; where Arrow refuses one, decoded as Decimals as the general path does:
+a rank's 3,618 such events 15.2 -> 10.8 ms with their `us_to_ns` calls). Anything it does not expect (a missing time, a name that
 is no string, fractional `size`/`device` args, a value Arrow refuses, any error) makes it
 step aside before anything is yielded or put in ctx: the general path then reads the
 file, with its exact errors. Tests check both paths give the same tables on every Kineto
