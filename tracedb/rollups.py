@@ -105,6 +105,24 @@ nine on empty inputs. A metric whose input tables have no rows in the commit gro
 `kernels`) is not run, and, as for any rollup without rows, no file is written and its
 table gets no Delta commit; a re-ingest still removes the run's old rollup files (the
 commit's clean-up step covers every data table).
+
+The tail after the last read (issue 12, session 7). On the 8-rank Kineto job (9,616
+kernels, 58 k nodes, 9.5 k runtime calls; one batch, at the commit, beside step 1's Delta
+commits) the metrics' CPU is DuckDB executing them (windows ~40% of it), planning ~25 ms
+of ~130; loading the in-memory tables ~35 ms. The Writer now loads `whole.kernels`,
+`whole.nodes` and `whole.runtime_calls` at once on cursors of their own, makes the
+`kind` table from `whole.kernels` (not from the files again), runs the metrics costliest
+first (`COST_ORDER`) on as many threads as cores (nine threads on two cores cost ~25%
+more CPU), writes each metric's files in its thread as it finishes, and splits the rows
+by source with Arrow kernels (a Python regex a row: 8 ms for the 7.5 k launches). Measured
+on that job, fresh processes alternating with the code before (2 cores, load ~1-1.5):
+the rollups phase 254 -> 201 ms wall, 408 -> 357 ms of the process's CPU; the whole tail
+(commit and snapshot) 383 -> 322 ms. Tried and dropped, each measured on the job's
+tables: prepared statements (`PREPARE`/`EXECUTE`, 129 -> 143 ms: the plan no longer folds
+the parameters), views over the files instead of tables for `nodes` and `runtime_calls`
+(no change), DuckDB optimizers disabled (no change), glibc malloc thresholds (no change on a
+quiet machine). The first batch of a process pays ~13-22 k page faults (~40-60 ms of CPU)
+for memory no earlier batch touched.
 """
 
 from __future__ import annotations
@@ -225,9 +243,10 @@ class Writer:
         out exactly as the metric with run_id and $kind bound computes it. (Per run and
         kind, 8 executions a run cost ~0.2 s under load on 2 cores; per run ~0.1 s; for a
         commit group of runs a few ms a run beyond the rows' own cost.) A metric without
-        a `kind` parameter (six of the eight) reads the `<i>*` rows only, from the
+        a `kind` parameter (seven of the nine) reads the `<i>*` rows only, from the
         in-memory table `whole.kernels` (`WHOLE_COLUMNS`), and `whole.nodes`
-        (`NODE_COLUMNS`) for one that reads `nodes`: the sources are read once for all of
+        (`NODE_COLUMNS`) or `whole.runtime_calls` (`CALL_COLUMNS`) for one that reads
+        them (`READS_ALSO`): the sources are read once for all of
         them (as views over the files, each metric read them again: the eight metrics of
         the 17 MB TF run took 127 ms of CPU one after another, 101 ms from the tables;
         a commit group of 50 fleet runs holds ~0.5 M kernel rows there)."""
