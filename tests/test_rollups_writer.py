@@ -95,3 +95,47 @@ def test_a_failing_metric_leaves_no_file_of_the_others(tmp_path):
     finally:
         roll.close()
     assert sorted(p.relative_to(wh) for p in wh.rglob("*.parquet")) == before
+
+
+def test_a_commit_after_another_writer_changed_the_preloaded_lake(tmp_path, monkeypatch):
+    """The ingest reads the lake's logs while its files are read (`Lake.preload`), before it
+    holds the commit lock: another writer that removes run a and re-ingests run b (now a
+    Kineto trace) in between leaves the commit with handles and live files of older
+    versions, which it must bring up to date: a stays removed, b shows its new version's
+    rows only (as many kernels as the raw trace has), c lands, `check` finds every live file
+    intact."""
+    import rawtrace
+    from tracedb import Warehouse
+    from tracedb import ingest as ing
+
+    wh = tmp_path / "wh"
+    assert ingest([scenario("kineto_h200_fp32")], wh, run_id="a").ok
+    assert ingest([scenario("tf_stepstats_gpu_streams")], wh, run_id="b").ok
+    preload = ing._Landing._preload
+    seen = []
+
+    def meanwhile(self):
+        preload(self)
+        if not seen:  # another process's commits, after this one's reads of the logs
+            seen.append(self.store.versions())
+            Warehouse(wh).rm("a")
+            assert ingest([scenario("kineto_h200_fp32")], wh, run_id="b").ok
+
+    monkeypatch.setattr(ing._Landing, "_preload", meanwhile)
+    assert ingest([scenario("megengine_graph_profile")], wh, run_id="c").ok
+    assert Lake(wh).versions()["kernels"] > seen[0]["kernels"]
+    kernels = len(rawtrace.kineto(rawtrace.load_kineto_json(scenario("kineto_h200_fp32"))).kernels)
+    w = Warehouse(wh)
+    con = w.connect()
+    try:
+        assert con.execute("SELECT run_id FROM runs ORDER BY 1").fetchall() == [("b",), ("c",)]
+        assert con.execute("SELECT count(*) FROM kernels WHERE run_id = 'b'").fetchone()[0] == kernels
+        assert con.execute("SELECT count(*) FROM kernels WHERE run_id = 'a'").fetchone()[0] == 0
+        for table in schema.ROLLUP_TABLES:
+            runs = {r for (r,) in con.execute(f"SELECT DISTINCT run_id FROM {table}").fetchall()}
+            assert "a" not in runs and runs <= {"b", "c"}, table
+        assert con.execute("SELECT count(*) FROM rollup_stream_overlap WHERE run_id = 'b' AND kind = 'memset'"
+                           ).fetchone()[0] == 1  # the Kineto version's (the TF trace has no memsets)
+    finally:
+        con.close()
+    assert w.check() == []
