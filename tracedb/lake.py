@@ -436,6 +436,15 @@ class Lake:
             self.remove_unpublished({r.run_row["run_id"] for r in replaced})
             crash_point("ingest_after_cleanup")
 
+    def preload(self) -> None:
+        """Open every table's handle and read the data tables' live files now (an ingest
+        calls it in a thread while its files are read): a commit then only brings them up
+        to date (`table`, `add_actions`: one log listing a table when nothing changed).
+        Opening the ~20 handles is ~60 ms of delta-rs CPU (8-rank Kineto job, 2 cores); at
+        the commit it ran beside the rollups' first statements (bench/RESULTS.md, "Session
+        7: rollcost")."""
+        self._read_logs(list(schema.TABLES))
+
     def _read_logs(self, tables: list[str]) -> None:
         """These tables' live files, read now (in threads) so that the clean-up step and
         the snapshot only update the tables a commit changed (a fresh process opens each
