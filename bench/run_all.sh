@@ -3,7 +3,9 @@
 # in the same process. Usage:
 #   bench/run_all.sh [OUT_DIR] [FLEET_SIZES...]      (default: /tmp/tracedb-bench 100 300 1000)
 # Environment: KERNELS (kernel rows per Kineto fleet run, default 10500), JOBS (ingest
-# workers, default: cores), TF_MB (TF text sizes, default "17 200"), REPEAT (default 3).
+# workers, default: cores), TF_MB (TF text sizes, default "17 200"), KINETO_MB (the large
+# Kineto file's size for the memory bench, default 1024: its json.load baseline needs ~6.5 GB),
+# REPEAT (default 3).
 # The 1000-run fleet (10 M kernel rows) takes tens of minutes to build on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +15,7 @@ SIZES=${*:-100 300 1000}
 KERNELS=${KERNELS:-10500}
 JOBS=${JOBS:-$(nproc)}
 TF_MB=${TF_MB:-17 200}
+KINETO_MB=${KINETO_MB:-1024}
 REPEAT=${REPEAT:-3}
 mkdir -p "$OUT"
 LOG="$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
@@ -32,6 +35,8 @@ LOG="$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
   python bench/bench_kineto_hta.py --repeat "$((REPEAT > 5 ? REPEAT : 5))" --serial --existing
   echo; echo "## A 24-rank job, one process each (the fixed costs - start-up, lake, commit - spread over 3x the ranks)"
   python bench/bench_kineto_hta.py --repeat 2 --serial --ranks 24
+  echo; echo "## A $KINETO_MB MB Kineto file: peak memory of the streaming reader and the ingest vs json.load"
+  python bench/bench_kineto_memory.py --mb "$KINETO_MB"
   echo; echo "## Streaming TF binary / XSpace / MegEngine vs whole-document readers"; python bench/bench_stream.py --repeat "$REPEAT"
   echo; echo "## CLI start-up beyond bare Python"; python bench/bench_startup.py --repeat 10
   echo; echo "## --jobs $JOBS vs --jobs 1, 24 runs"; python bench/bench_jobs.py --repeat "$REPEAT" --jobs "$JOBS" --phases
