@@ -550,7 +550,8 @@ def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommi
     """Each replaced run's rollup files (`tracedb.rollups`), computed from its files of the
     tables the metrics read that it is about to commit, join its files (one computation for
     the group)."""
-    todo = [c for c in runs if c.replace and any(f.table in ("kernels", "nodes") for f in c.files)]
+    todo = [c for c in runs if c.replace
+            and any(rollups.has_inputs(t, {f.table for f in c.files}) for t in schema.ROLLUP_TABLES)]
     made = _store(roll.write_runs, warehouse,
                   [(c.run_row["run_id"], c.ingest_id, [f.rel for f in c.files if f.table in rollups.WHOLE_SOURCES])
                    for c in todo])

@@ -162,6 +162,14 @@ CALL_COLUMNS = ("run_id", "rank", "step", "source_file", "correlation_id", "name
 # costs 3-18 ms of CPU on empty inputs, mostly DuckDB planning).
 NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {"rollup_step_times": (("kernels", "nodes"),),
                                                  "rollup_kernel_launches": (("kernels",), ("runtime_calls",))}
+
+
+def has_inputs(table: str, have: set[str] | frozenset[str]) -> bool:
+    """Whether the rollup `table`'s metric has rows to read when the source tables `have`
+    have rows (`NEEDS`; else it is not run)."""
+    return all(any(s in have for s in alts) for alts in NEEDS.get(table, (("kernels",),)))
+
+
 # ... those of them besides `kernels` (backfill gathers their files too)
 READS_ALSO: dict[str, tuple[str, ...]] = {
     table: tuple(dict.fromkeys(s for alts in needs for s in alts if s != "kernels")) for table, needs in NEEDS.items()}
@@ -262,8 +270,7 @@ class Writer:
     def _todo(self, sources: list[dict[str, str]], tables: list[str] | None) -> list[tuple[str, _Metric]]:
         """The metrics to run: those of `tables` (None: all) whose input tables have rows."""
         have = {t for src in sources for t in src}
-        return [(t, m) for t, m in self.metrics.items() if (tables is None or t in tables)
-                and all(any(s in have for s in alts) for alts in NEEDS.get(t, (("kernels",),)))]
+        return [(t, m) for t, m in self.metrics.items() if (tables is None or t in tables) and has_inputs(t, have)]
 
     def _each(self, sources: list[dict[str, str]], todo: list[tuple[str, _Metric]],
               done: Callable[[str, pa.Table], None]) -> None:
