@@ -102,7 +102,9 @@ def ingest(
     Example: tracedb ingest logdir/ --dry-run
     """
     if jobs is None:  # the cores this process may use
-        jobs = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        from tracedb import workers
+
+        jobs = workers.cores()
     if jobs > 1 and not dry_run and (len(paths) > 1 or paths[0].is_dir()):  # likely several files
         from tracedb import workers
 

@@ -412,17 +412,15 @@ class Lake:
         first = [f for r in replaced for f in r.files]
         if beside is None:
             self._add_files(first)
-            crash_point("ingest_after_add")
-            self._write_file_rows(runs)
         else:
             busy = {f.table for f in first}  # a handle is used by one thread at a time
             concurrently([beside, lambda: self._add_files(first, checksums=False),
                           lambda: self._read_logs([t for t in schema.TABLES if t not in busy])])
             self._add_files([f for r in replaced for f in r.files if not f.logged],
                             checksums=[f for r in replaced for f in r.files])
-            # (step 2 stays after step 1: a crash here must not leave `files` rows of an unpublished run)
-            crash_point("ingest_after_add")
-            self._write_file_rows(runs)
+        # (step 2 stays after step 1: a crash here must not leave `files` rows of an unpublished run)
+        crash_point("ingest_after_add")
+        self._write_file_rows(runs)
         crash_point("ingest_after_files")
         if replaced:
             rows = [{**r.run_row, "ingest_id": r.ingest_id} for r in replaced]

@@ -186,12 +186,6 @@ COST_ORDER = ("rollup_stream_time", "rollup_gpu_busy_idle", "rollup_step_times",
               "rollup_memory_bandwidth", "rollup_kernel_launch_config")
 
 
-def _cores() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 class _Metric(NamedTuple):
     """A rollup's metric as the Writer runs it."""
 
@@ -276,9 +270,10 @@ class Writer:
               done: Callable[[str, pa.Table], None]) -> None:
         """Run the metrics of `todo` on `sources` (see `compute`), calling `done(table, rows)`
         with each one's rows in the thread that computed it, as each finishes."""
-        from concurrent.futures import ThreadPoolExecutor, wait
+        from concurrent.futures import ThreadPoolExecutor
 
         from tracedb.lake import concurrently
+        from tracedb.workers import cores
 
         if not todo:
             return
@@ -287,11 +282,9 @@ class Writer:
         try:
             concurrently([lambda t=t: self._load(sources, t, kinds and t == "kernels") for t in loads])
             todo = sorted(todo, key=lambda tm: COST_ORDER.index(tm[0]) if tm[0] in COST_ORDER else len(COST_ORDER))
-            pool = ThreadPoolExecutor(min(len(todo), _cores()), thread_name_prefix="tracedb-rollup")
-            with pool:
+            with ThreadPoolExecutor(min(len(todo), cores()), thread_name_prefix="tracedb-rollup") as pool:
                 futures = [pool.submit(lambda t=t, m=m: done(t, self._run(m))) for t, m in todo]
-                wait(futures)
-            for f in futures:
+            for f in futures:  # (all done: the pool's exit waits for them)
                 f.result()
         finally:
             for table in ("kernels", *(f"whole.{t}" for t in WHOLE_SOURCES)):

@@ -95,6 +95,11 @@ def context():
     return ctx
 
 
+def cores() -> int:
+    """The cores this process may use (`--jobs`' default, the rollups' threads)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def native_threads() -> int | None:
     """This process's threads, native ones included (None: unknown, not Linux)."""
     try:

@@ -59,11 +59,11 @@ fields are then in the CPU cache; columns built a field at a time over all ops m
 loop; the other events (a quarter) become dicts as the general path decodes them and go
 through the same row functions, their times converted to ns in bulk first (`_event_times`,
 `jsonstream.Ns`; where Arrow refuses one, decoded as Decimals as the general path does:
-a rank's 3,618 such events 15.2 -> 10.8 ms with their `us_to_ns` calls). Anything it does not expect (a missing time, a name that
-is no string, fractional `size`/`device` args, a value Arrow refuses, any error) makes it
-step aside before anything is yielded or put in ctx: the general path then reads the
-file, with its exact errors. Tests check both paths give the same tables on every Kineto
-trace.
+a rank's 3,618 such events 15.2 -> 10.8 ms with their `us_to_ns` calls). Anything it
+does not expect (a missing time, a name that is no string, fractional `size`/`device`
+args, a value Arrow refuses, any error) makes it step aside before anything is yielded
+or put in ctx: the general path then reads the file, with its exact errors. Tests check
+both paths give the same tables on every Kineto trace.
 
 General path: a file of up to 8 MiB is decoded once by msgspec into dicts
 (`decode_whole`, numbers with a fraction as Decimal) and both passes walk the same
