@@ -16,7 +16,8 @@ What lands where:
   `Memcpy HtoD (Pageable -> Device)` as Kineto names copies) and `..._MEMSET` (kind
   memset, `Memset (Device)`), on `GPU:<deviceId>`.
 - `runtime_calls`: `..._RUNTIME` (CUDA runtime and driver API; `eventClass` 0 is
-  `cuda_runtime`, 1 `cuda_driver`), on CPU:0 with the thread and process of `globalTid`;
+  `cuda_runtime`, 1 `cuda_driver`; class 67 rows are a call's CUDA backtrace, repeating
+  its correlation id: not calls, their `callchainId` goes to the call's `params`), on CPU:0 with the thread and process of `globalTid`;
   the API version suffix is dropped from the name (`cudaLaunchKernel_v7000` ->
   `cudaLaunchKernel`, as CUPTI's callback names and Kineto write it; the raw name is in
   `params.api_name`). Each call carries the activity it launched (`kernel_name`,
@@ -35,6 +36,10 @@ What lands where:
   `TARGET_INFO_GPU`: model, SMs, memory, clocks, bandwidth, compute capability, bus, and
   the raw row), `nsys` (export metadata with its schema version, session start, the
   processes with their pids, names and ranks), `rank` when the file holds one rank.
+
+Reading: SQLite reads the file (a gzipped export is first decompressed to a temporary
+file); the rows of the tables read are held in memory while the links are made (a few
+hundred bytes a row), and batches are emitted table by table.
 
 Times: the export's timestamps are ns since the session start; rows are in absolute epoch
 ns (`TARGET_INFO_SESSION_START_TIME.utcEpochNs` + timestamp; 0 where the table is missing),
@@ -76,17 +81,20 @@ discovery skips one that has its SQLite export of the same stem beside it.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import re
+import shutil
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
 import pyarrow as pa
 
 from tracedb.errors import TracedbError, TraceFormatError
-from tracedb.formats.base import BatchBuilder, ReadContext, read_head
+from tracedb.formats.base import GZIP_MAGIC, BatchBuilder, ReadContext, open_trace, read_head
 
 NAME = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite): CUDA kernels, copies, API calls, NVTX"
@@ -124,6 +132,7 @@ _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 
              6: "Managed Static", 7: "Unknown"}
 _SYNC_TYPE = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 _EVENT_CLASS = {0: "cuda_runtime", 1: "cuda_driver"}
+_BACKTRACE = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE: a call's backtrace, not a call
 
 _KERNEL_COLS = ("device", "device_raw", "rank", "step", "stream", "kind", "name", "node_name", "start_ns",
                 "duration_ns", "bytes", "copy_kind", "correlation_id", "launch_start_ns", "grid", "block",
@@ -237,13 +246,33 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         raise TraceFormatError(f"an Nsight Systems report, not its SQLite export: convert it with "
                                f"`nsys export --type sqlite {path.name}` and ingest the .sqlite file")
     steps_rx = step_regex()
-    db = _Db(path)
-    try:
-        yield from _Reader(db, ctx, steps_rx).rows()
-    except sqlite3.DatabaseError as e:
-        raise TraceFormatError(f"corrupt SQLite database: {e}") from e
-    finally:
-        db.con.close()
+    with _plain(path) as plain:
+        db = _Db(plain)
+        try:
+            yield from _Reader(db, ctx, steps_rx).rows()
+        except sqlite3.DatabaseError as e:
+            raise TraceFormatError(f"corrupt SQLite database: {e}") from e
+        finally:
+            db.con.close()
+
+
+@contextlib.contextmanager
+def _plain(path: Path) -> Iterator[Path]:
+    """The export as a plain file SQLite can open: a gzipped one is decompressed (within
+    TRACEDB_MAX_DECOMPRESSED_BYTES) to a temporary file, removed afterwards."""
+    with open(path, "rb") as f:
+        gzipped = f.read(2) == GZIP_MAGIC
+    if not gzipped:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="tracedb-nsys-") as tmp:
+        plain = Path(tmp) / "export.sqlite"
+        try:
+            with open_trace(path) as src, open(plain, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except (OSError, EOFError) as e:
+            raise TraceFormatError(f"truncated or corrupt gzip: {e}") from e
+        yield plain
 
 
 class _Reader:
@@ -488,6 +517,9 @@ class _Reader:
         calls = db.rows("CUPTI_ACTIVITY_KIND_RUNTIME",
                         ("start", "globalTid", "end", "eventClass", "correlationId", "nameId", "returnValue",
                          "callchainId", "name"), order="start,end")
+        # eventClass 67 (CUDA backtrace) rows repeat a call (same correlation, its callchain)
+        backtraces = {(pid_tid(c[1])[0], c[4]): c[7] for c in calls if c[3] == _BACKTRACE}
+        calls = [c for c in calls if c[3] != _BACKTRACE]
         acts = self._activities()
         syncs = db.rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
                         ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "syncType", "eventId",
@@ -544,6 +576,8 @@ class _Reader:
             if category is None:
                 category = "cuda_driver" if name and name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
             first = acts[launched[k][0]] if k in launched else None
+            if chain is None and backtraces:
+                chain = backtraces.get((pid_tid(gtid)[0], corr))
             params = {key: v for key, v in (("api_name", raw if raw != name else None), ("pid", pid_tid(gtid)[0]),
                                             ("return_value", ret or None), ("callchain_id", chain))
                       if v is not None}
