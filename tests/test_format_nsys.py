@@ -321,3 +321,44 @@ def test_report_on_two_nsys_runs(nsys_warehouse):
         copy_bytes = sum(c[3] for c in rawtrace.nsys_copies(path) if c[0] == "memcpy")
         assert metrics["GPU:0/gpu_kernel_time"][side]["per_run"][run] == [kernel_ns]
         assert metrics["GPU:0/copy_bytes"][side]["per_run"][run] == [copy_bytes]
+
+
+def test_ranks_of_an_mpi_job_from_thread_names(tmp_path):
+    """Two ranks' exports in one run folder: the second is rank 0's export with its main
+    thread named `MPI Rank 1` (as nsys's MPI tracing names it); each file's rows keep their rank."""
+    run = tmp_path / "job"
+    run.mkdir()
+    shutil.copyfile(NSYS_SAXPY, run / "saxpy_a.sqlite")
+    shutil.copyfile(NSYS_SAXPY, run / "saxpy_b.sqlite")
+    con = sqlite3.connect(run / "saxpy_b.sqlite")
+    [(name_id,)] = con.execute("SELECT id FROM StringIds WHERE value = 'MPI Rank 0'")
+    con.execute("UPDATE StringIds SET value = 'MPI Rank 1' WHERE id = ?", (name_id,))
+    con.execute("UPDATE NVTX_EVENTS SET text = 'MPI Rank 1' WHERE text = 'MPI Rank 0'")
+    con.commit()
+    con.close()
+    wh = Warehouse(tmp_path / "wh")
+    summary = wh.ingest(run, run_id="job")
+    assert summary.ok, summary.errors
+    got = wh.sql("SELECT source_file, rank, count(*) AS n FROM kernels GROUP BY ALL ORDER BY ALL").to_pylist()
+    assert got == [{"source_file": "saxpy_a.sqlite", "rank": 0, "n": 20}, {"source_file": "saxpy_b.sqlite", "rank": 1, "n": 20}]
+
+
+def test_processes_without_rank_names_get_ranks_by_pid(tmp_path):
+    """One export of two CUDA processes (the nvFuser export with the calls and activities of
+    correlation ids past 1000 moved to pid + 1): ranks 0 and 1 by pid, with a warning."""
+    path = tmp_path / "two.sqlite"
+    shutil.copyfile(NSYS_NVFUSER, path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET globalTid = globalTid + 16777216 WHERE correlationId > 1000")
+    for t in ("KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION"):
+        con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_{t} SET globalPid = globalPid + 16777216 WHERE correlationId > 1000")
+    con.commit()
+    moved = {c for (c,) in con.execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId > 1000")}
+    con.close()
+    ctx = ReadContext("run", path.name)
+    t = _read(path, ctx)
+    assert moved and {(r["correlation_id"] in moved, r["rank"]) for r in t["kernels"] if r["kind"] == "kernel"} == {
+        (False, 0), (True, 1)}
+    assert all(r["launch_start_ns"] is not None for r in t["kernels"])  # links stay within a process
+    assert "rank" not in ctx.metadata and [p["rank"] for p in ctx.metadata["nsys"]["processes"]] == [0, 1]
+    assert any("ranks by pid order" in w for w in ctx.warnings)

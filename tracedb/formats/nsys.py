@@ -17,7 +17,8 @@ What lands where:
   memset, `Memset (Device)`), on `GPU:<deviceId>`.
 - `runtime_calls`: `..._RUNTIME` (CUDA runtime and driver API; `eventClass` 0 is
   `cuda_runtime`, 1 `cuda_driver`; class 67 rows are a call's CUDA backtrace, repeating
-  its correlation id: not calls, their `callchainId` goes to the call's `params`), on CPU:0 with the thread and process of `globalTid`;
+  its correlation id: not calls, their `callchainId` goes to the call's `params`), on
+  CPU:0 with the thread and process of `globalTid`;
   the API version suffix is dropped from the name (`cudaLaunchKernel_v7000` ->
   `cudaLaunchKernel`, as CUPTI's callback names and Kineto write it; the raw name is in
   `params.api_name`). Each call carries the activity it launched (`kernel_name`,
@@ -114,7 +115,6 @@ _OP_SUFFIX = re.compile(r", (?:seq|op_id|sizes|stashed seq) = ")
 _API_VERSION = re.compile(r"_v\d{4,}$")
 _MPI_RANK = re.compile(r"\bMPI Rank (\d+)\b")
 _RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
-_NONE = object()
 
 # NVTX_EVENTS.eventType (ENUM_NSYS_EVENT_TYPE)
 _NVTX_CATEGORY = (33, 64)
@@ -331,31 +331,33 @@ class _Reader:
 
     def _enclosing(self, calls: list[tuple]) -> list[int | None]:
         """For each runtime call (start, gtid, ...), the index in self.ranges of the
-        innermost push/pop range on its thread that encloses its start (module docstring)."""
+        innermost push/pop range on its thread that encloses its start (module docstring):
+        a sweep per thread over the ranges by start (outer first on a tie) with a stack of
+        the open ones, which push/pop ranges nest into."""
+        inf = float("inf")
+        end = [r[1] if r[1] is not None else inf for r in self.ranges]  # still open: to the end
         by_thread: dict[Any, list[int]] = {}
         for i, r in enumerate(self.ranges):
             if r[4]:
                 by_thread.setdefault(r[3], []).append(i)
-        out: list[int | None] = [None] * len(calls)
         calls_by_thread: dict[Any, list[int]] = {}
         for k, c in enumerate(calls):
             if c[1] in by_thread:
                 calls_by_thread.setdefault(c[1], []).append(k)
-        inf = float("inf")
+        out: list[int | None] = [None] * len(calls)
         for gtid, ks in calls_by_thread.items():
-            rs = sorted(by_thread[gtid], key=lambda i: (self.ranges[i][0], -(self.ranges[i][1] if self.ranges[i][1] is not None else inf)))
+            rs = sorted(by_thread[gtid], key=lambda i: (self.ranges[i][0], -end[i]))
             ks.sort(key=lambda k: calls[k][0])
-            end = lambda i: self.ranges[i][1] if self.ranges[i][1] is not None else inf  # noqa: E731
             stack: list[int] = []
             j = 0
             for k in ks:
                 t = calls[k][0]
                 while j < len(rs) and self.ranges[rs[j]][0] <= t:
-                    while stack and end(stack[-1]) < self.ranges[rs[j]][0]:
+                    while stack and end[stack[-1]] < self.ranges[rs[j]][0]:
                         stack.pop()
                     stack.append(rs[j])
                     j += 1
-                while stack and end(stack[-1]) < t:
+                while stack and end[stack[-1]] < t:
                     stack.pop()
                 out[k] = stack[-1] if stack else None
         return out
@@ -574,7 +576,8 @@ class _Reader:
             name = api_name(raw)
             category = _EVENT_CLASS.get(cls) if cls is not None else None
             if category is None:
-                category = "cuda_driver" if name and name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime"
+                driver = bool(name) and name.startswith("cu") and not name.startswith("cuda")
+                category = "cuda_driver" if driver else "cuda_runtime"
             first = acts[launched[k][0]] if k in launched else None
             if chain is None and backtraces:
                 chain = backtraces.get((pid_tid(gtid)[0], corr))
