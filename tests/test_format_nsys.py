@@ -215,6 +215,26 @@ def test_steps_from_nvtx_ranges(tmp_path, monkeypatch):
 
 
 
+def test_emit_nvtx_op_names(tmp_path):
+    """PyTorch's emit_nvtx names a range `aten::mm, seq = N, op_id = N, sizes = [...]`: the
+    kernel's and the call's node_name is the op (the nvFuser export with the range that
+    encloses its cuLaunchKernel renamed so)."""
+    path = tmp_path / "emit.sqlite"
+    shutil.copyfile(NSYS_NVFUSER, path)
+    full = "aten::mm, seq = 12, op_id = 3, sizes = [[4, 8], [8, 2]]"
+    con = sqlite3.connect(path)
+    n = con.execute("UPDATE NVTX_EVENTS SET text = ?, textId = NULL WHERE text = 'ExecutorRunFusion::cuLaunchKernel' "
+                    "OR textId IN (SELECT id FROM StringIds WHERE value = 'ExecutorRunFusion::cuLaunchKernel')",
+                    (full,)).rowcount
+    con.commit()
+    con.close()
+    t = _read(path)
+    assert n >= 1 and sum(r["name"] == full for r in t["annotations"]) == n
+    assert [r["name"] for r in t["kernels"] if r["node_name"] == "aten::mm"] == [
+        r[2] for r in rawtrace.nsys_kernels(path) if r[3] == "nvfuser_none_f0_c0_r0_g0"]
+    assert [c["name"] for c in t["runtime_calls"] if c["node_name"] == "aten::mm"] == ["cuLaunchKernel"]
+
+
 def test_missing_tables_and_columns_are_tolerated(tmp_path):
     """An export of other options or another version: no NVTX, no memset table, a column
     gone: the rest still reads."""
