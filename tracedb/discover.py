@@ -13,8 +13,11 @@ The contract's rules (`tracedb ingest` row of docs/contract):
   `<host>.trace.json[.gz]` and `perfetto_trace.json[.gz]` that XProf writes beside it
   are JSON renderings of the same XSpace (the XSpace is the richest: it also holds
   allocations and exact ps times), and a TF `step.pb` beside a `step.pbtxt` of the same
-  stem and format is the same RunMetadata twice (the binary one is kept). Skipped files
-  are listed on the run (`RunSpec.skipped`) with the reason, so the CLI can say so.
+  stem and format is the same RunMetadata twice (the binary one is kept), and an Nsight
+  Systems report `<stem>.nsys-rep` (or `.qdrep`) beside its SQLite export `<stem>.sqlite`
+  is the same profile (the export is read; the report alone is an error naming the
+  `nsys export` command). Skipped files are listed on the run (`RunSpec.skipped`) with
+  the reason, so the CLI can say so.
 
 Walking the tree: symlinked folders are followed, but a folder is entered once per walk
 (by its device and inode), so `self -> .` and `up -> ..` links end instead of looping, and
@@ -42,6 +45,7 @@ PROFILE_DIR = ("plugins", "profile")
 _XSPACE = ".xplane.pb"
 _JSON_RENDERING = re.compile(r"^(?P<host>.+)\.trace\.json(\.gz)?$")
 _PERFETTO = re.compile(r"^perfetto_trace\.json(\.gz)?$")
+_NSYS_REPORTS = (".nsys-rep", ".qdrep")
 
 
 @dataclass
@@ -220,6 +224,7 @@ def _renderings(files: list[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
                 drop[p] = f"a JSON rendering of {m['host']}{_XSPACE}, which is read instead"
             elif _PERFETTO.match(n) and xspaces:
                 drop[p] = f"a Perfetto rendering of {', '.join(xspaces)}, which is read instead"
+        drop.update(_nsys_reports(names))
         for n, p in names.items():
             stem, ext = _split_ext(n)
             if ext in (".pbtxt", ".pbtxt.gz"):
@@ -230,6 +235,18 @@ def _renderings(files: list[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
     return kept, [(p, drop[p]) for p in files if p in drop]
 
 
+def _nsys_reports(names: dict[str, Path]) -> dict[Path, str]:
+    """The Nsight Systems reports (`<stem>.nsys-rep`) of one folder whose SQLite export
+    (`<stem>.sqlite`, sniffed as nsys) lies beside them, with why each is skipped."""
+    drop: dict[Path, str] = {}
+    for n, p in names.items():
+        if n.endswith(_NSYS_REPORTS):
+            export = names.get(n.rsplit(".", 1)[0] + ".sqlite")
+            if export is not None and _format_of(export) == "nsys":
+                drop[p] = f"the Nsight Systems report that {export.name} was exported from, which is read instead"
+    return drop
+
+
 def _split_ext(name: str) -> tuple[str, str]:
     for ext in (".pbtxt.gz", ".pb.gz", ".pbtxt", ".pb"):
         if name.endswith(ext):
@@ -237,14 +254,19 @@ def _split_ext(name: str) -> tuple[str, str]:
     return name, ""
 
 
-def _same_format(a: Path, b: Path) -> bool:
+def _format_of(p: Path) -> str | None:
     from tracedb import formats
     from tracedb.errors import TraceFormatError
 
     try:
-        return formats.detect(a).NAME == formats.detect(b).NAME
+        return formats.detect(p).NAME
     except (TraceFormatError, OSError):
-        return False
+        return None
+
+
+def _same_format(a: Path, b: Path) -> bool:
+    fmt = _format_of(a)
+    return fmt is not None and fmt == _format_of(b)
 
 
 def _finish(run: RunSpec, found: list[Path], walker_skipped: list[tuple[Path, str]]) -> RunSpec:
@@ -287,9 +309,14 @@ def _runs_below(base: Path, exclude: tuple[str, ...]) -> list[RunSpec]:
     orphan_errors: list[tuple[Path, str]] = []
     for f in walker.walk(base):
         if f.path == base:
-            for p in f.files:
-                if p.name != RUN_LABELS:
-                    runs.append(_finish(RunSpec(run_name(p), base, []), [p], []))
+            loose = {p.name: p for p in f.files if p.name != RUN_LABELS}
+            reports = _nsys_reports(loose)  # one run per export, not one more per report
+            for p in loose.values():
+                if p not in reports:
+                    run = _finish(RunSpec(run_name(p), base, []), [p], [])
+                    run.skipped += [(r, why) for r, why in reports.items()
+                                    if r.name.rsplit(".", 1)[0] + ".sqlite" == p.name]
+                    runs.append(run)
             if f.error:
                 orphan_errors.append((f.path, f.error))
             continue

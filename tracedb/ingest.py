@@ -278,11 +278,13 @@ def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int,
             counts[fmt] = ordinal + 1
         jobs.append(_Job(path, display(path), rel, run.run_id, fmt, ordinal, root, ingest_id,
                          f"{ingest_id}-{start_index + i:05d}", err))
-    # Several PyTorch traces of one run are several processes: each keeps its own rank.
-    kineto = [j for j in jobs if j.format == "kineto"]
-    if len(kineto) > 1:
-        for j, (rank, note) in zip(kineto, fallback_ranks([j.path for j in kineto])):
-            j.rank, j.rank_note = rank, note
+    # Several PyTorch (or Nsight Systems) traces of one run are several processes: each
+    # keeps its own rank.
+    for fmt in ("kineto", "nsys"):
+        same = [j for j in jobs if j.format == fmt]
+        if len(same) > 1:
+            for j, (rank, note) in zip(same, fallback_ranks([j.path for j in same])):
+                j.rank, j.rank_note = rank, note
     return jobs
 
 

@@ -89,7 +89,7 @@ KERNELS = pa.schema(
            "gemm | convolution | attention | elementwise | reduction | communication | memory | other"),
         _f("node_seq", pa.int64(), "`seq` of the launching op's `nodes` row (same run and source_file)"),
         _f("link", pa.string(),
-           "how node_name was found: launch (launch call's innermost enclosing op) | external_id"),
+           "how node_name was found: launch (launch call's innermost enclosing op; nsys: NVTX range) | external_id"),
         _f("external_id", pa.int64(), "the activity's (else its launch call's) External id, as written"),
     ]
     + _TAIL
@@ -155,7 +155,7 @@ RUNTIME_CALLS = pa.schema(
 ANNOTATIONS = pa.schema(
     _COMMON
     + [
-        _f("category", pa.string(), "user_annotation (host range) | gpu_user_annotation (device range)"),
+        _f("category", pa.string(), "user_annotation (host range) | gpu_user_annotation (device range) | nvtx (Nsight Systems NVTX range, its domain in params)"),
         _f("name", pa.string(), "range name (record_function label, ProfilerStep#N, ...)"),
         _f("start_ns", pa.int64(), "start, ns"),
         _f("duration_ns", pa.int64(), "duration, ns"),
@@ -171,7 +171,7 @@ ANNOTATIONS = pa.schema(
 STEPS = pa.schema(
     _COMMON
     + [
-        _f("name", pa.string(), "the step's range name (ProfilerStep#N)"),
+        _f("name", pa.string(), "the step's range name (ProfilerStep#N; nsys: the NVTX range, e.g. step N)"),
         _f("start_ns", pa.int64(), "host span start, ns"),
         _f("duration_ns", pa.int64(), "host span duration, ns"),
         _f("thread_id", pa.int64(), "host thread of the span"),

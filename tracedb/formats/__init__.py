@@ -12,7 +12,9 @@ format). Moving the JSON formats ahead changes no claim: they claim only a head 
 text starts with `{` or `[` (after whitespace); TF text starts with a field name or a
 `#` comment, and a TF binary head (first byte 0x0A) is claimed only with a `/`-led
 device string at byte 4 or 6, which a JSON head could hold only inside its first key;
-such a head, were it both, went to the JSON reader by fallback before anyway.
+such a head, were it both, went to the JSON reader by fallback before anyway. Nsight
+Systems' SQLite export (and its `.nsys-rep` report) opens with a magic header no other
+format claims; it is sniffed before the TF text reader, which reads text heads.
 
 Fallback (`read`): when the claiming reader yields no rows at all (or fails before
 yielding any), the next format whose `sniff` also claims the file reads it; nothing was
@@ -38,6 +40,7 @@ FORMAT_MODULES = [
     "megengine",
     "kineto",
     "chrome_trace",
+    "nsys",
     "tf_stepstats",
     "xspace",
     "node_dump",
