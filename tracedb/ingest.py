@@ -329,6 +329,8 @@ def _rerank(jobs: list[_Job], results: list[FileResult]) -> list[_Job]:
         if rank != j.rank:
             j.rank, j.rank_note = rank, note
             redo.append(j)
+        elif r.warning:
+            r.warning = j.rank_note = note  # the same rank, now also clear of the named ones
     return redo
 
 
