@@ -46,6 +46,21 @@ CLI then exits without the interpreter's teardown (0.12-0.2 s, `cli.main`). A wo
 dies (out-of-memory kill, a crash in native code) costs only the file it was reading:
 the pool is rebuilt, the files it held are re-read one at a time, and the one that kills
 its process again gets a one-line error. Measured with `bench/bench_jobs.py --phases` (see bench/RESULTS.md).
+
+## What is read, and what a run's numbers say
+
+A file that no reader claims (`errors.NotATraceError` from the sniff: a README, a log, a
+config, an empty file) is not read: it is recorded in `files` with status `skipped` and
+its run lands without it (a file named as PATH is the exception: reading it was asked for,
+so it is an error). An ingest in which nothing at all is a trace is a request error, raised
+before the warehouse is opened. Several Kineto traces of one run get their fallback ranks
+(`discover.fallback_ranks`) before they are read, when the ranks the traces name
+themselves are not known yet; when one turns out to take a rank another trace names
+(`distributedInfo`), that trace is read again with a free one (`_rerank`: a run mixing
+named and unnamed ranks, which costs one more read of the unnamed ones). A run's seconds
+(`RunSummary.seconds`, the CLI's per-run line) are the sum of its files' read times,
+measured where each was read: with workers, the caller's wait for a run read while it
+committed the previous ones is near 0 and says nothing.
 """
 
 from __future__ import annotations
@@ -304,10 +319,11 @@ def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int,
 
 
 def _skipped(path: Path, rel: str, why: str) -> FileResult:
-    """A file that is not read, with its size and hash on record."""
+    """A file that is not read, with its size on record (not its hash: a stray file may
+    be a checkpoint of many GB, and hashing it would cost more than the traces' ingest)."""
     res = FileResult(path=display(path), rel=rel, skipped=why)
     try:
-        res.size_bytes, res.sha256 = lake.size_and_hash(path)
+        res.size_bytes = path.stat().st_size
     except OSError:
         pass
     return res
@@ -567,7 +583,7 @@ class _Landing:
         file_rows = [_file_row(r, run.run_id, ingest_id, when) for r in results + skipped]
         if label_error:
             file_rows.append(_labels_row(run, label_error, ingest_id, when))
-        if not replace:
+        if not replace and ok:
             (self.store or lake.Lake(self.warehouse)).discard([w for r in ok for w in r.written])
         written = [w for r in ok for w in r.written] if replace else []
         self.pending.append((
