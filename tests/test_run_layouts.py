@@ -110,13 +110,16 @@ def test_several_sessions_under_a_run_folder_are_one_run_and_a_bare_logdir_one_r
         ("night1", json.loads((FLEET / "night1" / "run.json").read_text())["commit"])]
 
 
-def test_a_run_folder_inside_a_run_folder_keeps_its_own_run(tmp_path):
+def test_only_sessions_join_the_run_folder_around_them(tmp_path):
     runs = tmp_path / "runs"
     shutil.copytree(FLEET / "night1", runs / "night1")
     shutil.copytree(FLEET / "night2", runs / "night1" / "rerun")  # its own run.json: its own run
+    shutil.copytree(DATA / "fleet_dev" / "day1", runs / "night1" / "torch")  # a folder of traces: its own run
+    (runs / "night1" / "torch" / "run.json").unlink()
     found = discover_runs([runs])
-    assert [(r.run_id, len(r.files)) for r in found] == [("night1", 1), ("night1/rerun", 1)]
-    assert [r.labels_file for r in found] == [runs / "night1" / "run.json", runs / "night1" / "rerun" / "run.json"]
+    assert [(r.run_id, [p.name for p in r.files]) for r in found] == [
+        ("night1", ["vm.xplane.pb"]), ("night1/rerun", ["vm.xplane.pb"]), ("night1/torch", ["trace.json.gz"])]
+    assert [r.labels_file for r in found] == [runs / "night1" / "run.json", runs / "night1" / "rerun" / "run.json", None]
 
 
 # ---- files no reader claims (issue 23 #3) ----------------------------------------------
@@ -127,7 +130,7 @@ STRAYS = {
     "config.json": b'{"lr": 0.001, "batch": 64, "model": {"channels": 64}}\n',
     "ckpt.bin": bytes((i * 7919 + 13) % 256 for i in range(5000)),
     "stderr.txt": b"",
-    "logs/host0.log": b"2026-11-27 03:00:01 INFO starting\n",
+    "host0.log": b"2026-11-27 03:00:01 INFO starting\n",
 }
 
 
@@ -135,7 +138,6 @@ def _night_with_strays(tmp_path: Path) -> Path:
     runs = tmp_path / "runs"
     shutil.copytree(FLEET / "night1", runs / "night1")
     for name, data in STRAYS.items():
-        (runs / "night1" / name).parent.mkdir(exist_ok=True)
         (runs / "night1" / name).write_bytes(data)
     (runs / "docs").mkdir()
     (runs / "docs" / "notes.md").write_text("how we run the nightly profiles\n")

@@ -94,8 +94,8 @@ def ingest(
                                  "by default such a run keeps its previous complete version"),
 ):
     """Ingest traces: every folder that directly holds trace files is a run (id = its path
-    below PATH), and a folder holding run.json is one run with every file below it; XProf
-    sessions are runs; formats are sniffed from content, and a file no reader claims (a
+    below PATH); XProf sessions are runs, or part of the run folder (run.json) around their
+    log dir; formats are sniffed from content, and a file no reader claims (a
     README, a log) is skipped with a warning. Shows a progress bar on a terminal, a line
     per run otherwise, then a summary. Exit 1 when a file failed.
 

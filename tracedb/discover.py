@@ -9,13 +9,15 @@ The contract's rules (`tracedb ingest` row of docs/contract):
   lying directly in PATH is a run named after its stem. A TensorBoard/XProf log folder
   `<logdir>/plugins/profile/<session>/` gives one run per session, named as TensorBoard
   lists it: `<logdir>/<session>` with `plugins/profile` dropped.
-- A folder holding `run.json` is a run folder: it is one run with every file below it,
-  down to any folder that holds its own `run.json` (a run folder of its own). So a
-  nightly job's `night4/run.json` beside the log dir `jax.profiler.trace` wrote
-  (`night4/plugins/profile/<session>/`) is the one run `night4` with its labels, all its
-  sessions' files in it (`plugins/profile/<session>/host.xplane.pb`); a log dir with no
-  `run.json` at or above it keeps one run per session. PATH itself holding `run.json`
-  is one run named after the folder (`tracedb ingest night4/` gives `night4`).
+- A log dir's sessions belong to the run folder around them: the nearest folder at or
+  above `<logdir>` (PATH at most) that holds a `run.json` is one run with its own files
+  and every session below it. So a nightly job's `night4/run.json` beside the log dir
+  `jax.profiler.trace` wrote (`night4/plugins/profile/<session>/`) is the one run
+  `night4` with its labels, all its sessions' files in it
+  (`plugins/profile/<session>/host.xplane.pb`), and `tracedb ingest night4/` gives the
+  same run `night4` (PATH's own name). A log dir with no `run.json` at or above it keeps
+  one run per session. Only session folders are taken in so: any other folder below a
+  run folder that directly holds trace files stays a run of its own, as above.
 - Renderings of one profile count once: in a folder with `<host>.xplane.pb`, the
   `<host>.trace.json[.gz]` and `perfetto_trace.json[.gz]` that XProf writes beside it
   are JSON renderings of the same XSpace (the XSpace is the richest: it also holds
@@ -295,11 +297,20 @@ def _session_run_id(rel: Path) -> str:
     return safe_name("/".join(parts))
 
 
-def _run_folders(folders: list[_Folder], base: Path) -> dict[Path, Path | None]:
-    """Each folder's run folder: the nearest folder at or above it (base at most: the walk
-    starts there) that holds a `run.json`, None where there is none."""
+def _session_owners(folders: list[_Folder], base: Path) -> dict[Path, Path]:
+    """Each XProf session folder (`<logdir>/plugins/profile/<session>`) that has a run
+    folder around it, with that folder: the nearest at or above `<logdir>` that holds a
+    `run.json` (the walk starts at base, so none above base counts)."""
     marked = {f.path for f in folders if any(p.name == RUN_LABELS for p in f.files)}
-    return {f.path: next((d for d in (f.path, *f.path.parents) if d in marked), None) for f in folders}
+    owners = {}
+    for f in folders:
+        rel = f.path.relative_to(base).parts
+        if len(rel) >= 3 and rel[-3:-1] == PROFILE_DIR:
+            logdir = f.path.parents[2]
+            top = next((d for d in (logdir, *logdir.parents) if d in marked), None)
+            if top is not None:
+                owners[f.path] = top
+    return owners
 
 
 def _folder_run_id(folder: Path, base: Path) -> str:
@@ -315,11 +326,12 @@ def _folder_run_id(folder: Path, base: Path) -> str:
 
 
 def _runs_below(base: Path, exclude: tuple[str, ...]) -> list[RunSpec]:
-    """Every folder below base that directly holds files is a run, or part of the run of
-    the run folder (`run.json`) above it; loose files in base are runs too."""
+    """Every folder below base that directly holds files is a run, or, for an XProf
+    session, part of the run of the run folder around it; loose files in base are runs too."""
     walker = _Walker(base, exclude)
     folders = list(walker.walk(base))
-    owner = _run_folders(folders, base)
+    owner = _session_owners(folders, base)
+    tops = set(owner.values())  # run folders that take in sessions (walked before them)
     runs: list[RunSpec] = []
     by_folder: dict[Path, RunSpec] = {}  # every folder's run
     grouped: dict[Path, tuple[RunSpec, list[Path]]] = {}  # run folder -> (run, files below it)
@@ -327,7 +339,7 @@ def _runs_below(base: Path, exclude: tuple[str, ...]) -> list[RunSpec]:
     for f in folders:
         if f.error:
             orphan_errors.append((f.path, f.error))
-        top = owner.get(f.path)
+        top = owner.get(f.path) or (f.path if f.path in tops else None)
         if top is not None:
             if top not in grouped:
                 grouped[top] = (RunSpec(_folder_run_id(top, base), top, []), [])
