@@ -411,8 +411,8 @@ FILES = pa.schema(
     ]
     + [_f(f"rows_{t}", pa.int64(), f"rows it gave to `{t}` (NULL on error)") for t in SOURCE_TABLES]
     + [
-        _f("status", pa.string(), "ok | error"),
-        _f("error", pa.string(), "one-line error, when status = error"),
+        _f("status", pa.string(), "ok | error | skipped (no reader claims it: a README, a log; not read)"),
+        _f("error", pa.string(), "one-line error, when status = error; why it was skipped, when skipped"),
         _f("seconds", pa.float64(), "time spent reading it"),
         _f("ingest_id", pa.string(), "ingest that read it"),
         _f("ingested_at", pa.timestamp("us", tz="UTC"), "when it was read"),

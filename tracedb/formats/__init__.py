@@ -31,7 +31,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from tracedb.errors import TraceFormatError
+from tracedb.errors import NotATraceError, TraceFormatError
 from tracedb.formats.base import ReadContext, read_head
 
 # Module names under tracedb.formats, most specific first. Adding a format = one module
@@ -80,13 +80,14 @@ def _claiming(head: bytes) -> Iterator[ModuleType]:
 
 
 def detect(path: Path) -> ModuleType:
-    """The format module that claims this file, or TraceFormatError."""
+    """The format module that claims this file; NotATraceError when none does (an empty
+    file, or no format's head), TraceFormatError when the head cannot be read."""
     head = read_head(path)
     if not head.strip():
-        raise TraceFormatError("empty file")
+        raise NotATraceError("empty file")
     for mod in _claiming(head):
         return mod
-    raise TraceFormatError(
+    raise NotATraceError(
         "unknown format (not one of: " + ", ".join(m.NAME for m in all_formats()) + ")"
     )
 
