@@ -59,7 +59,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import formats, lake, rollups, schema, storage, timing
+from tracedb import etlink, formats, lake, rollups, schema, storage, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks)
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
@@ -382,6 +382,7 @@ def ingest(
                 results.append(FileResult(path=display(where), rel=run.rel(where), error=message))
                 if on_file:
                     on_file(results[-1])
+            etlink.link_run(results, warehouse)  # an execution trace's ops to its Kineto trace's
             landing.add(run, results, ingest_id, partial, time.perf_counter() - start)
             rows.append(sum(n for r in results for t, n in r.rows.items() if t in rollups.WHOLE_SOURCES))
             results = []  # the landing's now

@@ -35,6 +35,7 @@ from tracedb.formats.base import ReadContext, read_head
 # Module names under tracedb.formats, most specific first. Adding a format = one module
 # here plus one test file.
 FORMAT_MODULES = [
+    "chakra_et",
     "megengine",
     "kineto",
     "chrome_trace",
