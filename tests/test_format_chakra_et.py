@@ -308,7 +308,7 @@ def test_bad_execution_trace_is_a_one_line_error_and_the_batch_lands(tmp_path, n
 
 def test_migration_0009_on_a_schema6_lake(tmp_path):
     """main's frozen schema-6 lake: nodes and tensors gain the new columns (NULL), no row
-    changes, and an execution-trace run then lands in it."""
+    changes, and an execution-trace run then lands in it beside the old runs."""
     wh = tmp_path / "wh"
     shutil.copytree(DATA / "frozen_warehouse_schema6", wh)
     with pytest.raises(TracedbError, match="0009_execution_traces"):
@@ -327,6 +327,9 @@ def test_migration_0009_on_a_schema6_lake(tmp_path):
     con = catalog.connect(wh)
     assert con.execute("SELECT count(*) FROM nodes e JOIN nodes k USING (run_id, process_id, rf_id) "
                        "WHERE e.source_format = 'chakra_et' AND k.source_format = 'kineto'").fetchall() == [(282,)]
+    # the old runs' files stay live after a later commit: nodes' 35 columns pass Delta's
+    # default 32 with stats, and the migration names ingest_id as the stats column
+    assert {t: con.execute(f"SELECT count(*) FROM {t} WHERE run_id <> 'mlp'").fetchone()[0] for t in before} == before
 
 
 def duckdb_counts(wh: Path) -> dict[str, int]:
@@ -338,3 +341,15 @@ def duckdb_counts(wh: Path) -> dict[str, int]:
     lake = Lake(wh)
     return {t: sum(pq.read_metadata(wh / r["path"]).num_rows for r in lake.add_actions(t).to_pylist())
             for t in ("nodes", "tensors")}
+
+
+def test_runs_of_earlier_ingests_stay_live(tmp_path):
+    """A new lake's nodes table (35 columns) keeps each file's ingest_id stats, so a run
+    ingested earlier stays visible after later commits."""
+    run_folder(tmp_path, "mlp", ET_FILES["mlp"], KINETO_FILES["mlp"])
+    assert ingest([tmp_path / "runs"], tmp_path / "wh").ok
+    alone = run_folder(tmp_path / "more", "alone")
+    shutil.copy(ET_FILES["mlp"], alone / "et.json.gz")
+    assert ingest([tmp_path / "more" / "runs"], tmp_path / "wh").ok
+    assert sql(tmp_path / "wh", "SELECT run_id, count(*) FROM nodes GROUP BY 1 ORDER BY 1") == [
+        ("alone", 291), ("mlp", 291 + 282)]
