@@ -141,6 +141,8 @@ def test_detected_by_content_plain_and_gzipped(tmp_path, name):
     (tmp_path / "a.bin").write_bytes(data)
     (tmp_path / "b.dat").write_bytes(gzip.compress(data))
     assert formats.detect(tmp_path / "a.bin").NAME == formats.detect(tmp_path / "b.dat").NAME == "chakra_et"
+    assert [m.NAME for m in formats.candidates(tmp_path / "a.bin")] == ["chakra_et"]  # no other reader claims it
+    assert "chakra_et" not in [m.NAME for m in formats.candidates(KINETO_FILES[name])]
     assert formats.detect(KINETO_FILES[name]).NAME == "kineto"
 
 

@@ -35,9 +35,9 @@ from tracedb.formats.base import ReadContext, read_head
 # Module names under tracedb.formats, most specific first. Adding a format = one module
 # here plus one test file.
 FORMAT_MODULES = [
-    "chakra_et",
     "megengine",
     "kineto",
+    "chakra_et",  # after Kineto: a Kineto trace's sniff need not import it (neither claims the other)
     "chrome_trace",
     "tf_stepstats",
     "xspace",
