@@ -29,7 +29,9 @@ Where it lands.
   counts once), each read adds the reader to the current value's `consumer_seqs`; a
   tensor read before any write gets a value with `node_seq` NULL (a parameter, an input).
   Nested ops write the same tensor (aten::linear and its aten::addmm): the inner op,
-  which starts later, holds the readers. Columns: `tensor_id`, `storage_id`,
+  which starts later, holds the readers. An op that mutates an argument it does not
+  return (`aten::_foreach_add_`, schema `Tensor(a!)[] self -> ()`) starts no value: the
+  later readers count as the earlier value's. Columns: `tensor_id`, `storage_id`,
   `storage_offset` (elements), `numel`, `element_bytes`, `dtype`, `shape`, `strides`,
   `device` (cuda:N -> GPU:N); `params` names the list index of a tensor inside a list
   argument. So a query follows data from op to op: `unnest(consumer_seqs)` joins
