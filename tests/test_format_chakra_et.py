@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -304,7 +305,7 @@ def test_bad_execution_trace_is_a_one_line_error_and_the_batch_lands(tmp_path, n
     errors = dict(summary.errors)
     assert list(errors) == [str(tmp_path / "runs" / "bad" / "et.json")], errors
     message = errors[str(tmp_path / "runs" / "bad" / "et.json")]
-    assert "\n" not in message and __import__("re").search(pattern, message), message
+    assert "\n" not in message and re.search(pattern, message), message
     assert sql(tmp_path / "wh", "SELECT run_id, count(*) FROM nodes GROUP BY 1") == [("good", 291)]
 
 

@@ -123,11 +123,11 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, Any]]:
     steps = _steps(nodes)
     out = BatchBuilder("nodes", 65536, _NODE_COLS)
     for n in nodes:
-        out.add(_node_row(n, steps.get(n.id), pid))
+        yield from out.append(_node_row(n, steps.get(n.id), pid))
     yield from out.flush()
     tensors = BatchBuilder("tensors", 65536, _TENSOR_COLS)
-    for row in _tensor_values(nodes, steps, ctx):
-        tensors.add(row)
+    for row in _tensor_values(nodes, steps):
+        yield from tensors.append(row)
     yield from tensors.flush()
 
 
@@ -297,7 +297,7 @@ def _device(raw: str | None) -> str:
     return f"{kind}:{int(index) if index.isdigit() else 0}"
 
 
-def _tensor_values(nodes: list[_Node], steps: dict[int, int], ctx: ReadContext) -> Iterator[tuple]:
+def _tensor_values(nodes: list[_Node], steps: dict[int, int]) -> Iterator[tuple]:
     """The `tensors` rows: one per value of each tensor (module docstring)."""
     current: dict[tuple, list] = {}  # tensor tuple -> its current value's row (a list, consumers last)
     rows: list[list] = []
