@@ -29,9 +29,10 @@ Where it lands.
   counts once), each read adds the reader to the current value's `consumer_seqs`; a
   tensor read before any write gets a value with `node_seq` NULL (a parameter, an input).
   Nested ops write the same tensor (aten::linear and its aten::addmm): the inner op,
-  which starts later, holds the readers. An op that mutates an argument it does not
-  return (`aten::_foreach_add_`, schema `Tensor(a!)[] self -> ()`) starts no value: the
-  later readers count as the earlier value's. Columns: `tensor_id`, `storage_id`,
+  which starts later, holds the readers. An op also writes the arguments its schema
+  marks mutable (`Tensor(a!)`) that it does not return (`aten::_foreach_add_(Tensor(a!)[]
+  self, ...) -> ()`, the optimizer's update): such a value has `slot` NULL and
+  `params.mutated_input` = the argument's position. Columns: `tensor_id`, `storage_id`,
   `storage_offset` (elements), `numel`, `element_bytes`, `dtype`, `shape`, `strides`,
   `device` (cuda:N -> GPU:N); `params` names the list index of a tensor inside a list
   argument. So a query follows data from op to op: `unnest(consumer_seqs)` joins
@@ -302,12 +303,12 @@ def _tensor_values(nodes: list[_Node], steps: dict[int, int]) -> Iterator[tuple]
     current: dict[tuple, list] = {}  # tensor tuple -> its current value's row (a list, consumers last)
     rows: list[list] = []
 
-    def value(key: tuple, writer: _Node | None, slot, index, shape, strides, dtype) -> list:
+    def value(key: tuple, writer: _Node | None, slot, index, shape, strides, dtype, mutated=None) -> list:
         raw = key[5] if len(key) > 5 else None
+        params = {k: v for k, v in (("list_index", index), ("mutated_input", mutated)) if v is not None}
         row = [_device(raw), raw, steps.get(writer.id) if writer else None, writer.name if writer else None,
                slot, key[0], key[1], key[2], key[3], key[4], dtype, _flat(shape), _flat(strides),
-               writer.id if writer else None, [],
-               dumps_compact({"list_index": index}) if index is not None else None]
+               writer.id if writer else None, [], dumps_compact(params) if params else None]
         rows.append(row)
         current[key] = row
         return row
@@ -322,8 +323,31 @@ def _tensor_values(nodes: list[_Node], steps: dict[int, int]) -> Iterator[tuple]
             if key not in written:
                 written.add(key)
                 value(key, n, slot, index, shape, strides, dtype)
+        mutated = _mutated_slots(n.attrs.get("op_schema"))
+        for slot, index, key, shape, strides, dtype in tensor_uses(n.inputs) if mutated else ():
+            if slot in mutated and key not in written:
+                written.add(key)
+                value(key, n, None, index, shape, strides, dtype, mutated=slot)
     for row in rows:
         yield tuple(row)
+
+
+def _mutated_slots(op_schema: Any) -> set[int]:
+    """Argument positions whose schema type is a mutable alias: `Tensor(a!) self`,
+    `Tensor(a!)[] self`, `*, Tensor(a!) out` (the `*` is no argument)."""
+    if not isinstance(op_schema, str) or "!" not in op_schema or ") ->" not in op_schema:
+        return set()
+    head = op_schema.partition(") ->")[0]
+    args, depth, cur = [], 0, ""
+    for ch in head[head.find("(") + 1:]:
+        if ch == "," and depth == 0:
+            args.append(cur.strip())
+            cur = ""
+            continue
+        depth += (ch in "[(") - (ch in "])")
+        cur += ch
+    args = [a for a in args + [cur.strip()] if a and a != "*"]
+    return {i for i, a in enumerate(args) if "!" in a.rsplit(" ", 1)[0]}
 
 
 # -- the fallback join (run by tracedb.etlink) ---------------------------------------------
