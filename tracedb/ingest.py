@@ -74,7 +74,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import formats, lake, rollups, schema, storage, timing
+from tracedb import etlink, formats, lake, rollups, schema, storage, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks, not_a_trace)
 from tracedb.errors import NotATraceError, TracedbError, TraceFormatError, WarehouseError
@@ -460,6 +460,7 @@ def ingest(
                 results.append(FileResult(path=display(where), rel=run.rel(where), error=message))
                 if on_file:
                     on_file(results[-1])
+            etlink.link_run(results, warehouse)  # an execution trace's ops to its Kineto trace's
             # how long reading it took (by workers, in parallel with other runs): not how
             # long this process waited for it, which is ~0 for a run read while it committed
             landing.add(run, results, skipped, ingest_id, partial, sum(r.seconds for r in results))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 6  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
-# 5: rollup_collectives (0007); 6: interval rollups (0008)
+SCHEMA_VERSION = 7  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
+# 5: rollup_collectives (0007); 6: interval rollups (0008); 7: PyTorch execution traces: nodes' rf_id, process_id,
+# op_schema, parent_seq; tensors' storage, strides, producer and consumers (0009)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -59,6 +60,12 @@ NODES = pa.schema(
         _f("persistent_memory_bytes", pa.int64(), "persistent memory, bytes (TF)"),
         _f("correlation_id", pa.int64(), "External id / correlation linking to kernels"),
         _f("params", pa.string(), "further attributes as JSON"),
+        _f("rf_id", pa.int64(),
+           "PyTorch record-function id (Kineto's `Record function id`, an execution trace's `rf_id`): "
+           "a process's Kineto op and execution-trace op with equal rf_id are the same op"),
+        _f("process_id", pa.int64(), "host process id (Kineto's pid, an execution trace's pid)"),
+        _f("op_schema", pa.string(), "the op's schema, e.g. `aten::mm(Tensor self, Tensor mat2) -> Tensor`"),
+        _f("parent_seq", pa.int64(), "`seq` of the enclosing node (an execution trace's parent node)"),
     ]
     + _TAIL
 )
@@ -110,6 +117,14 @@ TENSORS = pa.schema(
         _f("allocation_id", pa.int64(), "allocation id"),
         _f("ptr", pa.int64(), "device address"),
         _f("params", pa.string(), "further attributes as JSON"),
+        _f("storage_id", pa.int64(), "id of the storage the tensor views (execution trace)"),
+        _f("storage_offset", pa.int64(), "offset into the storage, elements"),
+        _f("numel", pa.int64(), "element count"),
+        _f("element_bytes", pa.int64(), "size of one element, bytes"),
+        _f("strides", _SHAPE, "strides, elements"),
+        _f("node_seq", pa.int64(),
+           "`seq` of the node that wrote this value of the tensor (NULL: written before the trace began)"),
+        _f("consumer_seqs", _SHAPE, "`seq` of each node that read this value (ascending)"),
     ]
     + _TAIL
 )
@@ -441,7 +456,7 @@ ALL_TABLES: dict[str, pa.Schema] = {**TABLES, **META_TABLES}
 TABLE_DOCS: dict[str, str] = {
     "nodes": "execution of a framework op, or a graph node listed without timing",
     "kernels": "GPU stream activity: kernel, memcpy, memset, with the op that launched it",
-    "tensors": "output tensor of a node: dtype, shape, bytes, allocator",
+    "tensors": "output tensor of a node: dtype, shape, bytes, allocator; from an execution trace, each value of a tensor with the node that wrote it and the nodes that read it",
     "allocations": "allocation / free event, or planned memory chunk",
     "runtime_calls": "CUDA/HIP runtime and driver call: duration, thread, correlation, the kernel it launched",
     "annotations": "user annotation range (record_function) on the host, or its GPU-side range",

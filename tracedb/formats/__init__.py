@@ -39,6 +39,7 @@ from tracedb.formats.base import ReadContext, read_head
 FORMAT_MODULES = [
     "megengine",
     "kineto",
+    "chakra_et",  # after Kineto: a Kineto trace's sniff need not import it (neither claims the other)
     "chrome_trace",
     "nsys",
     "tf_stepstats",
