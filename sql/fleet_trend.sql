@@ -26,18 +26,27 @@ k AS (
 n AS (
     SELECT run_id, CAST(sum(nodes) AS BIGINT) AS nodes FROM nr GROUP BY run_id
 ),
+marks AS (
+    -- the step markers' spans (ProfilerStep#N, StepTraceAnnotation), as step_times reads them
+    SELECT run_id, rank, step, max(start_ns + duration_ns) - min(start_ns) AS host_ns
+    FROM steps
+    WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
+    GROUP BY run_id, rank, step
+),
 host AS (
-    -- host step time: the step's first host op start to its last host op end
-    SELECT run_id, rank, step, end_ns - start_ns AS host_ns
+    -- host step time as step_times defines it: the step marker's span, else the step's
+    -- first host op start to its last host op end
+    SELECT nr.run_id, nr.rank, nr.step, coalesce(m.host_ns, nr.end_ns - nr.start_ns) AS host_ns
     FROM nr
-    WHERE step IS NOT NULL AND start_ns IS NOT NULL
+    LEFT JOIN marks m ON m.run_id = nr.run_id AND m.rank IS NOT DISTINCT FROM nr.rank AND m.step = nr.step
+    WHERE nr.step IS NOT NULL AND nr.start_ns IS NOT NULL
 ),
 dev AS (
     SELECT run_id, rank, step, start_ns, end_ns
     FROM kr
     WHERE step IS NOT NULL AND start_ns IS NOT NULL
 ),
-steps AS (
+walls AS (
     SELECT run_id, rank, step, max(end_ns) - min(start_ns) AS wall_ns
     FROM (SELECT run_id, rank, step, start_ns, end_ns FROM nr WHERE step IS NOT NULL AND start_ns IS NOT NULL
           UNION ALL
@@ -53,7 +62,7 @@ dev_steps AS (
 s AS (
     SELECT st.run_id, count(DISTINCT st.step) AS steps, avg(st.wall_ns) AS mean_step_ns,
            avg(h.host_ns) AS mean_host_step_ns, avg(d.device_ns) AS mean_device_step_ns
-    FROM steps st
+    FROM walls st
     LEFT JOIN host h ON h.run_id = st.run_id AND h.rank IS NOT DISTINCT FROM st.rank AND h.step = st.step
     LEFT JOIN dev_steps d ON d.run_id = st.run_id AND d.rank IS NOT DISTINCT FROM st.rank AND d.step = st.step
     GROUP BY st.run_id

@@ -46,6 +46,10 @@ VARIATIONS = [{}, {"device": "GPU:0"}, {"kind": None}, {"kind": "kernel"}, {"kin
               {"bucket_ns": 1000}, {"bucket_ns": 7, "device": "GPU:0", "kind": None},
               {"kernel_wait_ns": 30000, "rank": 0}, {"kernel_wait_ns": 1000}, {"kernel_wait_ns": None},
               {"runtime_cutoff_ns": 5000, "launch_delay_cutoff_ns": 0, "rank": 0, "step_to": 552}]
+# Columns whose meaning changed on purpose since: schema 7's host step is the step
+# marker's span (issue 24 item 3), checked against the raw traces in
+# tests/test_step_markers.py; the rest of each row must stay as it was.
+CHANGED = {"step_times": ["host_start_ns", "host_step_ns"], "fleet_trend": ["mean_host_step_ns"]}
 # Three formats, two runs each; the same trace twice makes ties across runs.
 FLEET = {f"{name}_{i}": name for name in ("kineto_h200_fp32", "tf_stepstats_gpu_streams",
                                           "megengine_graph_profile") for i in (1, 2)}
@@ -89,7 +93,7 @@ def test_rows_identical_to_the_old_query(name, where, seed_warehouse, fleet):
     nonempty = 0
     for values in param_sets(new, runs):
         values = q.bind(new, values)
-        want, got = q.execute(con, old, values), q.execute(con, new, values)
+        want, got = (t.drop_columns(CHANGED.get(name, [])) for t in (q.execute(con, old, values), q.execute(con, new, values)))
         assert got.schema == want.schema, (name, values)
         assert got.equals(want), (name, values)
         nonempty += got.num_rows > 0

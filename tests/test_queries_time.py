@@ -41,7 +41,8 @@ def test_step_times_match_raw(seed_warehouse, run):
 
 def test_host_and_device_step_times_match_raw(seed_warehouse):
     """Issue 11 item 4 on the Kineto seed (an asynchronous, GPU-bound PyTorch run): the host
-    step is the span of the step's host ops, the device step runs from the step's first
+    step is the ProfilerStep#N marker's span (issue 24 item 3: one definition with
+    `steps.duration_ns`), the device step runs from the step's first
     GPU activity to the next step's first one (the last step: to its own last end), and
     the busy time is the union of the step's GPU intervals; worked out from the raw JSON."""
     trace = raw(KINETO)
@@ -55,14 +56,14 @@ def test_host_and_device_step_times_match_raw(seed_warehouse):
     expect = {}
     for i, s in enumerate(steps):
         nxt = first[steps[i + 1]] if i + 1 < len(steps) else max(e for _, e in gpu[s])
-        expect[s] = (max(e for _, e in host[s]) - min(b for b, _ in host[s]), nxt - first[s],
+        expect[s] = (trace.steps[s][1] - trace.steps[s][0], nxt - first[s],
                      rawtrace.length(rawtrace.union(gpu[s])))
     got = {r["step"]: r for r in rows("step_times", seed_warehouse, run_id=KINETO)}
     assert {s: (got[s]["host_step_ns"], got[s]["device_step_ns"], got[s]["device_busy_ns"]) for s in steps} == expect
     assert got[None]["device_step_ns"] is None and got[None]["host_step_ns"] is None  # outside any step
     # The numbers behind the issue: host steps ~21 ms apart, the GPU busy ~63 ms a step,
     # while the old span (host start to last GPU end) grows with the launch queue.
-    assert [round(expect[s][0] / 1e6) for s in steps] == [21, 21, 20]
+    assert [round(expect[s][0] / 1e6) for s in steps] == [22, 21, 21]
     assert [round(expect[s][1] / 1e6) for s in steps] == [63, 63, 63]
     assert [round(got[s]["wall_ns"] / 1e6) for s in steps] == [109, 150, 192]
     # gpu_busy_idle carries the same device step time per device

@@ -487,6 +487,19 @@ class Lake:
         concurrently(([lambda: self._record_checksums(summed)] if summed else []) +
                      [lambda t=table: add(t) for table in dict.fromkeys(f.table for f in files)])
 
+    def replace_tables(self, tables: list[str], files: list[DataFile]) -> None:
+        """One Delta commit a table of `tables`: each of its live files removed and `files`
+        of that table added, so a reader sees the old rows or the new, never both (a
+        migration that computes a rollup anew); the new files' checksums recorded first."""
+        now = int(time.time() * 1000)
+        self._record_checksums(files)
+        for table in tables:
+            mine = [f for f in files if f.table == table]
+            old = self.add_actions(table).to_pylist()
+            self.transact(table, [add_action(f, now) for f in mine] + [remove_action(r, now) for r in old])
+            for f in mine:
+                f.logged = True
+
     def transact(self, table: str, actions: list, added: list[DataFile] | None = None,
                  removed: list[str] | None = None) -> None:
         """One Delta commit of add and remove actions on a data table. `added` (the files of

@@ -157,10 +157,12 @@ WHOLE_COLUMNS = ("name", "source_file", "launch_start_ns", "copy_kind", "bytes",
 NODE_COLUMNS = ("run_id", "rank", "step", "start_ns", "duration_ns")
 # The `runtime_calls` columns the metrics read (view `whole.runtime_calls`)
 CALL_COLUMNS = ("run_id", "rank", "step", "source_file", "correlation_id", "name", "start_ns", "duration_ns")
+# The `steps` columns the metrics read (view `whole.steps`: the step markers' spans)
+STEP_COLUMNS = ("run_id", "rank", "step", "start_ns", "duration_ns")
 # The source tables a rollup's metric reads and needs rows of (each entry: at least one of
 # these tables; default: `kernels`): without them it has no rows, and is not run (a metric
 # costs 3-18 ms of CPU on empty inputs, mostly DuckDB planning).
-NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {"rollup_step_times": (("kernels", "nodes"),),
+NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {"rollup_step_times": (("kernels", "nodes", "steps"),),
                                                  "rollup_kernel_launches": (("kernels",), ("runtime_calls",))}
 
 
@@ -176,7 +178,7 @@ READS_ALSO: dict[str, tuple[str, ...]] = {
 # Every source table a metric reads, with the columns of its in-memory copy `whole.<table>`:
 # the ingest hands the Writer a run's files of these tables.
 WHOLE_SOURCES: dict[str, tuple[str, ...]] = {"kernels": COLUMNS + WHOLE_COLUMNS, "nodes": NODE_COLUMNS,
-                                             "runtime_calls": CALL_COLUMNS}
+                                             "runtime_calls": CALL_COLUMNS, "steps": STEP_COLUMNS}
 
 
 # The metrics, costliest first (CPU on the 8-rank Kineto job's 9,616 kernels, 58 k nodes and
@@ -401,15 +403,17 @@ class Writer:
         return sorted(written, key=lambda f: (order[f.run_id], list(schema.ROLLUPS).index(f.table), f.device))
 
 
-def backfill(lake, tables: list[str], tag: str) -> None:
+def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
     """Fill `tables` (rollup tables) for every run of `lake` from its live `kernels` files
     (and those of `READS_ALSO`),
     under the run's live ingest_id, as an ingest would have (migrations 0006-0008).
     Safe to re-run after a crash: a run that already has a table's rollup is left alone in
-    that table. One Delta commit per table."""
+    that table. One Delta commit per table. With `anew` (a metric whose definition
+    changed), every run's rows are computed again and each table's live files are swapped
+    for the new ones in its one commit (`Lake.replace_tables`)."""
     lake.ensure_tables()
     live = {r["run_id"]: r["ingest_id"] for r in lake.read_table("runs", ["run_id", "ingest_id"]).to_pylist()}
-    have = {t: {r["run_id"] for r in lake.add_actions(t).to_pylist()} for t in tables}
+    have = {t: set() if anew else {r["run_id"] for r in lake.add_actions(t).to_pylist()} for t in tables}
     inputs: dict[str, list[str]] = {}  # run -> its live files of the tables the metrics read
     for source in ("kernels", *sorted({s for t in tables for s in READS_ALSO.get(t, ())})):
         for run_id, path in lake.live_files_by_run(source, live)[0]:
@@ -425,7 +429,10 @@ def backfill(lake, tables: list[str], tag: str) -> None:
         for missing, todo in by_missing.items():
             for i in range(0, len(todo), 50):  # groups of runs, as an ingest commits them
                 files += roll.write_runs(lake.root, todo[i:i + 50], tables=list(missing), tag=tag)
-        lake._add_files(files)  # one Delta commit per rollup table, checksums recorded
+        if anew:
+            lake.replace_tables(tables, files)
+        else:
+            lake._add_files(files)  # one Delta commit per rollup table, checksums recorded
     except BaseException:
         lake.discard(files)
         raise

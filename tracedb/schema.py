@@ -10,7 +10,8 @@ import pyarrow as pa
 
 SCHEMA_VERSION = 7  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
 # 5: rollup_collectives (0007); 6: interval rollups (0008); 7: PyTorch execution traces: nodes' rf_id, process_id,
-# op_schema, parent_seq; tensors' storage, strides, producer and consumers (0009)
+# op_schema, parent_seq; tensors' storage, strides, producer and consumers (0009);
+# host step time from the step markers (0010)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -326,8 +327,8 @@ ROLLUP_STEP_TIMES = pa.schema([
     _f("start_ns", pa.int64(), "the step's first host op or GPU activity start, ns"),
     _f("end_ns", pa.int64(), "the step's last host op or GPU activity end, ns"),
     _f("wall_ns", pa.int64(), "end_ns - start_ns"),
-    _f("host_start_ns", pa.int64(), "the step's first host op start, ns"),
-    _f("host_step_ns", pa.int64(), "first host op start to last host op end, ns"),
+    _f("host_start_ns", pa.int64(), "the step marker's start (steps), else the step's first host op start, ns"),
+    _f("host_step_ns", pa.int64(), "the step marker's span (steps: ProfilerStep#N, StepTraceAnnotation), else first host op start to last host op end, ns"),
     _f("device_start_ns", pa.int64(), "the step's first GPU activity start, ns"),
     _f("device_step_ns", pa.int64(), "to the next step's first GPU activity (the last step: to its last end), ns"),
     _f("device_busy_ns", pa.int64(), "union of the step's GPU activity intervals over streams and devices, ns"),

@@ -1,5 +1,5 @@
 -- title: Step times
--- description: Per run, rank and step (rank NULL: a single-trace run without rank information; each rank's steps stay apart): host step time (first to last host op of the step), device step time (the step's first GPU activity to the next step's first GPU activity; the last step: its first to last GPU activity) with the GPU busy time in the step (union over streams and devices), GPU kernel time and share, counts, and wall_ns (first op or GPU activity to the last one ends; grows with the launch queue in an asynchronous run); step NULL is what lies outside any step (HTA / XProf step time).
+-- description: Per run, rank and step (rank NULL: a single-trace run without rank information; each rank's steps stay apart): host step time (the step marker's span where the trace marks steps: ProfilerStep#N, StepTraceAnnotation; else first to last host op of the step), device step time (the step's first GPU activity to the next step's first GPU activity; the last step: its first to last GPU activity) with the GPU busy time in the step (union over streams and devices), GPU kernel time and share, counts, and wall_ns (first op or GPU activity to the last one ends; grows with the launch queue in an asynchronous run); step NULL is what lies outside any step (HTA / XProf step time).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 WITH spans AS NOT MATERIALIZED (  -- read twice (per_step, busy): scanned twice, not held (half the peak memory)
     SELECT run_id, rank, step, start_ns, start_ns + duration_ns AS end_ns,
@@ -45,6 +45,14 @@ per_step AS (
     FROM spans
     GROUP BY run_id, rank, step
 ),
+marks AS (
+    -- the step markers' spans (steps rows; several of one step, e.g. one a thread: their hull)
+    SELECT run_id, rank, step, min(start_ns) AS start_ns, max(start_ns + duration_ns) AS end_ns
+    FROM steps
+    WHERE step IS NOT NULL AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
+      AND ($run_id IS NULL OR run_id = $run_id)
+    GROUP BY run_id, rank, step
+),
 nxt AS (
     -- the next step's first GPU activity (step NULL is no step: it is left out here)
     SELECT run_id, rank, step,
@@ -59,8 +67,8 @@ SELECT
     s.start_ns,
     s.end_ns,
     s.end_ns - s.start_ns AS wall_ns,
-    s.host_start_ns,
-    s.host_end_ns - s.host_start_ns AS host_step_ns,
+    coalesce(m.start_ns, s.host_start_ns) AS host_start_ns,
+    coalesce(m.end_ns - m.start_ns, s.host_end_ns - s.host_start_ns) AS host_step_ns,
     s.device_start_ns,
     CASE WHEN s.step IS NOT NULL
          THEN coalesce(n.next_device_start_ns, s.device_end_ns) - s.device_start_ns END AS device_step_ns,
@@ -72,4 +80,5 @@ SELECT
 FROM per_step s
 LEFT JOIN busy b ON b.run_id = s.run_id AND b.rank IS NOT DISTINCT FROM s.rank
                 AND b.step IS NOT DISTINCT FROM s.step
+LEFT JOIN marks m ON m.run_id = s.run_id AND m.rank IS NOT DISTINCT FROM s.rank AND m.step = s.step
 LEFT JOIN nxt n ON n.run_id = s.run_id AND n.rank IS NOT DISTINCT FROM s.rank AND n.step = s.step

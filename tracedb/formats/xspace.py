@@ -14,12 +14,22 @@ one run, not the file: 10 -> 40 MB of events reads in the same peak RSS
 peak RSS 208 MB vs 896 MB for `ParseFromString` + the same rows (most of the 208 is the
 65536-row batch; with 2048-row batches 19 MB vs 789 MB), CPU 1.00-1.02x; +1.5 ms on a
 small file (two passes: 1.3-1.4x on the 67 KB fixture; an ingest's fixed cost is ~85 ms).
+
+Steps: a host event with a `step_num` stat marks a step (JAX's
+`jax.profiler.StepTraceAnnotation("train", step_num=i)`, TF2's
+`tf.profiler.experimental.Trace("train", step_num=i, _r=1)`): its span is the step's
+`steps` row (several events of one step number: the outermost span). A host event's step
+is the marked span that contains its start; a GPU activity takes the step of its launch,
+the host event with the same `correlation_id` (asynchronous dispatch runs kernels after
+their step's host span ended). Only a trace whose host plane names a `step_num` stat pays
+for it: one more pass over the host lines, before the rows are read.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -44,6 +54,7 @@ _ALLOCATOR_DEVICE = re.compile(r"^([A-Za-z]+)_(\d+)_")  # GPU_0_bfc -> GPU:0
 _MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}
 _COPY_KINDS = {"H2D": "HtoD", "D2H": "DtoH", "D2D": "DtoD", "P2P": "PtoP", "H2H": "HtoH"}
 _HOST_MEMORY = {"pageable", "pinned", "managed"}
+_STEP_STAT = "step_num"
 
 
 def _is_derived(line_id: int) -> bool:
@@ -188,6 +199,92 @@ def _copy_kind(name: str, details: dict[str, str]) -> str | None:
     return None
 
 
+class _Steps:
+    """A trace's marked steps: their spans by step number, the host start of each launch
+    (by correlation id), and each step's device work, counted as the kernels are read."""
+
+    def __init__(self) -> None:
+        self.spans: dict[int, list] = {}  # step -> [start, end, thread, name]
+        self.launches: dict[int, int] = {}  # correlation id -> host start of the launch
+        self.work: dict[int, list[int]] = {}  # step -> [first start, last end, count]
+        self._starts: list[int] = []
+        self._spans: list[tuple[int, int, int]] = []
+        self._launch_step: dict[int, int] = {}
+
+    def add(self, n: int, start: int, end: int, thread: int, name: str) -> None:
+        span = self.spans.get(n)
+        if span is None or end - start > span[1] - span[0]:  # the outermost marker wins
+            self.spans[n] = [start, end, thread, name]
+
+    def seal(self) -> None:
+        self._spans = sorted((s[0], s[1], n) for n, s in self.spans.items())
+        self._starts = [s[0] for s in self._spans]
+        self._launch_step = {c: n for c, t in self.launches.items() if (n := self.at(t)) is not None}
+
+    def at(self, t: int) -> int | None:
+        """The step whose span holds time t (None outside every step, or no steps)."""
+        k = bisect_right(self._starts, t) - 1
+        if k >= 0 and t < self._spans[k][1]:
+            return self._spans[k][2]
+        return None
+
+    def of_launch(self, correlation_id: int | None, start: int, duration: int) -> int | None:
+        """The step of the GPU activity launched by `correlation_id`, counted as its work."""
+        n = self._launch_step.get(correlation_id) if correlation_id is not None else None
+        if n is not None:
+            w = self.work.get(n)
+            if w is None:
+                self.work[n] = [start, start + duration, 1]
+            else:
+                w[0], w[1], w[2] = min(w[0], start), max(w[1], start + duration), w[2] + 1
+        return n
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        for n, (start, end, thread, name) in sorted(self.spans.items()):
+            work = self.work.get(n)
+            yield {"device": "CPU:0", "device_raw": "/host:CPU", "step": n, "name": name,
+                   "start_ns": start, "duration_ns": end - start, "thread_id": thread,
+                   "device_start_ns": work[0] if work else None, "device_end_ns": work[1] if work else None,
+                   "kernel_count": work[2] if work else 0}
+
+
+def _marked_steps(path: Path, tree: pbwire.Node) -> _Steps:
+    """The steps marked on the host plane (`step_num` stats), with the launches' times: a
+    pass over the host lines alone, made only when the plane names a `step_num` stat."""
+    steps, host = _Steps(), {}
+    for node in tree.children:
+        if node.header.name == "/host:CPU":
+            ids = {m.name: k for k, m in node.header.stat_metadata.items()}
+            if _STEP_STAT in ids:
+                for ln in node.children:
+                    host[id(ln)] = (node.header, ids[_STEP_STAT], ids.get("correlation_id"))
+    if not host:
+        return steps
+    with open_trace(path) as f:
+        for ln, events in pbwire.stream(f, _SPACE, tree, _WHAT, want=lambda n: id(n) in host):
+            plane, step_id, corr_id = host[id(ln)]
+            for ev in events:
+                if ev.WhichOneof("data") == "num_occurrences":
+                    continue
+                n = corr = None
+                for st in ev.stats:
+                    if st.metadata_id == step_id or st.metadata_id == corr_id:
+                        which = st.WhichOneof("value")
+                        v = _int(getattr(st, which)) if which in ("int64_value", "uint64_value") else None
+                        if st.metadata_id == step_id:
+                            n = v
+                        else:
+                            corr = v
+                start, dur = _times(ln.header, ev)
+                if n is not None:
+                    md = plane.event_metadata.get(ev.metadata_id)
+                    steps.add(n, start, start + dur, ln.header.id, md.name if md else f"step {n}")
+                elif corr is not None:
+                    steps.launches[corr] = start
+    steps.seal()
+    return steps
+
+
 def _kernel_row(p: _Plane, line, ev, device: str, raw: str, stream: int) -> dict | None:
     full, name, stats = p.event(ev)
     if any(k in stats for k in ("memalloc_details", "memfree_details", "memory_residency_details")):
@@ -242,13 +339,14 @@ def _gpu_stream(line: xplane_pb2.XLine) -> int | None:
 
 
 def _gpu_events(p: _Plane, line: xplane_pb2.XLine, events: Any, device: str, stream: int,
-                kernels: BatchBuilder) -> Iterator[tuple[str, pa.RecordBatch]]:
+                kernels: BatchBuilder, steps: _Steps) -> Iterator[tuple[str, pa.RecordBatch]]:
     raw = p.plane.name
     for ev in events:
         if ev.WhichOneof("data") == "num_occurrences":
             continue  # aggregated: no start time
         row = _kernel_row(p, line, ev, device, raw, stream)
         if row is not None:
+            row["step"] = steps.of_launch(row["correlation_id"], row["start_ns"], row["duration_ns"])
             yield from kernels.append(row)
 
 
@@ -271,7 +369,7 @@ def _allocation_row(stats: dict[str, Any], sign: int, ts: int) -> dict[str, Any]
 
 
 def _host_events(p: _Plane, line: xplane_pb2.XLine, events: Any, nodes: BatchBuilder,
-                 allocs: BatchBuilder, seq: list[int]) -> Iterator[tuple[str, pa.RecordBatch]]:
+                 allocs: BatchBuilder, seq: list[int], steps: _Steps) -> Iterator[tuple[str, pa.RecordBatch]]:
     raw, device = p.plane.name, "CPU:0"  # one host per XSpace
     thread_name = line.display_name or line.name
     for ev in events:
@@ -280,7 +378,7 @@ def _host_events(p: _Plane, line: xplane_pb2.XLine, events: Any, nodes: BatchBui
         full, display, stats = p.event(ev)
         start, dur = _times(line, ev)
         if full in _MEMORY_EVENTS and "allocator_name" in stats:
-            yield from allocs.append(_allocation_row(stats, _MEMORY_EVENTS[full], start))
+            yield from allocs.append({**_allocation_row(stats, _MEMORY_EVENTS[full], start), "step": steps.at(start)})
             continue
         node_name, op_type = full, display
         if (op := _tf_op(stats.get("tf_op"))) is not None:
@@ -290,7 +388,7 @@ def _host_events(p: _Plane, line: xplane_pb2.XLine, events: Any, nodes: BatchBui
         if display != full:
             extra["display_name"] = display
         yield from nodes.append({
-            "device": device, "device_raw": raw, "node_name": node_name, "op_type": op_type,
+            "device": device, "device_raw": raw, "step": steps.at(start), "node_name": node_name, "op_type": op_type,
             "start_ns": start, "duration_ns": dur, "thread_id": line.id, "seq": seq[0],
             "correlation_id": _int(stats.get("correlation_id")), "params": _params(extra),
         })
@@ -339,14 +437,18 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         raise TraceFormatError("XSpace has no planes")
     _metadata(tree, ctx)
     kinds = _line_kinds(tree)
+    steps = _marked_steps(path, tree)
     kernels, nodes, allocs = BatchBuilder("kernels"), BatchBuilder("nodes"), BatchBuilder("allocations")
     seq = [0]  # host events numbered across the host plane's lines
     with open_trace(path) as f:
         for ln, events in pbwire.stream(f, _SPACE, tree, _WHAT, want=lambda n: id(n) in kinds):
             p, device, stream = kinds[id(ln)]
             if device is not None:
-                yield from _gpu_events(p, ln.header, events, device, stream, kernels)
+                yield from _gpu_events(p, ln.header, events, device, stream, kernels, steps)
             else:
-                yield from _host_events(p, ln.header, events, nodes, allocs, seq)
-    for b in (kernels, nodes, allocs):
+                yield from _host_events(p, ln.header, events, nodes, allocs, seq, steps)
+    rows = BatchBuilder("steps")
+    for row in steps.rows():
+        yield from rows.append(row)
+    for b in (kernels, nodes, allocs, rows):
         yield from b.flush()
