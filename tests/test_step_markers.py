@@ -42,7 +42,8 @@ def _raw_xspace_steps(path: Path):
                 elif plane.name == "/host:CPU" and "correlation_id" in st:
                     launches[st["correlation_id"]] = start
                 elif plane.name.startswith("/device:GPU:"):
-                    kernels.append((start, st.get("correlation_id"), plane.event_metadata[ev.metadata_id].name))
+                    kernels.append((start, st.get("correlation_id"), plane.event_metadata[ev.metadata_id].name,
+                                    ev.duration_ps // 1000))
     return steps, launches, kernels
 
 
@@ -69,12 +70,12 @@ def test_xspace_steps_are_the_step_annotations(jax_wh):
         "SELECT step, start_ns, duration_ns, name FROM steps WHERE run_id = 'night1'").fetchall()}
     assert {n: (s, e - s, "train") for n, (s, e) in steps.items()} == got
     # a kernel's step is its launch's (the host event of the same correlation id)
-    expect = Counter(_step_at(steps, launches[c]) if c in launches else None for _, c, _ in kernels)
+    expect = Counter(_step_at(steps, launches[c]) if c in launches else None for _, c, _, _ in kernels)
     have = Counter(dict(con.execute("SELECT step, count(*) FROM kernels WHERE run_id = 'night1' GROUP BY 1").fetchall()))
     assert have == expect and have[None] == 0 and len(have) == 4
     # device work per step: the step's kernels' first start to last end
     work = defaultdict(list)
-    for start, c, _ in kernels:
+    for start, c, _, _ in kernels:
         if c in launches:
             work[_step_at(steps, launches[c])].append(start)
     dev = dict(con.execute("SELECT step, device_start_ns FROM steps WHERE run_id = 'night1'").fetchall())
@@ -84,7 +85,7 @@ def test_xspace_steps_are_the_step_annotations(jax_wh):
 
 def test_xspace_step_times_per_step(jax_wh):
     steps, launches, kernels = _raw_xspace_steps(_xplane(JAX_NIGHT))
-    per_step = Counter(_step_at(steps, launches[c]) for _, c, name in kernels
+    per_step = Counter(_step_at(steps, launches[c]) for _, c, name, _ in kernels
                        if c in launches and not name.startswith("Memset"))
     got = {r["step"]: r for r in rows("step_times", jax_wh, run_id="night1")}
     assert {n: got[n]["host_step_ns"] for n in steps} == {n: e - s for n, (s, e) in steps.items()}
@@ -161,3 +162,42 @@ def test_migration_computes_step_times_anew(tmp_path):
     assert con.execute("SELECT count(*), count(DISTINCT (run_id, rank, step)) FROM rollup_step_times").fetchone()[0] == \
         con.execute("SELECT count(DISTINCT (run_id, rank, step)) FROM rollup_step_times").fetchone()[0]
     con.close()
+
+
+def test_jax_fleet_report_compares_steps(tmp_path):
+    """The JAX nightly fleet (issue 24 items 1-2): each night folder lands as one run with
+    its run.json labels, and the report compares per-step samples: GPU kernel time per
+    step of each night equals the raw XSpace's per-step sums (kernels by their launch's
+    step; memsets apart), four samples a run."""
+    import json
+
+    from tracedb import Warehouse
+
+    fleet = DATA / "jax_dev_fleet"
+    wh = Warehouse(tmp_path / "wh")
+    assert wh.ingest(fleet).ok
+    assert {r["run_id"]: r["model"] for r in wh.sql("SELECT run_id, model FROM runs").to_pylist()} == {
+        n: "jaxcnn2" for n in ("night1", "night2", "night3", "wide72")}
+    out = tmp_path / "report.json"
+    wh_root = tmp_path / "wh"
+    from typer.testing import CliRunner
+
+    from tracedb.cli import app
+
+    res = CliRunner().invoke(app, ["report", "--warehouse", str(wh_root), "--label", "model=jaxcnn2",
+                                   "--candidate", "wide72", "--history", "3", "--format", "json", "--output", str(out)])
+    assert res.exit_code == 1, res.output  # wide72 does more GPU work a step
+    doc = json.loads(out.read_text())
+    metric = next(m for m in doc["metrics"] if m["key"] == "GPU:0/gpu_kernel_time")
+    per_run = {**metric["baseline"]["per_run"], **metric["candidate"]["per_run"]}
+    expect = {}
+    for night in ("night1", "night2", "night3", "wide72"):
+        labels = json.loads((fleet / night / "run.json").read_text())
+        assert labels["model"] == "jaxcnn2"
+        steps, launches, kernels = _raw_xspace_steps(_xplane(fleet / night))
+        sums = Counter()
+        for _, c, name, dur in kernels:
+            if c in launches and not name.startswith("Memset"):
+                sums[_step_at(steps, launches[c])] += dur
+        expect[night] = [float(sums[n]) for n in sorted(sums)]
+    assert per_run == expect and all(len(v) == 4 for v in per_run.values())
