@@ -18,4 +18,5 @@ TARGET = "lake"
 def up(lake) -> None:
     from tracedb import rollups
 
+    # (host_start_ns / host_step_ns are restated: the runner refreshes the columns' docs first)
     rollups.backfill(lake, ["rollup_step_times"], tag="rollup-m0010", anew=True)

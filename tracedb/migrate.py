@@ -129,6 +129,8 @@ def migrate_warehouse(warehouse: Path | str) -> list[str]:
             if lake.remote:  # conform_lake_table rewrites files by local path
                 raise TracedbError(f"migration {_label(m)}: migrating a lake on object storage ({warehouse}) is not "
                                    "supported yet; copy it to a folder, migrate, copy it back")
+            for table in schema.ALL_TABLES:  # restated columns first: the migration may commit to them
+                refresh_column_docs(lake, table)
             _module(m).up(lake)
             meta.setdefault("migrations", []).append({"number": m.number, "name": m.name, "applied_at": _now()})
             lake.write_meta(meta)
@@ -235,6 +237,34 @@ def evolve_lake_table(lake, table: str) -> None:
 
     from tracedb import schema
 
+    refresh_column_docs(lake, table)
     parts = lake_mod.PARTITIONS if table in schema.TABLES else None
     write_deltalake(lake.uri(table), lake_mod.delta_schema(table).empty_table(), mode="append",
                     schema_mode="merge", partition_by=parts)
+
+
+def refresh_column_docs(lake, table: str) -> int:
+    """Give a Delta table's columns the descriptions (`doc` metadata) its schema in
+    `tracedb/schema.py` now has, where a column's meaning was restated (Delta refuses a
+    commit whose schema's metadata differs from the table's: a schema merge, or a write
+    transaction with the new schema); returns how many changed. A table not created yet
+    is left alone."""
+    import json
+
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        lake.table(table)
+    except TableNotFoundError:
+        return 0
+    current = {f["name"]: (f.get("metadata") or {}).get("doc")
+               for f in json.loads(lake.table(table).schema().to_json())["fields"]}
+    from tracedb import lake as lake_mod
+
+    changed = 0
+    for field in lake_mod.delta_schema(table):
+        doc = (field.metadata or {}).get(b"doc", b"").decode()
+        if doc and field.name in current and current[field.name] != doc:
+            lake.table(table).alter.set_column_metadata(field.name, {"doc": doc})
+            changed += 1
+    return changed
