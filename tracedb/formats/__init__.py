@@ -37,6 +37,7 @@ from tracedb.formats.base import ReadContext, read_head
 # Module names under tracedb.formats, most specific first. Adding a format = one module
 # here plus one test file.
 FORMAT_MODULES = [
+    "tracedb_export",  # tracedb's own export: claimed by its first key, before Kineto claims its categories
     "megengine",
     "kineto",
     "chrome_trace",
