@@ -309,3 +309,162 @@ def test_reader_rejects_a_newer_or_broken_export(tmp_path):
         read({"tracedbExport": {"version": 1}, "traceEvents": [bad]})
     with pytest.raises(TraceFormatError, match="'nope' is no table"):
         read({"tracedbExport": {"version": 1}, "traceEvents": [{**ev, "args": {"tracedb": {"table": "nope"}}}]})
+
+
+# ---- native Perfetto trace ------------------------------------------------------------------
+
+
+class _Decoded:
+    """A Perfetto trace parsed with Perfetto's own protos (the `perfetto` package): tracks,
+    slices rebuilt from their begin/end pairs, instants, counters, flows."""
+
+    def __init__(self, path: Path):
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+        trace = pb.Trace.FromString(path.read_bytes())
+        self.tracks: dict[int, object] = {}
+        self.slices: list[dict] = []  # name, cat, start, dur, track, flows
+        self.instants: list[tuple] = []
+        self.counters: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+        self.nesting_errors = 0
+        open_: dict[int, list[dict]] = collections.defaultdict(list)
+        last_ts: dict[int, int] = {}
+        E = pb.TrackEvent
+        for p in trace.packet:
+            if p.HasField("track_descriptor"):
+                self.tracks[p.track_descriptor.uuid] = p.track_descriptor
+            if not p.HasField("track_event"):
+                continue
+            e, uuid = p.track_event, p.track_event.track_uuid
+            assert uuid in self.tracks  # described before use
+            if e.type in (E.TYPE_SLICE_BEGIN, E.TYPE_SLICE_END):
+                assert p.timestamp >= last_ts.get(uuid, 0)  # a track's events in time order
+                last_ts[uuid] = p.timestamp
+            if e.type == E.TYPE_SLICE_BEGIN:
+                s = {"name": e.name, "cat": e.categories[0], "start": p.timestamp, "track": uuid,
+                     "flows": list(e.flow_ids)}
+                if open_[uuid] and open_[uuid][-1]["end_max"] < p.timestamp:
+                    self.nesting_errors += 1
+                s["end_max"] = open_[uuid][-1]["end_max"] if open_[uuid] else 2**64
+                open_[uuid].append(s)
+            elif e.type == E.TYPE_SLICE_END:
+                s = open_[uuid].pop()
+                s["dur"] = p.timestamp - s["start"]
+                self.slices.append(s)
+            elif e.type == E.TYPE_INSTANT:
+                self.instants.append((e.name, p.timestamp))
+            elif e.type == E.TYPE_COUNTER:
+                self.counters[uuid].append((p.timestamp, e.counter_value))
+        assert not any(open_.values())
+
+    def track_name(self, uuid: int) -> str:
+        t = self.tracks[uuid]
+        return t.thread.thread_name if t.HasField("thread") else t.name
+
+    def process_of(self, uuid: int) -> str:
+        t = self.tracks[uuid]
+        if t.HasField("thread"):
+            return next(d.process.process_name for d in self.tracks.values()
+                        if d.HasField("process") and d.process.pid == t.thread.pid)
+        return self.tracks[t.parent_uuid].process.process_name
+
+    def of(self, *cats: str) -> list[tuple]:
+        return sorted((s["name"], s["start"], s["dur"]) for s in self.slices if s["cat"] in cats)
+
+
+def _warehouse_rows(wh: Path, sql: str) -> list[tuple]:
+    con = catalog.connect(wh)
+    try:
+        return sorted(con.execute(sql).fetchall())
+    finally:
+        con.close()
+
+
+def test_perfetto_xspace_every_kernel_and_op_overlaps_kept(warehouse, tmp_path):
+    from tracedb.api import Warehouse
+
+    out = tmp_path / "jax.pftrace"
+    n = Warehouse(warehouse).export_perfetto(RUN, out)
+    t = _Decoded(out)
+    assert n == 30 + 158 + 20 and t.nesting_errors == 0
+    kernels = t.of("kernel")
+    assert kernels == _warehouse_rows(warehouse, "SELECT name, start_ns, duration_ns FROM kernels")
+    assert len(kernels) == 30 and sum(k[2] for k in kernels) == 3_910_125
+    ops = t.of("cpu_op")
+    assert ops == _warehouse_rows(warehouse, "SELECT node_name, start_ns, duration_ns FROM nodes")
+    assert len(ops) == 158 and sum(o[2] for o in ops) == 73_314_496
+    # CUDA-graph kernels overlap on stream 14: the overlapping ones go to extra tracks of it
+    streams = collections.Counter(t.track_name(s["track"]) for s in t.slices if s["cat"] == "kernel")
+    assert set(streams) >= {"stream 14", "stream 14 (2)"} and sum(streams.values()) == 30
+    assert {t.process_of(s["track"]) for s in t.slices if s["cat"] == "kernel"} == {"GPU:0"}
+    hosts = {t.track_name(s["track"]) for s in t.slices if s["cat"] == "cpu_op"}
+    assert {"python3 (thread id -4764611979263629758)", "Host Threads/635"} <= hosts
+    # every kernel's flow starts at its launch event (cuGraphLaunch, same correlation id)
+    starts = {f: s for s in t.slices if s["cat"] == "cpu_op" for f in s["flows"]}
+    for k in (s for s in t.slices if s["cat"] == "kernel"):
+        assert len(k["flows"]) == 1 and starts[k["flows"][0]]["name"] == "cuGraphLaunch (CudaGraph:2)"
+    # memory in use: the allocator's bytes_allocated after each event
+    (values,) = t.counters.values()
+    assert len(values) == 20 and max(v for _, v in values) == 134_218_240
+
+
+def test_perfetto_kineto_against_the_raw_trace(kineto_export, tmp_path):
+    """Kernels, ops, runtime calls, counters and launch flows, from the raw JSON."""
+    from rawtrace import kineto_cat, kineto_table, load_json_trace, us_ns
+
+    wh, _ = kineto_export
+    out = tmp_path / "torch.pftrace.gz"
+    from tracedb.export_perfetto import export_perfetto
+
+    export_perfetto(wh, "torch", out)
+    import gzip
+
+    plain = tmp_path / "torch.pftrace"
+    plain.write_bytes(gzip.decompress(out.read_bytes()))
+    t = _Decoded(plain)
+    assert t.nesting_errors == 0
+    doc = load_json_trace(KINETO)
+    base = int(doc["baseTimeNanoseconds"])
+    raw = doc["traceEvents"]
+
+    def spans(table: str) -> list[tuple]:
+        return sorted((e["name"], base + us_ns(e["ts"]), us_ns(e["dur"])) for e in raw if kineto_table(e) == table)
+
+    assert t.of("kernel", "gpu_memcpy", "gpu_memset") == spans("kernels") and len(spans("kernels")) == 399
+    assert t.of("cpu_op") == spans("nodes") and len(spans("nodes")) == 3138
+    assert t.of("cuda_runtime", "cuda_driver") == spans("runtime_calls")
+    # one track per stream, named by the raw streams
+    streams = {(t.process_of(s["track"]), t.track_name(s["track"]).split(" (")[0])
+               for s in t.slices if s["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")}
+    assert streams == {(f"GPU:{e['args']['device']}", f"stream {e['args']['stream']}")
+                       for e in raw if kineto_table(e) == "kernels"}
+    # launch -> activity flows: each activity carries the flow id of the call with its correlation
+    calls = {e["args"]["correlation"]: (e["name"], base + us_ns(e["ts"])) for e in raw
+             if kineto_table(e) == "runtime_calls" and "correlation" in e.get("args", {})}
+    by_flow = {f: (s["name"], s["start"]) for s in t.slices if s["cat"].startswith("cuda_") for f in s["flows"]}
+    launched = sorted(calls[e["args"]["correlation"]] for e in raw
+                      if kineto_table(e) == "kernels" and e["args"].get("correlation") in calls)
+    got = sorted(by_flow[f] for s in t.slices if s["cat"] in ("kernel", "gpu_memcpy", "gpu_memset")
+                 for f in s["flows"])
+    assert got == launched and len(launched) == 399
+    # memory counters: each device's Total Allocated after each [memory] event, in time order
+    want = collections.defaultdict(list)
+    for e in sorted((e for e in raw if kineto_table(e) == "allocations"), key=lambda e: us_ns(e["ts"])):
+        want["GPU:0" if e["args"]["Device Type"] == 1 else "CPU:0"].append(
+            (base + us_ns(e["ts"]), e["args"]["Total Allocated"]))
+    got_counters = {t.process_of(uuid): sorted(v) for uuid, v in t.counters.items()}
+    assert got_counters == {d: sorted(v) for d, v in want.items()} and sum(map(len, want.values())) == 1008
+    assert all(kineto_cat(e) != "launch" for e in raw)
+
+
+def test_perfetto_cli(tmp_path, warehouse):
+    from typer.testing import CliRunner
+
+    from tracedb.cli import app
+
+    out = tmp_path / "jax.pftrace"
+    r = CliRunner().invoke(app, ["export", "--run", RUN, "-f", "perfetto", "-o", str(out), "-w", str(warehouse)])
+    assert r.exit_code == 0, r.output
+    assert "wrote 208 events" in r.output and len(_Decoded(out).of("kernel")) == 30
+    r = CliRunner().invoke(app, ["export", "--run", RUN, "-f", "svg", "-o", str(out), "-w", str(warehouse)])
+    assert r.exit_code == 2 and "supported: chrome, perfetto" in r.output
