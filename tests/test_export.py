@@ -52,7 +52,7 @@ def test_export_events(warehouse, tmp_path):
     out = tmp_path / "trace.json"
     n = export_chrome(warehouse, RUN, out)
     doc = json.loads(out.read_text())
-    assert list(doc)[:3] == ["tracedbExport", "displayTimeUnit", "traceEvents"]
+    assert list(doc) == ["tracedbExport", "baseTimeNanoseconds", "displayTimeUnit", "traceEvents"]
     events = _load(out)
     assert n == len(events) == 8 + 30 + 158 + 30 * 2 + 20 + 20
     counts = collections.Counter((e["ph"], e.get("cat")) for e in events)
@@ -65,7 +65,9 @@ def test_export_events(warehouse, tmp_path):
 
     gpu = [e for e in events if e.get("cat") == "kernel"]
     assert sum(e["dur"] for e in gpu) == Decimal("3910.125")
-    assert gpu[0]["ts"] == Decimal("17251.073") and gpu[0]["dur"] == Decimal("197.727")
+    base = doc["baseTimeNanoseconds"]  # the run's first time, cut to a whole µs, as Kineto's ts are relative
+    assert base == 52_000 and min(e["ts"] for e in events if "ts" in e) == Decimal("0.158")  # an allocation
+    assert base + gpu[0]["ts"] * 1000 == 17_251_073 and gpu[0]["dur"] == Decimal("197.727")
     assert gpu[0]["args"]["tracedb"]["node_name"] == "command_buffer_1"  # the launching op
     assert gpu[0]["args"]["grid"] == [512, 1, 1] and gpu[0]["args"]["stream"] == 14  # Kineto's args
     ops = [e for e in events if e.get("cat") == "cpu_op"]
@@ -159,8 +161,11 @@ def test_kineto_runtime_lane_is_the_real_calls(kineto_export):
 
     raw = sorted(call(e, base) for e in doc["traceEvents"]
                  if e.get("ph") == "X" and str(kineto_cat(e)).endswith(("_runtime", "_driver")))
-    events = _load(kineto_export[1])
-    lane = sorted(call(e, 0) for e in events if e.get("ph") == "X" and e["cat"].endswith(("_runtime", "_driver")))
+    from rawtrace import load_json_trace as load
+
+    exported = load(kineto_export[1])
+    events = exported["traceEvents"]
+    lane = sorted(call(e, int(exported["baseTimeNanoseconds"])) for e in events if e.get("ph") == "X" and e["cat"].endswith(("_runtime", "_driver")))
     assert lane == raw and len(raw) == 522 and sum(c[3] for c in raw) > 0
     assert not [e for e in events if e.get("name") == "launch"]
     # every launch call with a GPU activity of its correlation starts one arrow to it
@@ -198,6 +203,36 @@ def test_kineto_reader_reads_the_export_alike(kineto_export):
     assert sorted(got, key=key) == sorted(want, key=key) and len(want) == 399
     got_steps = pa.Table.from_batches(batches["steps"]).select(["step", "start_ns", "duration_ns"]).to_pylist()
     assert [tuple(r.values()) for r in got_steps] == steps and len(steps) == 3
+
+
+@pytest.mark.slow  # HTA parses each trace with pandas: seconds a file
+@pytest.mark.filterwarnings("ignore:The inplace keyword")  # inside HTA
+def test_hta_reads_the_export_as_the_raw_trace(tmp_path):
+    """HTA, a Kineto consumer of its own, gives the same GPU kernel and temporal breakdowns
+    on the export as on the raw trace (ts relative to baseTimeNanoseconds, as Kineto
+    writes them: HTA's float64 µs keep the ns, and its ns rounding lands alike)."""
+    import logging
+    import shutil
+
+    raw_trace = DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "exp").mkdir()
+    shutil.copy(raw_trace, tmp_path / "raw")
+    assert ingest([raw_trace], tmp_path / "wh", run_id="a").ok
+    export_chrome(tmp_path / "wh", "a", tmp_path / "exp" / "a.json.gz")
+    logging.disable(logging.WARNING)  # HTA logs every file it parses
+    try:
+        from hta.trace_analysis import TraceAnalysis
+
+        got = []
+        for d in ("raw", "exp"):
+            t = TraceAnalysis(trace_dir=str(tmp_path / d))
+            kernel_types, _ = t.get_gpu_kernel_breakdown(visualize=False)
+            got.append((kernel_types.to_dict("records"), t.get_temporal_breakdown(visualize=False).to_dict("records")))
+    finally:
+        logging.disable(logging.NOTSET)
+    assert got[1] == got[0]
+    assert {r["kernel_type"]: r["sum"] for r in got[0][0]} == {"COMPUTATION": 123557, "MEMORY": 425}
 
 
 # ---- exact round trip, every fixture format ------------------------------------------------

@@ -26,8 +26,10 @@ row's columns, but the ones the event itself carries (the time as `ts`, the dura
 as an explicit null. A step spanning the same time as a ProfilerStep annotation (or op)
 rides on that event (`args.tracedb.also`) instead of drawing the span twice. Rows without
 a time (untimed nodes, planned chunks, tensors) have no place on a timeline: each is an
-`M` event named `tracedb_row`, which viewers ignore. Times are decimal µs with exactly 3
-decimals written as text (`_us`): a float would lose ns beyond 2^53 ns. A row's
+`M` event named `tracedb_row`, which viewers ignore. Times: as Kineto writes them, `ts`
+is µs after `baseTimeNanoseconds` (the run's first time, cut to a whole µs), so a reader
+that parses `ts` as a double (Perfetto's JSON importer, HTA) keeps every ns; written as
+decimal text with exactly 3 decimals (`_us`), exact for any reader that parses decimals. A row's
 source_format and source_file come back as they were (the file is a carrier; `files`
 and `runs.formats` name the export and `tracedb_export`). What does not round-trip: a NaN
 float (written as NULL: NaN is no JSON a viewer loads) and run_id (chosen at ingest).
@@ -250,14 +252,22 @@ class _Chrome:
         self.first = True
         self.launches: dict[tuple, tuple[int, int, int]] = {}  # (rank, file, corr) -> (pid, tid, ts)
         self.flow = 0
+        self.base = 0
 
     def emit(self, event: dict[str, Any], ts_ns: int | None = None, dur_ns: int | None = None) -> None:
+        if ts_ns is not None:
+            ts_ns -= self.base
         text = json.dumps(event, separators=(",", ":"), default=str, allow_nan=False)
         # ts/dur go in as exact decimal text (see _us), spliced before the closing brace.
         extra = "".join(f',"{k}":{_us(v)}' for k, v in (("ts", ts_ns), ("dur", dur_ns)) if v is not None)
         self.write(("" if self.first else ",\n") + text[:-1] + extra + "}")
         self.first = False
         self.count += 1
+
+    def first_time(self) -> int:
+        """The run's first time, ns (on the devices exported)."""
+        sql = " UNION ALL ".join(f"SELECT min({c}) FROM {t} WHERE run_id = ?{self.where}" for t, c in TIME_COLUMN.items())
+        return self.con.execute(f"SELECT min(m) FROM ({sql}) t(m)", self.params * len(TIME_COLUMN)).fetchone()[0]
 
     def process(self, rank, device, name: str | None = None) -> int:
         key = (rank, name or device)
@@ -311,9 +321,10 @@ class _Chrome:
         return table_rows(self.con, table, self.params, self.where, timed)
 
     def run(self) -> int:
+        self.base = self.first_time() // 1000 * 1000
         self.write('{"tracedbExport":' + json.dumps({"version": EXPORT_VERSION, "run_id": self.run_id,
                                                        "schema_version": schema.SCHEMA_VERSION})
-                   + ',"displayTimeUnit":"ns","traceEvents":[\n')
+                   + f',"baseTimeNanoseconds":{self.base},"displayTimeUnit":"ns","traceEvents":[\n')
         steps = {}
         for r in self.rows("steps"):
             steps.setdefault(_span_key(r, r["name"]), []).append(r)

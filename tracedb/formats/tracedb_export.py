@@ -2,7 +2,8 @@
 
 The export (tracedb.export) is a Kineto-shaped Chrome trace whose events each carry, in
 `args.tracedb`, the table they are a row of and that row's columns but those the event
-carries itself: `ts` is the time column (`start_ns`, `ts_ns` for allocations), `dur`
+carries itself: `ts` is the time column (`start_ns`, `ts_ns` for allocations; µs after
+the top-level `baseTimeNanoseconds`, as in Kineto), `dur`
 `duration_ns`, `name` the name column (`name`, `node_name` for nodes). A key present in
 `args.tracedb` wins (an explicit null: a NULL name or duration). `args.tracedb.also`
 holds further rows drawn by the same event (a step on its ProfilerStep annotation); an
@@ -56,7 +57,7 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     checked = False
     for i, ev in enumerate(stream):
         if not checked:
-            _check_version(stream.meta, ctx)
+            base = _check_version(stream.meta, ctx)
             checked = True
         args = ev.get("args")
         tracedb = args.get("tracedb") if isinstance(args, dict) else None
@@ -65,7 +66,7 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         if not isinstance(tracedb, dict):
             raise TraceFormatError("args.tracedb is not an object")
         timed = ev.get("ph") != "M"
-        for table, row in _rows(ev, tracedb, i, timed):
+        for table, row in _rows(ev, tracedb, i, timed, base):
             b = out[table]
             b.add(row)
             if len(b.rows) >= BATCH_ROWS:
@@ -76,16 +77,21 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         yield from b.flush()
 
 
-def _check_version(meta: dict, ctx: ReadContext) -> None:
+def _check_version(meta: dict, ctx: ReadContext) -> int:
+    """The export's base time (ns), once its version is one this reader knows."""
     mark = meta.get("tracedbExport")
     version = mark.get("version") if isinstance(mark, dict) else None
     if type(version) is not int or version > VERSION:
         raise TraceFormatError(f"tracedbExport version {version!r}: this tracedb reads version {VERSION} "
                                "or older (upgrade tracedb)")
     ctx.metadata["tracedb_export"] = {k: plain(v) for k, v in mark.items()}
+    base = meta.get("baseTimeNanoseconds", 0)
+    if type(base) is not int:
+        raise TraceFormatError(f"baseTimeNanoseconds {base!r} is not an integer")
+    return base
 
 
-def _rows(ev: dict, tracedb: dict, i: int, timed: bool) -> Iterator[tuple[str, dict]]:
+def _rows(ev: dict, tracedb: dict, i: int, timed: bool, base: int) -> Iterator[tuple[str, dict]]:
     table = tracedb.get("table")
     if table not in schema.SOURCE_TABLES:
         raise TraceFormatError(f"args.tracedb.table {table!r} is no table (tables: {', '.join(schema.SOURCE_TABLES)})")
@@ -93,7 +99,7 @@ def _rows(ev: dict, tracedb: dict, i: int, timed: bool) -> Iterator[tuple[str, d
     if timed:
         if table not in _TIME:
             raise TraceFormatError(f"a {table} row cannot be a timed event")
-        row[_TIME[table]] = us_to_ns(need(ev, "ts", i))
+        row[_TIME[table]] = base + us_to_ns(need(ev, "ts", i))
         if "dur" in ev and "duration_ns" in schema.SOURCE_TABLES[table].names:
             row["duration_ns"] = us_to_ns(ev["dur"])
         if table in _NAME:
