@@ -61,8 +61,9 @@ _MAX_TID = 2**31 - 1  # Perfetto and chrome://tracing want small non-negative in
 _NO_STREAM = "stream (unknown)"  # kernels whose source has no stream number (MegEngine)
 
 # Per table: the column the event's `ts` carries, and the one its `name` carries.
-TIME_COLUMN = {t: ("ts_ns" if t == "allocations" else "start_ns") for t in schema.SOURCE_TABLES
-               if t != "tensors"}
+# (A table without a time column, tensors, travels as untimed rows.)
+TIME_COLUMN = {t: next(c for c in ("start_ns", "ts_ns") if c in s.names) for t, s in schema.SOURCE_TABLES.items()
+               if {"start_ns", "ts_ns"} & set(s.names)}
 NAME_COLUMN = {"kernels": "name", "nodes": "node_name", "runtime_calls": "name", "annotations": "name",
                "steps": "name", "events": "name"}
 _GPU_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
@@ -100,8 +101,8 @@ def table_rows(con, table: str, params: list, where: str, timed: bool | None = N
         cond = f" AND {TIME_COLUMN[table]} IS {'NOT ' if timed else ''}NULL"
     elif timed and table not in TIME_COLUMN:
         return iter(())
-    return rows(con, f"SELECT {cols} FROM {table} WHERE run_id = ?{where}{cond} ORDER BY {_ORDER[table]}",
-                params)
+    order = _ORDER.get(table, "device, " + (TIME_COLUMN.get(table) or "ALL"))
+    return rows(con, f"SELECT {cols} FROM {table} WHERE run_id = ?{where}{cond} ORDER BY {order}", params)
 
 
 class Threads:
@@ -308,7 +309,7 @@ class _Chrome:
         tracedb = row_args(table, r, name_col)
         if also:
             tracedb["also"] = also
-        name = r.get(name_col) if name_col else "[memory]"
+        name = r.get(name_col) if name_col else ("[memory]" if table == "allocations" else table)
         event = {"ph": ph, "cat": cat, "name": name if name is not None else "?", "pid": where[0],
                  "tid": where[1], "args": {**{k: v for k, v in args.items() if v is not None}, "tracedb": tracedb}}
         if ph == "i":
@@ -337,6 +338,7 @@ class _Chrome:
         self.kernels()
         self.allocations()
         self.events()
+        self.other_tables()
         self.untimed()
         self.write("\n]}\n")
         return self.count
@@ -412,6 +414,17 @@ class _Chrome:
             args = {"correlation": r["correlation_id"], "External id": r["external_id"]}
             self.span("events", r, r["category"] or "event", where, args,
                       ph="X" if r["duration_ns"] is not None else "i")
+
+    def other_tables(self) -> None:
+        """Timed rows of a table this module has no layout for (one added later): spans or
+        instants on their stream or thread, so that they still come back."""
+        done = {"nodes", "kernels", "runtime_calls", "annotations", "steps", "allocations", "events"}
+        for table in TIME_COLUMN.keys() - done:
+            for r in self.rows(table):
+                r.setdefault("rank", None)
+                where = self.stream_thread(r) if r.get("stream") is not None else self.host_thread(r)
+                span = r.get("duration_ns") is not None
+                self.span(table, r, r.get("category") or table, where, {}, ph="X" if span else "i")
 
     def untimed(self) -> None:
         for table in schema.SOURCE_TABLES:

@@ -37,9 +37,10 @@ DESCRIPTION = "tracedb's own Chrome-trace export (exact round trip), optionally 
 VERSION = 1  # the newest `args.tracedb` layout this reader knows (tracedb.export.EXPORT_VERSION)
 BATCH_ROWS = 16384
 _MARK = re.compile(r'^\{\s*"tracedbExport"\s*:')
-_TIME = {t: ("ts_ns" if t == "allocations" else "start_ns") for t in schema.SOURCE_TABLES if t != "tensors"}
+_TIME = {t: next(c for c in ("start_ns", "ts_ns") if c in s.names) for t, s in schema.SOURCE_TABLES.items()
+         if {"start_ns", "ts_ns"} & set(s.names)}  # as tracedb.export.TIME_COLUMN
 _NAME = {"kernels": "name", "nodes": "node_name", "runtime_calls": "name", "annotations": "name",
-         "steps": "name", "events": "name"}
+         "steps": "name", "events": "name"}  # as tracedb.export.NAME_COLUMN
 _FLOATS = {t: {f.name for f in s if pa.types.is_floating(f.type)} for t, s in schema.SOURCE_TABLES.items()}
 
 
