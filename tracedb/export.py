@@ -5,7 +5,8 @@ that re-ingests to the same rows (`formats.tracedb_export`), or as a native Perf
 The JSON opens in Perfetto UI, chrome://tracing, TensorBoard and HTA: events carry
 Kineto's categories and args. GPU activity: `kernel` / `gpu_memcpy` / `gpu_memset` on a
 process per device named `GPU:0` (rank and device in the process_name args), a thread
-per stream (`stream <n>`), with Kineto's `device`, `stream`, `correlation`, `External id`,
+per stream (`stream <n>`; an activity that overlaps its stream's others without nesting,
+which JSON viewers would drop, on an extra thread `stream <n> (2)`), with Kineto's `device`, `stream`, `correlation`, `External id`,
 `grid`, `block`, `registers per thread`, `shared memory`, `est. achieved occupancy %`,
 `bytes` args. Host: `cpu_op` ops, the runtime calls with their real durations
 (`cuda_runtime`, `cuda_driver`, ... with `correlation`), `user_annotation` ranges and
@@ -69,7 +70,7 @@ NAME_COLUMN = {"kernels": "name", "nodes": "node_name", "runtime_calls": "name",
 _GPU_CAT = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}
 # Kineto's `[memory]` `Device Type`: c10::DeviceType codes.
 _DEVICE_TYPE_CODE = {"CPU": 0, "GPU": 1, "XLA": 9, "XPU": 12, "MPS": 13, "HPU": 15, "MTIA": 19}
-_ORDER = {"kernels": "device, stream, start_ns", "nodes": "device, thread_id, start_ns, seq",
+_ORDER = {"kernels": "device, stream, start_ns, duration_ns DESC", "nodes": "device, thread_id, start_ns, seq",
           "runtime_calls": "device, thread_id, start_ns, seq", "annotations": "device, start_ns, seq",
           "steps": "rank, start_ns", "allocations": "device, ts_ns", "events": "device, start_ns, seq",
           "tensors": "device, node_name, slot"}
@@ -152,6 +153,19 @@ def thread_name(params: str | None) -> str | None:
     except (ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
+
+
+def place(lanes: list[list[int]], start: int, end: int) -> int:
+    """The first lane where [start, end] nests (each lane: a stack of the ends of its slices
+    still open at `start`); a new lane where none does. Rows come in start order."""
+    for k, stack in enumerate(lanes):
+        while stack and stack[-1] <= start:
+            stack.pop()
+        if not stack or end <= stack[-1]:
+            stack.append(end)
+            return k
+    lanes.append([end])
+    return len(lanes) - 1
 
 
 def filter_sql(devices: list[str] | None) -> tuple[str, list]:
@@ -372,8 +386,15 @@ class _Chrome:
                 self.launches.setdefault((r["rank"], r["source_file"], r["correlation_id"]), (*where, r["start_ns"]))
 
     def kernels(self) -> None:
+        lanes: dict[tuple, list[list[int]]] = {}  # (pid, stream) -> each lane's open ends
         for r in self.rows("kernels"):
             where = self.stream_thread(r)
+            end = r["start_ns"] + (r["duration_ns"] or 0)
+            k = place(lanes.setdefault((where[0], r["stream"]), []), r["start_ns"], end)
+            if k:  # overlaps its stream's slices without nesting: an extra thread of the stream
+                s = r["stream"]
+                where = (where[0], self.thread(where[0], ("stream", s, k), None,
+                                               f"{_NO_STREAM if s is None else f'stream {s}'} ({k + 1})"))
             args = {"device": device_index(r["device"]), "stream": r["stream"], "correlation": r["correlation_id"],
                     "External id": r["external_id"], "grid": r["grid"], "block": r["block"],
                     "registers per thread": r["registers_per_thread"], "shared memory": r["shared_memory_bytes"],
