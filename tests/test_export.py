@@ -259,6 +259,8 @@ ROUND_TRIP = {  # scenario -> its source format(s), the tables it fills
     "megengine_graph_profile": "megengine",
     "xspace_jax_h200": "xspace",
     "chrome_trace_tf_timeline": "chrome_trace",
+    "nsys_nvfuser_h200": "nsys",  # NVTX ranges as annotations; the .nsys-rep beside it is skipped
+    "nsys_saxpy_mpi_a100": "nsys",  # nsys 2022 schema 2.9, MPI ranks
     "jax_profile_folder": "xspace",  # a JAX log dir: the xplane.pb (its JSON renderings are not read twice)
 }
 
