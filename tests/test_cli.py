@@ -95,7 +95,7 @@ def test_export_command_writes_viewable_json(tmp_path):
     r = runner.invoke(app, ["export", "--run", "jax", "-o", str(out), "-w", str(wh)])
     assert r.exit_code == 0, r.output
     events = json.loads(out.read_text())["traceEvents"]
-    gpu = [e for e in events if e["ph"] == "X" and e.get("args", {}).get("kind") == "kernel"]
+    gpu = [e for e in events if e["ph"] == "X" and e.get("cat") == "kernel"]
     assert len(gpu) == 30
     r = runner.invoke(app, ["export", "--run", "missing", "-o", str(out), "-w", str(wh)])
     assert r.exit_code == 2 and "no events for run 'missing'" in r.output

@@ -50,7 +50,7 @@ def test_real_trace_detected_under_meaningless_name(tmp_path, name):
     assert formats.detect(zipped).NAME == EXPECTED[name]
 
 
-_JSON_FORMATS = {"chakra_et", "megengine", "kineto", "chrome_trace"}
+_JSON_FORMATS = {"tracedb_export", "chakra_et", "megengine", "kineto", "chrome_trace"}
 
 
 def test_every_trace_is_claimed_by_json_formats_or_protobuf_ones_never_both():
@@ -101,7 +101,8 @@ def test_sniffing_imports_formats_up_to_the_claiming_one():
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split(" ", 1)
     assert int(out[0]) > 10000
     assert eval(out[1]) == ["tracedb.formats.base", "tracedb.formats.jsonstream",
-                            "tracedb.formats.kineto", "tracedb.formats.megengine"]
+                            "tracedb.formats.kineto", "tracedb.formats.megengine",
+                            "tracedb.formats.tracedb_export"]
 
 
 @pytest.mark.parametrize("content,message", [

@@ -199,11 +199,21 @@ class Warehouse:
                             settings=settings)
 
     def export_chrome(self, run_id: str, out: str | Path | IO, devices: list[str] | None = None) -> int:
-        """Write a run as Chrome-trace JSON for Perfetto UI / chrome://tracing (`.gz` path
-        compresses, or an open stream); returns the number of events written."""
+        """Write a run as Kineto-shaped Chrome-trace JSON for Perfetto UI / chrome://tracing /
+        HTA, which `ingest` reads back to the same rows (`.gz` path compresses, or an open
+        stream); returns the number of events written."""
         from tracedb.export import export_chrome
 
         return export_chrome(self.path, run_id, Path(out) if isinstance(out, str) else out, devices)
+
+    def export_perfetto(self, run_id: str, out: str | Path | IO, devices: list[str] | None = None) -> int:
+        """Write a run as a native Perfetto protobuf trace (TrackEvent: a track per GPU stream
+        and host thread, launch -> kernel flows, memory counters, overlapping slices kept) to
+        a path (`.gz` compresses) or a binary stream; returns the slices, instants and
+        counter values written."""
+        from tracedb.export_perfetto import export_perfetto
+
+        return export_perfetto(self.path, run_id, Path(out) if isinstance(out, str) else out, devices)
 
     @staticmethod
     def schema(view: str | None = None) -> dict[str, pa.Schema]:

@@ -240,20 +240,24 @@ def schema(
 def export(
     run: str = typer.Option(..., "--run", metavar="ID", help="Run id to export"),
     device: List[str] = typer.Option([], "--device", metavar="DEVICE", show_default=False, help="Only these devices (GPU:0, CPU:0); repeatable"),
-    fmt: str = typer.Option("chrome", "--format", "-f", metavar="FORMAT", help="chrome (Chrome-trace JSON for Perfetto UI / chrome://tracing)"),
-    output: Path = typer.Option(..., "--output", "-o", metavar="FILE", help="FILE (.json or .json.gz), or - for stdout"),
+    fmt: str = typer.Option("chrome", "--format", "-f", metavar="FORMAT",
+                            help="chrome (Kineto-shaped Chrome-trace JSON: Perfetto UI, chrome://tracing, HTA; "
+                                 "re-ingests to the same rows) | perfetto (native Perfetto protobuf trace)"),
+    output: Path = typer.Option(..., "--output", "-o", metavar="FILE",
+                                help="FILE (.json / .pftrace, .gz to compress), or - for stdout"),
     warehouse: Optional[str] = WarehouseOpt,
 ):
     """Write an ingested run, whatever its source format, as a trace a viewer opens: GPU
-    streams, host threads, the CUDA runtime lane with launch->kernel arrows, and memory
-    as counter tracks.
+    streams, host threads with ops and the runtime calls, launch->kernel arrows, memory as
+    counter tracks.
 
     Example: tracedb export --run resnet50 -o resnet50.json.gz  (then open it in ui.perfetto.dev)
     """
-    if fmt != "chrome":
-        raise TracedbError(f"unknown export format {fmt!r} (supported: chrome)")
+    exporters = {"chrome": "export_chrome", "perfetto": "export_perfetto"}
+    if fmt not in exporters:
+        raise TracedbError(f"unknown export format {fmt!r} (supported: {', '.join(exporters)})")
     target = sys.stdout if str(output) == "-" else output
-    n = _wh(warehouse).export_chrome(run, target, device or None)
+    n = getattr(_wh(warehouse), exporters[fmt])(run, target, device or None)
     if str(output) != "-":
         typer.echo(f"wrote {n} events to {output}", err=True)
 

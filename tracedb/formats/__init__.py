@@ -1,7 +1,8 @@
 """Trace formats: one module each, found by sniffing content, never by file name.
 
 Order matters: the first format whose `sniff` claims the head wins, so more specific
-formats come before more general ones (Kineto before generic Chrome trace JSON).
+formats come before more general ones (tracedb's own export, claimed by its first key,
+before Kineto, whose categories it carries; Kineto before generic Chrome trace JSON).
 
 Sniffing imports the format modules lazily, in that order, up to the first that claims
 the head (and a read imports only its format, the others only for a fallback): the JSON
@@ -37,6 +38,7 @@ from tracedb.formats.base import ReadContext, read_head
 # Module names under tracedb.formats, most specific first. Adding a format = one module
 # here plus one test file.
 FORMAT_MODULES = [
+    "tracedb_export",  # tracedb's own export: claimed by its first key, before Kineto claims its categories
     "megengine",
     "kineto",
     "chakra_et",  # after Kineto: a Kineto trace's sniff need not import it (neither claims the other)

@@ -21,8 +21,9 @@ output of TensorFlow's `timeline.Timeline(step_stats).generate_chrome_trace_form
   the StepStats itself (name alone gives 739 + 16).
 - Names: TF puts the op type in the event name and the node in `args.name` / `args.op`;
   node_name = args.name else the event name, op_type = args.op else the event name.
-- `cuda_runtime` events (the CUDA runtime lane of tracedb's export: launch calls, whose
-  link to their kernel is on the kernel) are not framework ops: skipped.
+- `cuda_runtime` events (the CUDA runtime lane of tracedb's exports before the
+  `tracedb_export` format: launch calls, whose link to their kernel is on the kernel)
+  are not framework ops: skipped.
 - Time: `ts`/`dur` are µs (absolute, there is no base time) -> integer ns exactly.
 
 Two passes over the events: pass 1 collects the `M` names (they may come anywhere in the
