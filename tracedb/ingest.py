@@ -54,6 +54,7 @@ import json
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -360,12 +361,15 @@ def ingest(
         pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
     landing = None
     results: list[FileResult] = []  # the files read of the run being read
+    marked = ExitStack()
     try:
         _sniff_all(runs, pool)
         if on_plan:
             on_plan(runs)
         landing = _Landing(warehouse, on_run)
         ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        # live from before its first file to its last commit: vacuum spares its files (`tracedb.storage`)
+        marked.enter_context(storage.open_storage(warehouse).ingest_mark(lake.INGESTS_DIR, ingest_id))
         landing.start()
         planned = _queue(runs, warehouse, ingest_id, pool)
         rows: list[int] = []  # each run's rows of the tables the metrics read, in landing order
@@ -396,6 +400,7 @@ def ingest(
                 pool.close()
         if landing:
             landing.close()
+        marked.close()
     return IngestSummary(warehouse, landing.summaries)
 
 
@@ -575,15 +580,23 @@ def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], 
     def beside() -> None:
         lake.concurrently([lambda: made.append(catalog.new_snapshot(store, duck.con)), *([roll_up] if roll_up else [])])
 
+    lake.crash_point("ingest_before_commit")
     with store.lock():
         try:
-            with timing.phase("commit"):
-                store.commit(runs, beside)
-            with timing.phase("publish"):
-                catalog.publish(store, made[0])
-        except (DeltaError, OSError, duckdb.Error) as e:
-            raise WarehouseError(f"warehouse error: commit to {store.root} failed (the runs keep their previous "
-                                 f"version): {' '.join(str(e).split())}") from e
+            try:
+                with timing.phase("commit"):
+                    store.commit(runs, beside)
+            except (DeltaError, OSError, duckdb.Error) as e:
+                raise WarehouseError(f"warehouse error: commit to {store.root} failed (the runs keep their previous "
+                                     f"version): {' '.join(str(e).split())}") from e
+            try:
+                with timing.phase("publish"):
+                    catalog.publish(store, made[0])
+            except (OSError, duckdb.Error) as e:
+                raise WarehouseError(
+                    f"warehouse error: the runs were committed to {store.root}, but its snapshot {lake.CATALOG} could "
+                    f"not be written (the one in place is left whole; readers build a new one from the lake): "
+                    f"{' '.join(str(e).split())}") from e
         finally:
             for new in made:
                 new.discard()
