@@ -19,12 +19,24 @@ holds one row per run naming its live ingest. A group of runs is committed, unde
 commit lock, in this order:
 
 1. each data table: one Delta commit adding the group's new files (invisible so far:
-   no `runs` row names their ingest);
-2. `files` (replaced rows) and `ingest_log` (appended rows);
+   no `runs` row names their ingest), once every one is checked to be there as written
+   (a commit never publishes a file that is not there);
+2. `ingest_log` (appended rows), and the `files` rows of runs that keep their version
+   (the errors of a re-ingest that failed);
 3. `runs`: one Delta commit replacing the group's rows. **This is the publish point.**
-4. each data table: one commit removing the files of the runs' superseded ingests (and of
-   any ingest that crashed before step 3).
+4. `files`: the replaced runs' rows; then each data table: one commit removing the files
+   of the runs' superseded ingests (and of any ingest that crashed before step 3).
 5. the caller (ingest) publishes the DuckDB snapshot (`catalog.publish`).
+
+A crash between steps 3 and 4 leaves `files` a version behind for those runs: the
+snapshot takes their rows from the ingest log (`live_file_rows`), and `vacuum` rewrites
+them (`repair_files`); a crash before step 3 leaves `files` as it was.
+
+## Vacuum and live ingests
+
+An ingest writes its files long before it commits them; to a full vacuum they are
+files no log lists. Each ingest holds a mark while it lives (`storage`'s `ingest_mark`),
+and `vacuum` spares every file named with a live ingest's id, whatever the retention.
 
 A reader of the views (DuckDB snapshot, `tracedb ddl` views on Spark/Trino) selects each
 run's rows of its live ingest only, so at any instant, and after a SIGKILL at any point,
@@ -49,8 +61,10 @@ provider because S3, MinIO, R2 and moto's server support conditional writes nati
 nothing else has to be deployed). The commit lock is a lease object
 (`_tracedb/commit.lock`, created with `If-None-Match: *`, renewed and released with
 `If-Match` on its ETag, taken over once expired); a writer that lost its lease
-(`storage.lock_valid()`) stops before step 3, so a logged-but-unpublished ingest is
-still a crashed one. `lake.json` is rewritten with one PUT.
+(`storage.lock_valid()`) stops before its next write, whatever the step (`_guard`):
+before step 3 its runs keep their previous version (a logged-but-unpublished ingest is
+still a crashed one), after it the clean-up is left to `vacuum`; `rm`, `optimize` and
+`vacuum` hold the lease and stop the same way. `lake.json` is rewritten with one PUT.
 
 Measured (2 cores): one group commit of 50 small runs (4 data tables + 3 metadata
 tables) takes ~0.3 s; files are written once (no staging copy).
