@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import tracedb
+from conftest import scenario
 from test_lake import DUMP, LSTM, make_run
 from test_lake_faults import wait_stopped
 from test_object_storage import BUCKET, ROOT, s3  # noqa: F401 (the fixture)
@@ -104,3 +105,18 @@ def test_a_reader_with_no_cache_never_waits_for_a_stalled_writer_nor_writes(s3, 
     finally:
         w.kill()
         w.communicate()
+
+
+def test_a_writer_that_loses_its_lease_before_publishing_leaves_files_as_they_were(s3, tmp_path):
+    url = f"s3://{BUCKET}/lost-files"
+    assert tracedb.Warehouse(url).ingest(make_run(tmp_path / "v0" / "r", DUMP).parent).ok
+    lk = catalog.open_lake(url)
+    before = lk.read_table("files").to_pylist()
+    assert [r["path"] for r in before] == [scenario("node_shape_dump").name]
+    new = {**before[0], "path": "other.txt", "format": "tf_stepstats", "ingest_id": "20990101T000000-000000"}
+    with lk.lock():
+        lk.storage._lease.lost = True  # taken over while this writer stalled
+        with pytest.raises(WarehouseError, match="lost the commit lease .* before publishing"):
+            lk.commit([lake.RunCommit({"run_id": "r"}, [], [new], replace=True, ingest_id=new["ingest_id"])])
+    assert lk.read_table("files").to_pylist() == before  # `files` still describes the live version
+    assert _counts(url, tmp_path / "cache") == {"r": DUMP}

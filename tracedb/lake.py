@@ -626,7 +626,7 @@ class Lake:
         its live ingest and all are of older ingests (a later failed attempt's error rows
         are its own record, kept)."""
         files = self.read_table("files")
-        runs = self.read_table("runs", ["run_id", "ingest_id"])
+        runs = self.read_table("runs")  # all columns: the read the snapshot and the clean-up make (cached)
         newest: dict[str, str] = {}
         for run, ing in zip(files.column("run_id").to_pylist(), files.column("ingest_id").to_pylist()):
             if ing is not None and (run not in newest or ing > newest[run]):
@@ -777,15 +777,12 @@ class Lake:
         commits them. Snapshot files a killed publish left go too. Call under `lock()`."""
         self.remove_unpublished()
         self.repair_files()
-        deleted = []
-        for table in schema.ALL_TABLES:
-            dead = self.table(table).vacuum(retention_hours=retention_hours, dry_run=True,
-                                            enforce_retention_duration=False, full=True)
-            live = self.storage.live_ingests(INGESTS_DIR)  # after the listing: a later ingest's files are not in it
-            dead = [p for p in dead if not any(i in p.rsplit("/", 1)[-1] for i in live)]
-            self._guard()
-            concurrently([lambda p=p: self.storage.unlink(f"{table}/{p}") for p in dead])
-            deleted += [f"{table}/{p}" for p in dead]
+        dead = [f"{table}/{p}" for table in schema.ALL_TABLES for p in self.table(table).vacuum(
+            retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False, full=True)]
+        live = self.storage.live_ingests(INGESTS_DIR)  # after the listings: a later ingest's files are not in them
+        deleted = [p for p in dead if not any(i in p.rsplit("/", 1)[-1] for i in live)]
+        self._guard()
+        concurrently([lambda p=p: self.storage.unlink(p) for p in deleted])
         if not self.remote:  # under the lock no publish is under way: its temporary files are leftovers
             for name in self.storage.names(""):
                 if name.startswith(".catalog-") and (name.endswith(".duckdb") or name.endswith(".duckdb.wal")):
