@@ -10,7 +10,12 @@ writes a new catalog beside the old one and renames it into place, so:
 - a new connection sees the newest complete runs; it opens from any working directory
   with no setup statement (the views list absolute file paths);
 - the catalog is derived: when it is missing, damaged, older than the lake or the
-  warehouse folder moved, the next tracedb command rebuilds it from the lake.
+  warehouse folder moved, the next tracedb command rebuilds it from the lake;
+- a snapshot is written whole or not at all: DuckDB checkpoints it explicitly (its close
+  would drop a failed checkpoint silently and leave an empty file, on a full disk) and
+  the file is renamed into place only when nothing of it is left in a WAL;
+- a reader never needs write permission: when it cannot write a snapshot (a read-only
+  warehouse, a full disk) it builds one in memory, for its own connection.
 
 Each data view reads the live files of its Delta table (only files of each run's live
 ingest; a filter on ingest_id is added only when a compacted file mixes ingests) with
@@ -30,7 +35,9 @@ The views then list `s3://...` URLs, and the snapshot lives in two places:
   registered on the connection (`register_filesystem`): DuckDB's httpfs extension is not
   needed, nor downloaded. Freshness is checked as for a folder (the Delta log listing,
   seven LIST requests); a stale cache is replaced by the lake's copy when that one is
-  fresh (no write permission needed), else rebuilt from the lake under the commit lease.
+  fresh (no write permission needed), else rebuilt from the lake into the cache, with no
+  lease: a reader never waits for a writer, nor writes to the bucket (a snapshot built
+  while a writer commits is built again, until the lake stood still while it was read).
 """
 
 from __future__ import annotations
@@ -120,8 +127,13 @@ def connect(warehouse: Path | str | None = None, read_only: bool = True, config:
         register_storage(con, lake)
         if _attach(con, path, alias) != _lake_state(lake):
             con.execute(f"DETACH DATABASE IF EXISTS {alias}")
-            ensure_fresh(lake)
-            _attach(con, path, alias, strict=True)
+            if ensure_fresh(lake):
+                _attach(con, path, alias, strict=True)
+            else:  # it could not be written here: this connection's own, in memory
+                con.execute(f"ATTACH ':memory:' AS {alias}")
+                con.execute(f"USE {alias}")
+                _build_settled(con, lake)
+                con.execute("USE memory")
         if read_only:
             con.execute("USE tracedb")
         else:
@@ -192,19 +204,74 @@ def _lake_state(lake: lake_mod.Lake) -> dict:
     return {"root": root, "versions": lake.versions(), "format": SNAPSHOT_FORMAT}
 
 
-def ensure_fresh(lake: lake_mod.Lake) -> None:
+def ensure_fresh(lake: lake_mod.Lake) -> bool:
     """Rebuild catalog.duckdb when it does not match the lake (missing, damaged, stale,
     moved). While another process holds the commit lock it is about to publish one:
-    readers use the current snapshot rather than wait."""
-    path = snapshot_path(lake)
+    readers use the current snapshot rather than wait. False when no snapshot file can
+    be had without writing where this process may not (a read-only warehouse or cache,
+    a full disk): the caller builds one in memory."""
+    try:
+        path = snapshot_path(lake)
+    except OSError:
+        return False
     state = _lake_state(lake)
     if path.is_file() and _snapshot_state(path) == state:
-        return
-    if lake.remote and _fetch_lake_snapshot(lake, path, state):
-        return
-    with lake.lock(wait=not path.is_file()) as held:
-        if held and _snapshot_state(path) != _lake_state(lake):
-            publish(lake)
+        return True
+    if lake.remote:  # the lake's own copy, else the reader's cache: no lease, no write to the bucket
+        if _fetch_lake_snapshot(lake, path, state):
+            return True
+        try:
+            _publish_settled(lake)
+        except (OSError, duckdb.Error):
+            return False
+        return True
+    if not _writable(lake.root):
+        return False
+    try:
+        with lake.lock(wait=not path.is_file()) as held:
+            if held and _snapshot_state(path) != _lake_state(lake):
+                publish(lake)
+    except (OSError, duckdb.Error):  # no permission after all, a full disk: nothing was put in place
+        return False
+    return path.is_file()
+
+
+def _writable(root: Path) -> bool:
+    """Whether this process may write the snapshot and take the commit lock in the folder."""
+    lock = root / lake_mod.LOCK_FILE
+    return (os.access(root, os.W_OK) and os.access(lock.parent, os.W_OK)
+            and (not lock.exists() or os.access(lock, os.W_OK)))
+
+
+# A reader that builds a snapshot without the commit lock builds it again when the lake
+# changed while it was read (a commit's clean-up can remove the files of the version it
+# read as live), at most this many times; then it keeps the last.
+SETTLE_TRIES = 5
+
+
+def _build_settled(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
+    """`_build` into the database `con` uses, by a reader holding no lock: again while
+    the lake changed under it (the database emptied first)."""
+    for attempt in range(SETTLE_TRIES):
+        if attempt:
+            for (kind, name) in con.execute(
+                    "SELECT 'VIEW', view_name FROM duckdb_views() WHERE database_name = current_database() "
+                    "AND NOT internal UNION ALL SELECT 'TABLE', table_name FROM duckdb_tables() "
+                    "WHERE database_name = current_database()").fetchall():
+                con.execute(f"DROP {kind} IF EXISTS {_ident(name)}")
+        built = _build(con, lake)
+        if _lake_state(lake) == built:
+            return
+
+
+def _publish_settled(lake: lake_mod.Lake) -> None:
+    """An object-storage lake's snapshot, built by a reader into its own cache (no lease,
+    no upload): again while the lake changed under it."""
+    for _ in range(SETTLE_TRIES):
+        new = new_snapshot(lake)
+        built = publish(lake, new, upload=False)
+        if _lake_state(lake) == built:
+            return
 
 
 def _fetch_lake_snapshot(lake: lake_mod.Lake, path: Path, state: dict) -> bool:
@@ -285,21 +352,32 @@ def _no_fsync(con: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
-def publish(lake: lake_mod.Lake, new: NewSnapshot | None = None) -> None:
+def publish(lake: lake_mod.Lake, new: NewSnapshot | None = None, upload: bool = True) -> dict:
     """Write a new snapshot of the lake beside the catalog (into `new`, when made
-    beforehand) and rename it into place. Call under the lake's commit lock, after a commit."""
+    beforehand) and rename it into place, whole or not at all (a full disk raises and
+    leaves the one in place). Call under the lake's commit lock, after a commit (an
+    object-storage reader calls it without, upload=False: its cache only). Returns the
+    lake state the snapshot records."""
     new = new or new_snapshot(lake)
     try:
         try:
-            _build(new.con, lake)
+            state = _build(new.con, lake)
+            # explicitly: a checkpoint that fails as the file closes is dropped silently
+            # (the data stays in a WAL the rename leaves behind: an empty catalog)
+            new.con.execute(f"CHECKPOINT {new.alias}" if new.alias else "CHECKPOINT")
         finally:
             new.close()
+        wal = Path(str(new.path) + ".wal")
+        if wal.is_file() and wal.stat().st_size:
+            raise OSError(f"{new.path}: the snapshot was not all written (its WAL remains)")
         lake_mod.crash_point("snapshot_before_rename")
-        if lake.remote:
+        if lake.remote and upload:
+            lake._guard()  # a writer that lost its lease uploads nothing
             lake.storage.upload(new.path, CATALOG)  # for httpfs clients; one PUT
         os.replace(new.path, snapshot_path(lake))
     finally:
         new.discard()
+    return state
 
 
 def _new_snapshot_db(path: Path) -> duckdb.DuckDBPyConnection:
@@ -316,9 +394,13 @@ def _new_snapshot_db(path: Path) -> duckdb.DuckDBPyConnection:
         return duckdb.connect(str(path), config=config)
 
 
-def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
+def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> dict:
+    """The snapshot's tables and views, in the database `con` uses; returns the lake state
+    it records (read first: a snapshot never claims a newer lake than it shows)."""
     state = _lake_state(lake)
-    meta = {name: lake.read_table(name) for name in ("runs", "files", "ingest_log")}
+    # `files` as it describes the live versions (a run published just before a crash has
+    # its rows from the ingest log, `Lake.live_file_rows`)
+    meta = {"runs": lake.read_table("runs"), "files": lake.live_file_rows()[0], "ingest_log": lake.read_table("ingest_log")}
     runs = meta["runs"]
     published = dict(zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist()))
     con.execute("BEGIN")
@@ -361,6 +443,7 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
     con.execute("CREATE VIEW files AS SELECT * FROM tracedb_files")
     con.execute("CREATE VIEW ingest_log AS SELECT * FROM tracedb_ingest_log")
     con.execute("COMMIT")
+    return state
 
 
 def _empty_select(sch) -> str:

@@ -69,6 +69,7 @@ import json
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -426,6 +427,7 @@ def ingest(
         pool = workers.Workers(min(jobs, n_files)) if min(jobs, n_files) > 1 else None
     landing = None
     results: list[FileResult] = []  # the files read of the run being read
+    marked = ExitStack()
     try:
         _sniff_all(runs, pool)
         if on_plan:
@@ -434,6 +436,9 @@ def ingest(
         ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         planned = _queue(runs, warehouse, ingest_id, pool)
         _some_trace(paths, planned)  # before the lake is opened: no warehouse made for nothing
+        # live from before its first file to its last commit: vacuum spares its files (`tracedb.storage`)
+        marked.enter_context(storage.open_storage(warehouse).ingest_mark(lake.INGESTS_DIR, ingest_id))
+        _submit(planned, pool)  # the reads (which write files) only once the ingest is marked live
         landing.start()
         rows: list[int] = []  # each run's rows of the tables the metrics read, in landing order
         for run, run_jobs, skipped in planned:
@@ -477,6 +482,7 @@ def ingest(
                 pool.close()
         if landing:
             landing.close()
+        marked.close()
     return IngestSummary(warehouse, landing.summaries)
 
 
@@ -505,8 +511,8 @@ def _sniff_all(runs: list[RunSpec], pool: workers.Workers | None) -> None:
 
 def _queue(runs: list[RunSpec], warehouse: Path | str, ingest_id: str,
            pool: workers.Workers | None) -> list[tuple[RunSpec, list[_Job], list[FileResult]]]:
-    """Each run with its read jobs and its files skipped as no trace; with workers, each
-    run's reads are queued as its sniffs (`_sniff_all`) come back."""
+    """Each run with its read jobs and its files skipped as no trace, from the sniffs
+    (with workers, `_sniff_all` queued them all)."""
     planned, index = [], 0
     sniffs = iter(range(sum(len(run.files) for run in runs)))
     for run in runs:
@@ -514,11 +520,15 @@ def _queue(runs: list[RunSpec], warehouse: Path | str, ingest_id: str,
                    else [_sniff(p) for p in run.files])
         run_jobs, skipped = _plan(run, warehouse, ingest_id, index, sniffed)
         index += len(run.files)
-        for j in run_jobs if pool else ():
-            pool.submit(j.file_tag, _read_one, j,
-                        lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
         planned.append((run, run_jobs, skipped))
     return planned
+
+
+def _submit(planned: list[tuple[RunSpec, list[_Job], list[FileResult]]], pool: workers.Workers | None) -> None:
+    """With workers, every read queued (behind the sniffs in the workers' queue anyway)."""
+    for j in (j for _, run_jobs, _ in planned for j in run_jobs) if pool else ():
+        pool.submit(j.file_tag, _read_one, j,
+                    lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
 
 
 class _Landing:
@@ -675,15 +685,23 @@ def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], 
     def beside() -> None:
         lake.concurrently([lambda: made.append(catalog.new_snapshot(store, duck.con)), *([roll_up] if roll_up else [])])
 
+    lake.crash_point("ingest_before_commit")
     with store.lock():
         try:
-            with timing.phase("commit"):
-                store.commit(runs, beside)
-            with timing.phase("publish"):
-                catalog.publish(store, made[0])
-        except (DeltaError, OSError, duckdb.Error) as e:
-            raise WarehouseError(f"warehouse error: commit to {store.root} failed (the runs keep their previous "
-                                 f"version): {' '.join(str(e).split())}") from e
+            try:
+                with timing.phase("commit"):
+                    store.commit(runs, beside)
+            except (DeltaError, OSError, duckdb.Error) as e:
+                raise WarehouseError(f"warehouse error: commit to {store.root} failed (the runs keep their previous "
+                                     f"version): {' '.join(str(e).split())}") from e
+            try:
+                with timing.phase("publish"):
+                    catalog.publish(store, made[0])
+            except (OSError, duckdb.Error) as e:
+                raise WarehouseError(
+                    f"warehouse error: the runs were committed to {store.root}, but its snapshot {lake.CATALOG} could "
+                    f"not be written (the one in place is left whole; readers build a new one from the lake): "
+                    f"{' '.join(str(e).split())}") from e
         finally:
             for new in made:
                 new.discard()

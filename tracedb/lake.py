@@ -19,12 +19,24 @@ holds one row per run naming its live ingest. A group of runs is committed, unde
 commit lock, in this order:
 
 1. each data table: one Delta commit adding the group's new files (invisible so far:
-   no `runs` row names their ingest);
-2. `files` (replaced rows) and `ingest_log` (appended rows);
+   no `runs` row names their ingest), once every one is checked to be there as written
+   (a commit never publishes a file that is not there);
+2. `ingest_log` (appended rows), and the `files` rows of runs that keep their version
+   (the errors of a re-ingest that failed);
 3. `runs`: one Delta commit replacing the group's rows. **This is the publish point.**
-4. each data table: one commit removing the files of the runs' superseded ingests (and of
-   any ingest that crashed before step 3).
+4. `files`: the replaced runs' rows; then each data table: one commit removing the files
+   of the runs' superseded ingests (and of any ingest that crashed before step 3).
 5. the caller (ingest) publishes the DuckDB snapshot (`catalog.publish`).
+
+A crash between steps 3 and 4 leaves `files` a version behind for those runs: the
+snapshot takes their rows from the ingest log (`live_file_rows`), and `vacuum` rewrites
+them (`repair_files`); a crash before step 3 leaves `files` as it was.
+
+## Vacuum and live ingests
+
+An ingest writes its files long before it commits them; to a full vacuum they are
+files no log lists. Each ingest holds a mark while it lives (`storage`'s `ingest_mark`),
+and `vacuum` spares every file named with a live ingest's id, whatever the retention.
 
 A reader of the views (DuckDB snapshot, `tracedb ddl` views on Spark/Trino) selects each
 run's rows of its live ingest only, so at any instant, and after a SIGKILL at any point,
@@ -49,8 +61,10 @@ provider because S3, MinIO, R2 and moto's server support conditional writes nati
 nothing else has to be deployed). The commit lock is a lease object
 (`_tracedb/commit.lock`, created with `If-None-Match: *`, renewed and released with
 `If-Match` on its ETag, taken over once expired); a writer that lost its lease
-(`storage.lock_valid()`) stops before step 3, so a logged-but-unpublished ingest is
-still a crashed one. `lake.json` is rewritten with one PUT.
+(`storage.lock_valid()`) stops before its next write, whatever the step (`_guard`):
+before step 3 its runs keep their previous version (a logged-but-unpublished ingest is
+still a crashed one), after it the clean-up is left to `vacuum`; `rm`, `optimize` and
+`vacuum` hold the lease and stop the same way. `lake.json` is rewritten with one PUT.
 
 Measured (2 cores): one group commit of 50 small runs (4 data tables + 3 metadata
 tables) takes ~0.3 s; files are written once (no staging copy).
@@ -90,6 +104,7 @@ from tracedb.storage import sql_str  # noqa: F401  (lake.sql_str: callers quote 
 META_DIR = "_tracedb"
 LAKE_JSON = f"{META_DIR}/lake.json"
 LOCK_FILE = f"{META_DIR}/commit.lock"
+INGESTS_DIR = f"{META_DIR}/ingests"  # marks of live ingests (`storage.LocalStorage.ingest_mark`)
 CATALOG = "catalog.duckdb"  # the DuckDB snapshot of the lake (tracedb.catalog)
 PARTITIONS = ["run_id", "device"]
 # The metadata tables a commit writes (through handles opened beside its step 1)
@@ -101,9 +116,20 @@ DEFAULT_RETENTION_HOURS = 168
 
 def crash_point(name: str) -> None:
     """Fault injection for the SIGKILL tests: TRACEDB_CRASH_AT=<name> kills this process
-    at that step of the protocol, as a power cut or the OOM killer would."""
+    at that step of the protocol, as a power cut or the OOM killer would;
+    TRACEDB_STOP_AT=<name> stops it there (SIGSTOP, until the test sends SIGCONT), as a
+    paused VM or a writer stalled past its lease would be."""
     if os.environ.get("TRACEDB_CRASH_AT") == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("TRACEDB_STOP_AT") == name:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+# How a lost commit lease is reported, by where the writer was (`Lake._guard`)
+_BEFORE_PUBLISH = ("before publishing (the runs keep their previous version; `tracedb vacuum` removes what "
+                   "was written)")
+_AFTER_PUBLISH = "after publishing (the runs were published; their clean-up stopped: `tracedb vacuum` finishes it)"
+_MAINTENANCE = "(stopped before its next write; `tracedb vacuum` finishes what is left)"
 
 
 def delta_schema(table: str) -> pa.Schema:
@@ -222,6 +248,7 @@ class Lake:
     _actions: dict = field(default_factory=dict, repr=False)  # table -> (version, add_actions)
     _reads: dict = field(default_factory=dict, repr=False)  # (table, columns) -> (version, rows)
     storage: storage.LocalStorage | storage.ObjectStorage = field(init=False, repr=False)
+    _phase: str = field(default=_MAINTENANCE, init=False, repr=False)  # where a lost lease stops us (`_guard`)
 
     def __post_init__(self) -> None:
         self.root = storage.location(self.root)
@@ -416,10 +443,21 @@ class Lake:
         checksums of all in one). Such a file is invisible until step 3 like any other, so
         its order against the others' does not matter; should `beside` fail, the runs stay
         unpublished (their logged files are a crashed ingest's, see `remove_unpublished`)."""
-        from deltalake import write_deltalake
-
         replaced = [r for r in runs if r.replace]
         first = [f for r in replaced for f in r.files]
+        self._phase = _BEFORE_PUBLISH
+        try:
+            self._commit(runs, replaced, first, beside)
+        finally:
+            self._phase = _MAINTENANCE
+
+    def _commit(self, runs: list[RunCommit], replaced: list[RunCommit], first: list[DataFile],
+                beside: Callable[[], object] | None) -> None:
+        from deltalake import write_deltalake
+        from deltalake.exceptions import DeltaError
+
+        self._guard()
+        self._require_present(first)  # under the lock: nothing can delete them from here on
         if beside is None:
             self._add_files(first)
         else:
@@ -428,21 +466,56 @@ class Lake:
                           lambda: self._read_logs([t for t in schema.TABLES if t not in busy])])
             self._add_files([f for r in replaced for f in r.files if not f.logged],
                             checksums=[f for r in replaced for f in r.files])
-        # (step 2 stays after step 1: a crash here must not leave `files` rows of an unpublished run)
+        # Step 2 writes the ingest log and the `files` rows of runs that keep their version
+        # (their failed files' errors); a replaced run's `files` rows follow its publish, so
+        # a crash or a lost lease before it leaves `files` describing the live version.
         crash_point("ingest_after_add")
+        self._guard()
         self._write_file_rows(runs)
         crash_point("ingest_after_files")
         if replaced:
             rows = [{**r.run_row, "ingest_id": r.ingest_id} for r in replaced]
             data = pa.Table.from_pylist(rows, schema=delta_schema("runs"))
             pred = f"run_id IN ({', '.join(sql_str(r.run_row['run_id']) for r in replaced)})"
-            if not self.storage.lock_valid():  # object storage: the lease ran out under us
-                raise WarehouseError(f"warehouse error: lost the commit lease on {self.root} before publishing "
-                                     "(the runs keep their previous version; `tracedb vacuum` removes what was written)")
+            self._guard()  # object storage: the lease ran out under us
             write_deltalake(self.table("runs"), data, mode="overwrite", predicate=pred, storage_options=self._opts)
             crash_point("ingest_after_publish")
-            self.remove_unpublished({r.run_row["run_id"] for r in replaced})
+            self._phase = _AFTER_PUBLISH
+            try:  # one step after the other, each guarded: a writer paused here stops at the next
+                self._guard()
+                self._write_file_rows(replaced, replaced=True)
+                self.remove_unpublished({r.run_row["run_id"] for r in replaced})
+            except (DeltaError, OSError) as e:
+                raise WarehouseError(f"the runs were published to {self.root}, but their clean-up failed "
+                                     f"(`tracedb vacuum` finishes it): {' '.join(str(e).split())}") from e
             crash_point("ingest_after_cleanup")
+
+    def _guard(self, when: str | None = None) -> None:
+        """Stop before a write once the commit lease is lost (object storage: a writer
+        paused past its lease, whose lock another now holds); a no-op on a folder. The
+        message says where the writer stopped (`when`, else the commit's phase)."""
+        if not self.storage.lock_valid():
+            raise WarehouseError(f"lost the commit lease on {self.root} {when or self._phase}")
+
+    def _require_present(self, files: list[DataFile]) -> None:
+        """Refuse to commit files that are not in the lake as written (a commit must never
+        publish a file that is not there)."""
+        if not files:
+            return
+        if self.remote:  # one listing a table and run, not a request a file
+            found: dict[str, int] = {}
+            prefixes = sorted({f.rel.split("/device=", 1)[0] + "/" for f in files})
+            for sizes in concurrently([lambda p=p: self.storage.sizes_under(p) for p in prefixes]):
+                found.update(sizes)
+            missing = [f for f in files if found.get(f.rel) != f.size]
+        else:
+            missing = [f for f in files if self.storage.size(f.rel) != f.size]
+        if missing:
+            runs = sorted({f.run_id for f in missing})
+            raise WarehouseError(
+                f"{len(missing)} file(s) this ingest wrote into {self.root} are gone or changed before its commit "
+                f"(first: {missing[0].rel}; deleted by another process?); run(s) {', '.join(runs)} keep their "
+                "previous version")
 
     def preload(self) -> None:
         """Open every table's handle and read the data tables' live files now (an ingest
@@ -464,6 +537,7 @@ class Lake:
         from deltalake import write_deltalake
 
         if files:
+            self._guard()
             rows = [{"table_name": f.table, "run_id": f.run_id, "path": f.rel, "size_bytes": f.size,
                      "sha256": f.sha256, "ingest_id": f.ingest_id} for f in files]
             write_deltalake(self.table("checksums"), pa.Table.from_pylist(rows, schema=delta_schema("checksums")),
@@ -505,6 +579,7 @@ class Lake:
         """One Delta commit of add and remove actions on a data table. `added` (the files of
         the add actions) and `removed` (the paths of the remove actions), when they are all
         the actions, keep `add_actions` up to date without reading the log."""
+        self._guard()
         dt = self.table(table)
         before = dt.version()
         dt.create_write_transaction(actions, mode="append", schema=delta_schema(table), partition_by=PARTITIONS)
@@ -533,32 +608,85 @@ class Lake:
             rows = pa.concat_tables([rows, new])
         self._actions[table] = (before + 1, rows)
 
-    def _write_file_rows(self, runs: list[RunCommit]) -> None:
+    def _write_file_rows(self, runs: list[RunCommit], replaced: bool = False) -> None:
+        """Step 2 (replaced=False): every run's rows into `ingest_log`, and into `files`
+        the rows of the runs that keep their version. After the publish (replaced=True):
+        the replaced runs' rows into `files`."""
         from deltalake import write_deltalake
 
         rows = [r_ for r in runs for r_ in r.file_rows]
         if not rows:
             return
-        data = pa.Table.from_pylist(rows, schema=delta_schema("files"))
         # `files` keeps each run's source files as last ingested: a replaced run's rows
         # all go; a run whose files all failed keeps its other rows.
-        preds = []
+        preds, kept = [], []
         for r in runs:
             rid = sql_str(r.run_row["run_id"])
-            if r.replace:
+            if replaced:
                 preds.append(f"run_id = {rid}")
-            elif r.file_rows:
+                kept += r.file_rows
+            elif not r.replace and r.file_rows:
                 paths = ", ".join(sql_str(fr["path"]) for fr in r.file_rows)
                 preds.append(f"(run_id = {rid} AND path IN ({paths}))")
-        concurrently([  # two tables, two commits at once
-            lambda: write_deltalake(self.table("ingest_log"), data, mode="append", storage_options=self._opts),
-            lambda: write_deltalake(self.table("files"), data, mode="overwrite", predicate=" OR ".join(preds),
-                                    storage_options=self._opts)])
+                kept += r.file_rows
+        self._guard()
+        calls = []
+        if not replaced:
+            data = pa.Table.from_pylist(rows, schema=delta_schema("files"))
+            calls.append(lambda: write_deltalake(self.table("ingest_log"), data, mode="append",
+                                                 storage_options=self._opts))
+        if kept:
+            files = pa.Table.from_pylist(kept, schema=delta_schema("files"))
+            calls.append(lambda: write_deltalake(self.table("files"), files, mode="overwrite",
+                                                 predicate=" OR ".join(preds), storage_options=self._opts))
+        concurrently(calls)  # two tables, two commits at once
+
+    def live_file_rows(self) -> tuple[pa.Table, list[str]]:
+        """The rows of `files` as they describe each run's live version, and the runs whose
+        rows in the table do not: a run published whose `files` rows a crash or a lost
+        lease left behind (between its publish and the write of its rows) has them from
+        the ingest log, where step 2 wrote them. A run's rows are behind when none is of
+        its live ingest and all are of older ingests (a later failed attempt's error rows
+        are its own record, kept)."""
+        files = self.read_table("files")
+        runs = self.read_table("runs")  # all columns: the read the snapshot and the clean-up make (cached)
+        newest: dict[str, str] = {}
+        for run, ing in zip(files.column("run_id").to_pylist(), files.column("ingest_id").to_pylist()):
+            if ing is not None and (run not in newest or ing > newest[run]):
+                newest[run] = ing
+        have = set(zip(files.column("run_id").to_pylist(), files.column("ingest_id").to_pylist()))
+        behind = {(run, ing) for run, ing in zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist())
+                  if ing is not None and (run, ing) not in have and newest.get(run, "") < ing}
+        if not behind:
+            return files, []
+        log = self.read_table("ingest_log")
+        keys = list(zip(log.column("run_id").to_pylist(), log.column("ingest_id").to_pylist()))
+        behind &= set(keys)
+        if not behind:
+            return files, []
+        stale = sorted({run for run, _ in behind})
+        keep = pa.array([run not in set(stale) for run in files.column("run_id").to_pylist()], pa.bool_())
+        take = pa.array([k in behind for k in keys], pa.bool_())
+        return pa.concat_tables([files.filter(keep), log.filter(take)]), stale
+
+    def repair_files(self) -> list[str]:
+        """Rewrite the `files` rows of runs whose rows are behind their live version
+        (`live_file_rows`); returns those runs. Call under `lock()`."""
+        from deltalake import write_deltalake
+
+        rows, stale = self.live_file_rows()
+        if stale:
+            self._guard()
+            fixed = rows.filter(pa.array([r in set(stale) for r in rows.column("run_id").to_pylist()], pa.bool_()))
+            pred = f"run_id IN ({', '.join(sql_str(r) for r in stale)})"
+            write_deltalake(self.table("files"), fixed, mode="overwrite", predicate=pred, storage_options=self._opts)
+        return stale
 
     def remove_unpublished(self, run_ids: set[str] | None = None) -> int:
         """Remove data of ingests that are not their run's live one (superseded, crashed or
         deleted runs), for `run_ids` or every run; call under `lock()`. Returns files removed."""
         published = self.published()
+        crash_point("cleanup_after_published")
         removed = 0
         tables = list(schema.TABLES)
         for table, actions in zip(tables, concurrently([lambda t=t: self.add_actions(t).to_pylist() for t in tables])):
@@ -575,6 +703,7 @@ class Lake:
             for run_id in sorted(partial):  # a compacted file that mixes ingests: rewrite it
                 live = published.get(run_id)
                 pred = f"run_id = {sql_str(run_id)}" + (f" AND ingest_id <> {sql_str(live)}" if live else "")
+                self._guard()
                 self.table(table).delete(pred)
         return removed
 
@@ -592,8 +721,10 @@ class Lake:
         if missing:
             raise TracedbError(f"no such run(s): {', '.join(missing)}")
         pred = f"run_id IN ({', '.join(sql_str(r) for r in found)})"
+        self._guard()
         self.table("runs").delete(pred)  # the publish point: the runs are gone for readers
         crash_point("rm_after_unpublish")
+        self._guard()
         self.table("files").delete(pred)
         self.remove_unpublished(set(found))
         return found
@@ -612,6 +743,7 @@ class Lake:
         out = {}
         for table in schema.ALL_TABLES:
             before = set(self.add_actions(table).column("path").to_pylist()) if table in schema.TABLES else set()
+            self._guard()
             metrics = self.table(table).optimize.compact(target_size=target_size)
             out[table] = int(metrics.get("numFilesRemoved", 0))
             if table in schema.TABLES:
@@ -633,8 +765,12 @@ class Lake:
         for path, size, digest in zip(*(sums.column(c).to_pylist() for c in ("path", "size_bytes", "sha256"))):
             recorded[path] = (size, digest)
         problems = []
+        published = self.published()
         for table in schema.TABLES:
             for r in self.add_actions(table).to_pylist():
+                live = published.get(r["run_id"])
+                if live is None or not (r["min_ingest"] or "") <= live <= (r["max_ingest"] or ""):
+                    continue  # no run's live version: a superseded or crashed ingest's, for vacuum
                 rel = r["path"]
                 problem = None
                 size = self.storage.size(rel)
@@ -645,9 +781,10 @@ class Lake:
                 elif rel in recorded and self.storage.size_and_hash(rel)[1] != recorded[rel][1]:
                     problem = "content differs from the SHA-256 recorded when it was written"
                 else:
-                    try:
-                        with self.storage.open_read(rel) as f:
-                            pq.read_table(f, page_checksum_verification=True)
+                    try:  # a path or bytes, never a Python file object: pyarrow's threads
+                        # reading one through the GIL aborted the process at exit (SIGABRT)
+                        source = pa.BufferReader(self.storage.read_bytes(rel)) if self.remote else str(self.root / rel)
+                        pq.read_table(source, page_checksum_verification=True, use_threads=False)
                     except (OSError, pa.ArrowException) as e:
                         problem = f"unreadable parquet: {e}"
                 if problem:
@@ -655,12 +792,23 @@ class Lake:
         return problems
 
     def vacuum(self, retention_hours: int = DEFAULT_RETENTION_HOURS) -> list[str]:
-        """Remove unpublished data from the log, then delete files that no live version
-        references and that are older than the retention (Delta vacuum, full: files
-        a crashed ingest wrote but never committed go too). Call under `lock()`."""
+        """Remove unpublished data from the log, bring `files` up to the live versions
+        (`repair_files`), then delete files that no live version references and that are
+        older than the retention (Delta vacuum, full: files a crashed ingest wrote but never
+        committed go too), except the files of live ingests (their marks, see
+        `storage`): whatever the retention, an ingest's files are never deleted before it
+        commits them. Snapshot files a killed publish left go too. Call under `lock()`."""
         self.remove_unpublished()
-        deleted = []
-        for table in schema.ALL_TABLES:
-            deleted += [f"{table}/{p}" for p in self.table(table).vacuum(
-                retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False, full=True)]
+        self.repair_files()
+        dead = [f"{table}/{p}" for table in schema.ALL_TABLES for p in self.table(table).vacuum(
+            retention_hours=retention_hours, dry_run=True, enforce_retention_duration=False, full=True)]
+        live = self.storage.live_ingests(INGESTS_DIR)  # after the listings: a later ingest's files are not in them
+        deleted = [p for p in dead if not any(i in p.rsplit("/", 1)[-1] for i in live)]
+        self._guard()
+        concurrently([lambda p=p: self.storage.unlink(p) for p in deleted])
+        if not self.remote:  # under the lock no publish is under way: its temporary files are leftovers
+            for name in self.storage.names(""):
+                if name.startswith(".catalog-") and (name.endswith(".duckdb") or name.endswith(".duckdb.wal")):
+                    self.storage.unlink(name)
+                    deleted.append(name)
         return deleted

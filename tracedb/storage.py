@@ -27,6 +27,19 @@ commit instead of publishing (its runs keep their previous version). So, as with
 fcntl lock, a logged-but-unpublished ingest is a crashed one. Clocks of the writers
 must agree to well within the lease (NTP does).
 
+## Marks of live ingests
+
+An ingest writes its data files straight into their partition folders long before it
+commits them (`tracedb.lake`), so to a full vacuum they look like a crashed ingest's
+leftovers. Each ingest therefore holds a mark, `_tracedb/ingests/<ingest_id>.live`, from
+before its first file until its last commit (`ingest_mark`); `vacuum` spares every file
+whose name carries the id of a live ingest (`live_ingests`). In a folder the mark is held
+with an fcntl lock (the kernel drops it when the process dies, SIGKILL included: a mark
+that can be locked is a dead ingest's, and is deleted); on object storage it is a lease
+object like the commit lock's, renewed by the ingest, dead once expired. An ingest paused
+past its mark's expiry may find files deleted: the commit checks that every file it is
+about to add is there, and refuses otherwise.
+
 These conditional writes are S3's own (AWS since 2024; MinIO, Ceph RGW, Cloudflare R2
 and moto's server support them, the tests run on moto). For other fsspec filesystems
 (gs://, az://, ...) the lease is created with the filesystem's exclusive create (open
@@ -189,6 +202,46 @@ class LocalStorage:
     def lock_valid(self) -> bool:
         return True
 
+    @contextmanager
+    def ingest_mark(self, rel_dir: str, ingest_id: str) -> Iterator[None]:
+        """Mark an ingest live while the block runs (see the module docstring): the mark is
+        locked under a temporary name, then renamed, so no vacuum ever locks a live one."""
+        folder = self.root / rel_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp, final = folder / f".{ingest_id}.tmp", folder / f"{ingest_id}.live"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.replace(tmp, final)
+            try:
+                yield
+            finally:
+                final.unlink(missing_ok=True)  # still locked: no vacuum takes it for a dead one
+        finally:
+            os.close(fd)
+
+    def live_ingests(self, rel_dir: str) -> set[str]:
+        """Ids of the ingests whose mark is held; a mark no one holds is deleted."""
+        live = set()
+        for name in self.names(rel_dir):
+            if not name.endswith(".live"):
+                continue  # a mark being made (`.<id>.tmp`) has no file written yet
+            path = self.root / rel_dir / name
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue  # its ingest has just finished
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    live.add(name[:-len(".live")])
+                    continue
+                path.unlink(missing_ok=True)  # its ingest died
+            finally:
+                os.close(fd)
+        return live
+
 
 class HashingFile:
     """A write-only file that hashes what goes through it: a data file's SHA-256 and size
@@ -321,6 +374,14 @@ class ObjectStorage:
         except FileNotFoundError:
             return []
 
+    def sizes_under(self, rel: str) -> dict[str, int]:
+        """Every object below a prefix (warehouse-relative) and its size: one listing."""
+        n = len(self.base) + 1
+        try:
+            return {p[n:]: info.get("size") for p, info in self.fs.find(self._p(rel), detail=True).items()}
+        except FileNotFoundError:
+            return {}
+
     def files_under(self, rel: str) -> set[str]:
         n = len(self.base) + 1
         try:
@@ -344,6 +405,35 @@ class ObjectStorage:
     def lock_valid(self) -> bool:
         """Whether the lease this process holds is still its own (see the module docstring)."""
         return self._lease is None or self._lease.valid()
+
+    @contextmanager
+    def ingest_mark(self, rel_dir: str, ingest_id: str) -> Iterator[None]:
+        """Mark an ingest live while the block runs: a lease object of its own, renewed."""
+        mark = Lease(self, f"{rel_dir}/{ingest_id}.live")
+        mark.acquire()
+        try:
+            yield
+        finally:
+            mark.release()
+
+    def live_ingests(self, rel_dir: str) -> set[str]:
+        """Ids of the ingests whose mark has not expired; an expired mark is deleted."""
+        live = set()
+        for name in self.names(rel_dir):
+            if not name.endswith(".live"):
+                continue
+            rel = f"{rel_dir}/{name}"
+            try:
+                expires = float(json.loads(self.read_bytes(rel)).get("expires", 0))
+            except FileNotFoundError:
+                continue
+            except ValueError:
+                expires = 0.0
+            if expires > time.time():
+                live.add(name[:-len(".live")])
+            else:
+                self.unlink(rel)
+        return live
 
 
 class Lease:
