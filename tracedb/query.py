@@ -381,13 +381,19 @@ def plain_numbers(table: pa.Table) -> pa.Table:
 
 
 # Statement kinds user SQL may run in the sandbox: queries (SELECT, WITH, FROM-first,
-# DESCRIBE, SHOW, SUMMARIZE all parse as SELECT) and EXPLAIN. COPY, ATTACH, INSTALL, LOAD,
-# EXPORT, SET, PRAGMA, CREATE, ... need --allow-external.
+# VALUES, DESCRIBE, SHOW, SUMMARIZE, UNPIVOT all parse as SELECT), and EXPLAIN of a query.
+# Everything else DuckDB's parser knows (tests/test_sandbox_statements.py names a statement
+# of each type) needs --allow-external: COPY, EXPORT, ATTACH, INSTALL/LOAD, SET, PRAGMA,
+# CALL, CREATE, INSERT, PIVOT (MULTI: it creates types first), ...
 _SANDBOX_STATEMENTS = ("SELECT", "EXPLAIN")
 
 
 def check_statements(query: CannedQuery, con: duckdb.DuckDBPyConnection | None = None) -> None:
-    """Refuse anything but queries (DuckDB's own parser says what each statement is)."""
+    """Refuse anything but queries (DuckDB's own parser says what each statement is).
+
+    EXPLAIN ANALYZE runs the statement it explains (`EXPLAIN ANALYZE COPY ... TO` writes
+    the file), so an EXPLAIN passes only when the statement it explains is itself a query.
+    A statement whose type DuckDB's Python API cannot name (`UPDATE EXTENSIONS`) is refused."""
     import duckdb
 
     try:
@@ -395,13 +401,66 @@ def check_statements(query: CannedQuery, con: duckdb.DuckDBPyConnection | None =
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: SQL does not parse: {str(e).splitlines()[0]}") from e
     for st in statements:
-        kind = st.type.name
+        kind = _kind_of(st)
+        if kind == "EXPLAIN":
+            inner = _explained(st.query, con)
+            if inner is not None and inner != "SELECT":
+                raise _refused(query, f"EXPLAIN of {inner} statements")
         if kind not in _SANDBOX_STATEMENTS:
-            raise TracedbError(
-                f"{query.name}: {kind} statements are not allowed: queries run sandboxed, read-only, "
-                "on the warehouse's data (write results with --format/--output; "
-                "--allow-external, or allow_external=True, lifts the sandbox)"
-            )
+            raise _refused(query, f"{kind} statements")
+
+
+def _kind_of(statement) -> str:
+    """A parsed statement's type name; for a type newer than DuckDB's Python enum
+    (`UPDATE EXTENSIONS`: "29 is not a valid StatementType") the number."""
+    try:
+        return statement.type.name
+    except ValueError as e:
+        return f"type {str(e).split()[0]}"
+
+
+def _refused(query: CannedQuery, what: str) -> TracedbError:
+    return TracedbError(
+        f"{query.name}: {what} are not allowed: queries run sandboxed, read-only, "
+        "on the warehouse's data (write results with --format/--output; "
+        "--allow-external, or allow_external=True, lifts the sandbox)")
+
+
+def _explained(sql: str, con: duckdb.DuckDBPyConnection | None) -> str | None:
+    """The type of the statement an EXPLAIN statement explains (`EXPLAIN [ANALYZE]
+    stmt`, `EXPLAIN (options) stmt`), by DuckDB's tokenizer and parser; "unknown" when
+    it cannot be told (refused)."""
+    import duckdb
+
+    tokens = [(pos, kind) for pos, kind in duckdb.tokenize(sql) if kind != duckdb.token_type.comment]
+
+    def word(i: int) -> str:
+        pos = tokens[i][0]
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        return sql[pos:end].strip().upper()
+
+    i = 1  # tokens[0] is EXPLAIN
+    if i < len(tokens) and word(i) in ("ANALYZE", "ANALYSE"):
+        i += 1
+    elif i < len(tokens) and word(i) == "(":
+        depth = 0
+        while i < len(tokens):
+            depth += {"(": 1, ")": -1}.get(word(i), 0)
+            i += 1
+            if depth == 0:
+                break
+    if i >= len(tokens):
+        return "unknown"
+    try:
+        inner = (con or duckdb).extract_statements(sql[tokens[i][0]:])
+    except (duckdb.Error, ValueError):
+        return "unknown"
+    if len(inner) != 1:
+        return "unknown"
+    kind = _kind_of(inner[0])
+    if kind == "EXPLAIN":
+        return _explained(inner[0].query, con) or "EXPLAIN"
+    return kind
 
 
 def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.DuckDBPyConnection:
