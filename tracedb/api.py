@@ -49,12 +49,15 @@ class Warehouse:
     """A tracedb warehouse: `path` (a folder, or an object-storage URL such as
     s3://bucket/prefix, see `tracedb.storage`), else $TRACEDB_WAREHOUSE, else ./tracedb-warehouse."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, limits: query.QueryLimits | None = None):
         # A folder (Path), or an object-storage URL kept as a str: "s3://bucket/prefix".
         # = catalog.default_warehouse(), without importing duckdb for `tracedb queries`
         from tracedb.storage import location
 
         self.path = location(path)
+        # Time, memory and temp-space limits of `query` / `sql` / `runs`
+        # (tracedb.QueryLimits; None: no timeout, DuckDB's memory default).
+        self.limits = limits
 
     def __repr__(self) -> str:
         return f"Warehouse({str(self.path)!r})"
@@ -109,7 +112,8 @@ class Warehouse:
         `sql` unless allow_external=True."""
         from tracedb import query
 
-        return query.run_query(name, params, self.path, output=output, allow_external=allow_external, runs=runs)
+        return query.run_query(name, params, self.path, output=output, allow_external=allow_external, runs=runs,
+                               limits=self.limits)
 
     def sql(self, sql: str, output: str = "arrow", allow_external: bool = False,
             runs: list[str] | None = None, **params: Any):
@@ -121,11 +125,13 @@ class Warehouse:
         (`wh.sql("SELECT count(*) FROM kernels", runs=["r1"])`).
         The SQL runs sandboxed: it reads only this warehouse's data and cannot write files,
         attach databases or read other files (`/etc/passwd`, URLs); allow_external=True
-        lifts that for SQL you trust (e.g. joining a CSV of your own)."""
+        lifts that for SQL you trust (e.g. joining a CSV of your own).
+        Limits: `Warehouse(path, limits=tracedb.QueryLimits(timeout_s=60, memory_limit="4GB",
+        temp_limit="10GiB"))`; Ctrl-C (KeyboardInterrupt) stops a query within a second."""
         from tracedb import query
 
         return query.run_query(query.parse(sql, "sql"), params, self.path, output=output,
-                               allow_external=allow_external, runs=runs)
+                               allow_external=allow_external, runs=runs, limits=self.limits)
 
     def transpile(self, name: str | query.CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
         """A canned query's SQL for another engine (spark, trino, ...), header kept: with
@@ -139,7 +145,7 @@ class Warehouse:
         """One row per run: files, formats, rows per table, failed files, labels."""
         from tracedb import query
 
-        return query.run_query(query.parse(_RUNS_SQL, "runs"), {}, self.path, output=output)
+        return query.run_query(query.parse(_RUNS_SQL, "runs"), {}, self.path, output=output, limits=self.limits)
 
     def rm(self, *run_ids: str) -> list[str]:
         """Delete runs (one Delta commit unpublishes them); returns the run ids removed."""

@@ -318,6 +318,11 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
             f"{query.name}: the sandbox refused it: {str(e).splitlines()[0].removeprefix('Permission Error: ')} "
             "(queries read only the warehouse's data; --allow-external lifts this)"
         ) from e
+    except duckdb.OutOfMemoryException as e:
+        which = ("temp-space limit: --temp-limit" if "max_temp_directory_size" in str(e)
+                 else "memory limit: --memory-limit")
+        raise TracedbError(f"{query.name}: {str(e).splitlines()[0]} (over the {which}; "
+                           "QueryLimits in Python)") from e
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
     finally:
@@ -484,9 +489,102 @@ def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.Duc
     return con
 
 
+@dataclass
+class QueryLimits:
+    """What one query may use: `tracedb.Warehouse(path, limits=QueryLimits(...))` for
+    `Warehouse.sql` / `Warehouse.query`, the CLI's --timeout / --memory-limit / --temp-limit.
+
+    timeout_s: stop the query after this many seconds (TracedbError); None: no limit.
+    memory_limit: DuckDB's memory_limit for the query, a size ('4GB', '512MiB') or a share
+    of the machine's RAM ('50%'); None: DuckDB's default, 80% of RAM.
+    temp_limit: at most this much spilled to disk (DuckDB's max_temp_directory_size);
+    None: DuckDB's default, 90% of the free space.
+    Spilled data goes to a private folder under the system's temporary folder ($TMPDIR),
+    removed after the query, never to the working folder (DuckDB's default `.tmp`)."""
+
+    timeout_s: float | None = None
+    memory_limit: str | None = None
+    temp_limit: str | None = None
+
+
+def apply_limits(con: duckdb.DuckDBPyConnection, limits: QueryLimits | None) -> Path:
+    """Set a connection's memory and temp-space limits (before `sandbox` locks them);
+    returns the private spill folder (created by DuckDB only if it spills) to remove after."""
+    import os
+    import secrets
+    import tempfile
+
+    import duckdb
+
+    limits = limits or QueryLimits()
+    spill = Path(tempfile.gettempdir()) / f"tracedb-query-{os.getpid()}-{secrets.token_hex(4)}"
+    settings = [("temp_directory", str(spill), None), ("memory_limit", limits.memory_limit, "memory limit"),
+                ("max_temp_directory_size", limits.temp_limit, "temp limit")]
+    for name, value, what in settings:
+        if value is None:
+            continue
+        try:
+            con.execute(f"SET {name} = ?", [str(value)])
+        except duckdb.Error:
+            raise TracedbError(f"{what} {value!r} is not a size (e.g. 4GB, 512MiB"
+                               f"{', 50%' if name == 'memory_limit' else ''})") from None
+    return spill
+
+
+def interruptible(con: duckdb.DuckDBPyConnection, work, timeout_s: float | None, name: str):
+    """`work()` (DuckDB calls on `con`) in a worker thread, so that the calling thread stays
+    able to take Ctrl-C: a DuckDB call in the main thread holds off Python's signal handler
+    until it returns. On Ctrl-C (KeyboardInterrupt) or at the timeout the query is
+    interrupted (`con.interrupt()`, DuckDB stops within milliseconds) and the
+    KeyboardInterrupt re-raised, or a TracedbError raised. No signal handler is installed.
+    The wait is on an Event, not Thread.join: a join cut short by Ctrl-C marks the thread
+    stopped while it still runs (CPython's bpo-45274 handling)."""
+    import threading
+    import time
+
+    box: dict = {}
+    done = threading.Event()
+
+    def run():
+        try:
+            box["value"] = work()
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    threading.Thread(target=run, name="tracedb-query", daemon=True).start()
+    try:
+        while not done.wait(0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))):
+            if deadline is not None and time.monotonic() >= deadline:
+                _stop(con, done)
+                raise TracedbError(f"{name}: stopped after {timeout_s:g} s, the query time limit "
+                                   "(--timeout SECONDS, 0 for none; QueryLimits.timeout_s in Python)")
+    except KeyboardInterrupt:
+        _stop(con, done)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _stop(con: duckdb.DuckDBPyConnection, done) -> None:
+    """Interrupt the query and wait (a few seconds at most) for its thread to return."""
+    import time
+
+    until = time.monotonic() + 5
+    while not done.is_set() and time.monotonic() < until:
+        try:
+            con.interrupt()
+            done.wait(0.05)
+        except KeyboardInterrupt:  # Ctrl-C again while stopping: keep stopping
+            continue
+
+
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
               warehouse: Path | str | None = None, output: str = "arrow", allow_external: bool = False,
-              runs: list[str] | None = None):
+              runs: list[str] | None = None, limits: QueryLimits | None = None):
     """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
 
     The query runs sandboxed (`sandbox`, `check_statements`): it reads only the
@@ -497,7 +595,11 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     runs: limit the data views (nodes, kernels, ...; not runs, files, ingest_log) to
     these runs, whose files alone are then bound: ad-hoc SQL about a few runs costs the
     same however many runs the warehouse holds. Each must exist.
+    limits: time, memory and temp-space limits (`QueryLimits`); Ctrl-C (KeyboardInterrupt)
+    stops the query within a second either way.
     """
+    import shutil
+
     import duckdb
 
     from tracedb import snapshot
@@ -505,6 +607,7 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     query = spec if isinstance(spec, CannedQuery) else load(spec)
     # One DuckDB instance parses, then opens the snapshot (each instance costs ~15 ms).
     con = duckdb.connect()
+    spill = None
     try:
         con.execute("SET enable_progress_bar = false")  # DuckDB would print it into the API user's stdout
         if not allow_external:
@@ -519,15 +622,19 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
 
             con.close()
             con = catalog.connect(warehouse)
+        spill = apply_limits(con, limits)
         if not allow_external:
             sandbox(con, warehouse)
         if runs:
             _check_runs_exist(con, list(runs))
-        table = execute(con, query, values, rows=output == "rows", runs=runs)
+        table = interruptible(con, lambda: execute(con, query, values, rows=output == "rows", runs=runs),
+                              (limits or QueryLimits()).timeout_s, query.name)
         if table.num_rows == 0:
             _check_run_ids(con, values)
     finally:
         con.close()
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
     if output == "pandas":
         return to_pandas(table)
     if output == "polars":
