@@ -148,6 +148,7 @@ def query(
     param: List[str] = typer.Option([], "--param", "-p", metavar="NAME=VALUE", show_default=False, help="Query parameter; repeatable"),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson | parquet"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout"),
+    safe_csv: bool = typer.Option(False, "--safe-csv", help="CSV for spreadsheets: a text cell starting with = + - @ (a formula to Excel, LibreOffice, Sheets) gets a leading ' and shows as text"),
     dialect: Optional[str] = typer.Option(None, "--dialect", metavar="DIALECT", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it; --param values (and defaults) are inlined as literals, else parameters stay the engine's placeholders"),
     inline: bool = typer.Option(False, "--inline", help="With --dialect: inline the defaults even when no --param is given"),
     allow_external: bool = typer.Option(False, "--allow-external", help="Lift the sandbox: let the SQL read other files and URLs, write files (COPY), attach databases"),
@@ -189,7 +190,7 @@ def query(
     # import: ~110 ms of start-up, issue 12 item 6); Parquet needs Arrow.
     result = wh.query(canned, output="arrow" if fmt == "parquet" else "rows", allow_external=allow_external,
                       runs=run or None, **params)
-    out.write(result, fmt, output)
+    out.write(result, fmt, output, safe_csv=safe_csv)
 
 
 @command()
@@ -246,7 +247,7 @@ def schema(
                          "description": (f.metadata or {}).get(b"doc", b"").decode()})
     if fmt == "parquet":
         raise TracedbError("--format parquet is for query results; use table, csv, json or ndjson")
-    out.write(pa.Table.from_pylist(rows), fmt, max_width=200)
+    out.write(pa.Table.from_pylist(rows), fmt)
 
 
 @command()
@@ -280,7 +281,8 @@ def runs(warehouse: Optional[str] = WarehouseOpt,
     """
     from tracedb import output
 
-    output.write(_wh(warehouse).runs(), fmt)
+    table = _wh(warehouse).runs()
+    output.write(output.runs_for_terminal(table) if fmt == "table" else table, fmt)
 
 
 @command("rm")
