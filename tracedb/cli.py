@@ -53,6 +53,14 @@ def _errors(fn):
         except KeyboardInterrupt:
             typer.echo("tracedb: interrupted", err=True)
             raise typer.Exit(130) from None
+        except Exception as e:  # an S3 client's set-up error from anywhere (delta-rs, DuckDB's reads)
+            from tracedb.storage import object_store_error
+
+            err = object_store_error(e)
+            if err is None:
+                raise
+            typer.echo(f"tracedb: error: {err}", err=True)
+            raise typer.Exit(2) from None
 
     return wrapper
 
