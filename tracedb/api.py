@@ -96,6 +96,54 @@ class Warehouse:
 
         return catalog.connect(self.path, read_only=read_only)
 
+    def sqlalchemy_engine(self, **kwargs: Any):
+        """A SQLAlchemy engine (duckdb-engine: `pip install duckdb-engine`) for pandas,
+        notebooks and dashboard apps, whose every new connection sees the newest snapshot.
+
+        `create_engine("duckdb:///.../catalog.duckdb")` does not: DuckDB keeps one database
+        instance per path and process, and while any connection of the process (a pooled
+        one) holds it, every new connection gets that instance, the snapshot it opened.
+        Here each connection is `connect()`'s own in-memory DuckDB with the newest snapshot
+        attached, and a pooled connection whose snapshot has since been replaced is
+        dropped at checkout (a disconnect to SQLAlchemy, which opens a new one).
+        kwargs go to `sqlalchemy.create_engine` (e.g. poolclass)."""
+        import os
+
+        import sqlalchemy
+        from duckdb_engine import ConnectionWrapper
+
+        from tracedb import storage
+
+        local = not storage.is_remote(self.path)
+        snapshot = Path(self.path) / "catalog.duckdb" if local else None
+
+        def stamp():
+            try:
+                st = os.stat(snapshot)
+                return st.st_ino, st.st_mtime_ns
+            except (OSError, TypeError):
+                return None
+
+        def connect():
+            return ConnectionWrapper(self.connect())
+
+        # a pool of separate connections (for ":memory:" duckdb-engine would pick one shared per
+        # thread: a dashboard's open connection would then serve every later query too); on
+        # object storage the snapshot is a cache file: no pooling, each connection opens it afresh
+        kwargs.setdefault("poolclass", sqlalchemy.pool.QueuePool if local else sqlalchemy.pool.NullPool)
+        engine = sqlalchemy.create_engine("duckdb:///:memory:", creator=connect, **kwargs)
+
+        @sqlalchemy.event.listens_for(engine, "connect")
+        def _opened(_dbapi_connection, record):
+            record.info["tracedb_snapshot"] = stamp()
+
+        @sqlalchemy.event.listens_for(engine, "checkout")
+        def _checkout(_dbapi_connection, record, _proxy):
+            if local and record.info.get("tracedb_snapshot") != stamp():
+                raise sqlalchemy.exc.DisconnectionError("a newer tracedb snapshot was published")
+
+        return engine
+
     def queries(self) -> list[query.CannedQuery]:
         """The canned queries (`sql/*.sql`) with their titles and parameters."""
         from tracedb import query
