@@ -4,7 +4,7 @@ from tracedb.errors import TracedbError
 
 __version__ = "0.1.0"
 
-__all__ = ["TracedbError", "SCHEMA_VERSION", "Warehouse", "__version__"]
+__all__ = ["TracedbError", "SCHEMA_VERSION", "QueryLimits", "Warehouse", "__version__"]
 
 
 def __getattr__(name: str):
@@ -14,6 +14,10 @@ def __getattr__(name: str):
         from tracedb.api import Warehouse
 
         return Warehouse
+    if name == "QueryLimits":
+        from tracedb.query import QueryLimits
+
+        return QueryLimits
     if name == "SCHEMA_VERSION":
         from tracedb.schema import SCHEMA_VERSION
 

@@ -49,12 +49,15 @@ class Warehouse:
     """A tracedb warehouse: `path` (a folder, or an object-storage URL such as
     s3://bucket/prefix, see `tracedb.storage`), else $TRACEDB_WAREHOUSE, else ./tracedb-warehouse."""
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, limits: query.QueryLimits | None = None):
         # A folder (Path), or an object-storage URL kept as a str: "s3://bucket/prefix".
         # = catalog.default_warehouse(), without importing duckdb for `tracedb queries`
         from tracedb.storage import location
 
         self.path = location(path)
+        # Time, memory and temp-space limits of `query` / `sql` / `runs`
+        # (tracedb.QueryLimits; None: no timeout, DuckDB's memory default).
+        self.limits = limits
 
     def __repr__(self) -> str:
         return f"Warehouse({str(self.path)!r})"
@@ -96,6 +99,54 @@ class Warehouse:
 
         return catalog.connect(self.path, read_only=read_only)
 
+    def sqlalchemy_engine(self, **kwargs: Any):
+        """A SQLAlchemy engine (duckdb-engine: `pip install duckdb-engine`) for pandas,
+        notebooks and dashboard apps, whose every new connection sees the newest snapshot.
+
+        `create_engine("duckdb:///.../catalog.duckdb")` does not: DuckDB keeps one database
+        instance per path and process, and while any connection of the process (a pooled
+        one) holds it, every new connection gets that instance, the snapshot it opened.
+        Here each connection is `connect()`'s own in-memory DuckDB with the newest snapshot
+        attached, and a pooled connection whose snapshot has since been replaced is
+        dropped at checkout (a disconnect to SQLAlchemy, which opens a new one).
+        kwargs go to `sqlalchemy.create_engine` (e.g. poolclass)."""
+        import os
+
+        import sqlalchemy
+        from duckdb_engine import ConnectionWrapper
+
+        from tracedb import storage
+
+        local = not storage.is_remote(self.path)
+        snapshot = Path(self.path) / "catalog.duckdb" if local else None
+
+        def stamp():
+            try:
+                st = os.stat(snapshot)
+                return st.st_ino, st.st_mtime_ns
+            except (OSError, TypeError):
+                return None
+
+        def connect():
+            return ConnectionWrapper(self.connect())
+
+        # a pool of separate connections (for ":memory:" duckdb-engine would pick one shared per
+        # thread: a dashboard's open connection would then serve every later query too); on
+        # object storage the snapshot is a cache file: no pooling, each connection opens it afresh
+        kwargs.setdefault("poolclass", sqlalchemy.pool.QueuePool if local else sqlalchemy.pool.NullPool)
+        engine = sqlalchemy.create_engine("duckdb:///:memory:", creator=connect, **kwargs)
+
+        @sqlalchemy.event.listens_for(engine, "connect")
+        def _opened(_dbapi_connection, record):
+            record.info["tracedb_snapshot"] = stamp()
+
+        @sqlalchemy.event.listens_for(engine, "checkout")
+        def _checkout(_dbapi_connection, record, _proxy):
+            if local and record.info.get("tracedb_snapshot") != stamp():
+                raise sqlalchemy.exc.DisconnectionError("a newer tracedb snapshot was published")
+
+        return engine
+
     def queries(self) -> list[query.CannedQuery]:
         """The canned queries (`sql/*.sql`) with their titles and parameters."""
         from tracedb import query
@@ -112,7 +163,8 @@ class Warehouse:
         `sql` unless allow_external=True."""
         from tracedb import query
 
-        return query.run_query(name, params, self.path, output=output, allow_external=allow_external, runs=runs)
+        return query.run_query(name, params, self.path, output=output, allow_external=allow_external, runs=runs,
+                               limits=self.limits)
 
     def sql(self, sql: str, output: str = "arrow", allow_external: bool = False,
             runs: list[str] | None = None, **params: Any):
@@ -124,11 +176,13 @@ class Warehouse:
         (`wh.sql("SELECT count(*) FROM kernels", runs=["r1"])`).
         The SQL runs sandboxed: it reads only this warehouse's data and cannot write files,
         attach databases or read other files (`/etc/passwd`, URLs); allow_external=True
-        lifts that for SQL you trust (e.g. joining a CSV of your own)."""
+        lifts that for SQL you trust (e.g. joining a CSV of your own).
+        Limits: `Warehouse(path, limits=tracedb.QueryLimits(timeout_s=60, memory_limit="4GB",
+        temp_limit="10GiB"))`; Ctrl-C (KeyboardInterrupt) stops a query within a second."""
         from tracedb import query
 
         return query.run_query(query.parse(sql, "sql"), params, self.path, output=output,
-                               allow_external=allow_external, runs=runs)
+                               allow_external=allow_external, runs=runs, limits=self.limits)
 
     def transpile(self, name: str | query.CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
         """A canned query's SQL for another engine (spark, trino, ...), header kept: with
@@ -142,7 +196,7 @@ class Warehouse:
         """One row per run: files, formats, rows per table, failed files, labels."""
         from tracedb import query
 
-        return query.run_query(query.parse(_RUNS_SQL, "runs"), {}, self.path, output=output)
+        return query.run_query(query.parse(_RUNS_SQL, "runs"), {}, self.path, output=output, limits=self.limits)
 
     def rm(self, *run_ids: str) -> list[str]:
         """Delete runs (one Delta commit unpublishes them); returns the run ids removed."""

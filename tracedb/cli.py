@@ -39,7 +39,9 @@ def _wh(path: Optional[str]):
 
 
 def _errors(fn):
-    """Run a command; a TracedbError becomes a one-line message and exit 2."""
+    """Run a command; a TracedbError becomes a one-line message and exit 2, Ctrl-C
+    (KeyboardInterrupt) the line `tracedb: interrupted` and exit 130, as a shell reports
+    SIGINT."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -47,6 +49,17 @@ def _errors(fn):
             return fn(*args, **kwargs)
         except TracedbError as e:
             typer.echo(f"tracedb: error: {e}", err=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            typer.echo("tracedb: interrupted", err=True)
+            raise typer.Exit(130) from None
+        except Exception as e:  # an S3 client's set-up error from anywhere (delta-rs, DuckDB's reads)
+            from tracedb.storage import object_store_error
+
+            err = object_store_error(e)
+            if err is None:
+                raise
+            typer.echo(f"tracedb: error: {err}", err=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -144,10 +157,19 @@ def query(
     param: List[str] = typer.Option([], "--param", "-p", metavar="NAME=VALUE", show_default=False, help="Query parameter; repeatable"),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson | parquet"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout"),
+    safe_csv: bool = typer.Option(False, "--safe-csv", help="CSV for spreadsheets: a text cell starting with = + - @ (a formula to Excel, LibreOffice, Sheets) gets a leading ' and shows as text"),
     dialect: Optional[str] = typer.Option(None, "--dialect", metavar="DIALECT", help="Print the SQL transpiled for spark, trino, postgres, bigquery, snowflake, ... instead of running it; --param values (and defaults) are inlined as literals, else parameters stay the engine's placeholders"),
     inline: bool = typer.Option(False, "--inline", help="With --dialect: inline the defaults even when no --param is given"),
     allow_external: bool = typer.Option(False, "--allow-external", help="Lift the sandbox: let the SQL read other files and URLs, write files (COPY), attach databases"),
     run: List[str] = typer.Option([], "--run", "-r", metavar="RUN_ID", show_default=False, help="Only this run's rows in the data views (nodes, kernels, ...), its files alone read; repeatable"),
+    # Defaults: a command should neither hang for hours nor take the machine's memory or
+    # disk from other processes (README, "Time, memory and disk limits").
+    timeout: float = typer.Option(3600, "--timeout", min=0, metavar="SECONDS", envvar="TRACEDB_QUERY_TIMEOUT",
+                                  help="Stop the query after this long (0: no limit; Ctrl-C stops it at once)"),
+    memory_limit: str = typer.Option("50%", "--memory-limit", metavar="SIZE", envvar="TRACEDB_QUERY_MEMORY_LIMIT",
+                                     help="DuckDB's memory for the query: a size (4GB, 512MiB) or a share of the RAM (50%)"),
+    temp_limit: str = typer.Option("10GiB", "--temp-limit", metavar="SIZE", envvar="TRACEDB_QUERY_TEMP_LIMIT",
+                                   help="At most this much spilled to disk, in a private folder under $TMPDIR (never the working folder)"),
     warehouse: Optional[str] = WarehouseOpt,
 ):
     """Run a canned or ad-hoc SQL query over the warehouse views (sandboxed: reads only the warehouse's data).
@@ -172,11 +194,12 @@ def query(
     if dialect:
         typer.echo(wh.transpile(canned, dialect, params if params or inline else None), nl=False)
         return
+    wh.limits = q.QueryLimits(timeout_s=timeout or None, memory_limit=memory_limit, temp_limit=temp_limit)
     # Text formats print DuckDB's own Python values where they print the same (no pyarrow
     # import: ~110 ms of start-up, issue 12 item 6); Parquet needs Arrow.
     result = wh.query(canned, output="arrow" if fmt == "parquet" else "rows", allow_external=allow_external,
                       runs=run or None, **params)
-    out.write(result, fmt, output)
+    out.write(result, fmt, output, safe_csv=safe_csv)
 
 
 @command()
@@ -233,7 +256,7 @@ def schema(
                          "description": (f.metadata or {}).get(b"doc", b"").decode()})
     if fmt == "parquet":
         raise TracedbError("--format parquet is for query results; use table, csv, json or ndjson")
-    out.write(pa.Table.from_pylist(rows), fmt, max_width=200)
+    out.write(pa.Table.from_pylist(rows), fmt)
 
 
 @command()
@@ -271,7 +294,8 @@ def runs(warehouse: Optional[str] = WarehouseOpt,
     """
     from tracedb import output
 
-    output.write(_wh(warehouse).runs(), fmt)
+    table = _wh(warehouse).runs()
+    output.write(output.runs_for_terminal(table) if fmt == "table" else table, fmt)
 
 
 @command("rm")

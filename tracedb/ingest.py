@@ -168,6 +168,20 @@ class IngestSummary:
         return not self.errors
 
 
+LABEL_DEPTH = 64  # run.json labels are flat; a deeper nesting is refused as invalid
+
+
+def _depth(value) -> int:
+    """How deeply lists and objects nest in a decoded JSON value (without recursion)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            todo.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def _read_labels(path: Path | None) -> tuple[dict, str | None]:
     if path is None:
         return {}, None
@@ -175,8 +189,12 @@ def _read_labels(path: Path | None) -> tuple[dict, str | None]:
         labels = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         return {}, f"invalid run labels: {e}"
+    except RecursionError:  # Python's decoder recurses per level: `[[[[...` 100,000 deep
+        return {}, f"invalid run labels: nested deeper than {LABEL_DEPTH} levels"
     if not isinstance(labels, dict):
         return {}, "invalid run labels: expected a JSON object"
+    if _depth(labels) > LABEL_DEPTH:  # json.dumps would recurse as deep when the run is written
+        return {}, f"invalid run labels: nested deeper than {LABEL_DEPTH} levels"
     labels = {str(k): v for k, v in labels.items()}
     if "started_at" in labels and _timestamp(labels["started_at"]) is None:
         return labels, f"invalid run labels: started_at {labels['started_at']!r} is not an ISO 8601 timestamp"

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Union
 
@@ -77,21 +78,220 @@ def _numeric(table: Result) -> list[bool]:
             for t in table.schema.types]
 
 
-def text_table(table: Result, max_width: int = 60) -> str:
-    names = table.column_names
+# What a terminal would act on rather than print: C0 and C1 controls (ESC starts ANSI/OSC
+# sequences: colours, cursor moves, window titles, hyperlinks), DEL, and the Unicode
+# bidirectional controls that reorder what is shown. Each prints as an escape (`\x1b`,
+# `\n`, `\u202e`); a backslash doubles, so two different texts never print the same.
+_UNSAFE = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+EPOCH_NS = 10**17  # an `_ns` column whose every value is past this (1973) holds epoch times
+
+
+def visible(text: str) -> str:
+    """Text as a terminal should show it: control and bidi characters as escapes."""
+    def escape(m: re.Match) -> str:
+        c = m[0]
+        return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+
+    return _UNSAFE.sub(escape, text)
+
+
+def terminal_width(stream: IO[str] | None = None) -> int | None:
+    """The width to fit a table to: $COLUMNS, else the terminal's, else None (not a
+    terminal: nothing is cut)."""
+    import os
+    import shutil
+
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
+        return int(cols)
+    stream = stream or sys.stdout
+    try:
+        if stream.isatty():
+            return shutil.get_terminal_size().columns
+    except (AttributeError, ValueError, OSError):
+        pass
+    return None
+
+
+def cut(text: str, width: int, head_share: float = 0.5) -> str:
+    """`text` in at most `width` characters, cut in the middle (`head…tail`)."""
+    if len(text) <= width:
+        return text
+    head = round((width - 1) * head_share)
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[len(text) - tail:] if tail else "")
+
+
+def _distinct_cut(values: list[str], width: int) -> tuple[int, dict[str, str]]:
+    """How each value prints in a column `width` wide, no two different values alike
+    (seven `multi_tensor_apply_kernel<...>` must stay seven): cut in the middle, or at
+    another place; values that still collide show, between head and tail, the part where
+    each differs from the others. Wider only if that cannot tell them apart."""
+    distinct = sorted(set(values))
+    longest = max(map(len, distinct), default=0)
+    w = width
+    while w < longest:
+        shown = _cuts(distinct, w)
+        if shown is not None:
+            return w, shown
+        w += max(1, (longest - w) // 16)
+    return longest, {v: v for v in distinct}
+
+
+def _cuts(distinct: list[str], w: int) -> dict[str, str] | None:
+    for share in (0.5, 0.35, 0.65, 0.2, 0.8):
+        shown = {v: cut(v, w, share) for v in distinct}
+        if len(set(shown.values())) == len(distinct):
+            return shown
+    for _ in range(4):  # values that still collide: show where each parts from those it collides with
+        groups: dict[str, list[str]] = {}
+        for v in distinct:
+            groups.setdefault(shown[v], []).append(v)
+        clashes = [g for g in groups.values() if len(g) > 1]
+        if not clashes:
+            return shown
+        for group in clashes:
+            for v in group:
+                shown[v] = _window(v, w, max(_common_prefix(v, u) for u in group if u != v))
+    return shown if len(set(shown.values())) == len(distinct) else None
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _window(text: str, w: int, at: int) -> str:
+    """`head…part…tail` in `w` characters, the part showing text[at] (where it differs)."""
+    if len(text) <= w or w < 9:
+        return cut(text, w)
+    head = tail = (w - 2) // 4
+    room = w - 2 - head - tail
+    start = min(max(head, at - room // 3), len(text) - tail - room)
+    return text[:head] + "…" + text[start:start + room] + "…" + text[len(text) - tail:]
+
+
+def _ns_display(names: list[str], numeric: list[bool], columns: list[list]) -> dict[int, str]:
+    """Columns shown in readable units: an integer or float `X_ns` column becomes `X_ms`
+    (ms, ns-exact), or `X_utc` (UTC time to the microsecond) when it holds epoch times."""
+    shown = {}
+    for i, (name, num) in enumerate(zip(names, numeric)):
+        vals = [v for v in columns[i] if v is not None]
+        if num and name.endswith("_ns") and vals and all(isinstance(v, (int, float)) for v in vals):
+            epoch = all(v >= EPOCH_NS for v in vals)
+            shown[i] = name[:-3] + ("_utc" if epoch else "_ms")
+    return shown
+
+
+def _ms(v) -> str:
+    """ns as ms: to the microsecond (a profiler's usual resolution), to the ns below 1 µs."""
+    text = f"{v / 1e6:.{3 if abs(v) >= 1000 else 6}f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _utc(v) -> datetime:
+    return datetime.fromtimestamp(int(v) // 1000 / 1e6, tz=timezone.utc)
+
+
+def text_table(table: Result, width: int | None = None) -> str:
+    """An aligned table for a terminal: control characters escaped (`visible`), `_ns`
+    columns in ms or UTC time, and, given a width, text cut in the middle to fit it
+    without two different values printing the same; a result too wide for that prints
+    one block per row (`column | value`)."""
+    names = [visible(n) for n in table.column_names]
     # by position: a repeated column name (`SELECT 1 AS a, 2 AS a`) keeps both columns
-    values = table.rows if isinstance(table, Rows) else zip(*(c.to_pylist() for c in table.columns))
-    rows = [[_cell(v) for v in row] for row in values]
-    rows = [[c if len(c) <= max_width else c[: max_width - 1] + "…" for c in r] for r in rows]
-    widths = [max([len(n)] + [len(r[i]) for r in rows]) for i, n in enumerate(names)]
+    values = list(table.rows) if isinstance(table, Rows) else list(zip(*(c.to_pylist() for c in table.columns)))
     numeric = _numeric(table)
+    columns = [[r[i] for r in values] for i in range(len(names))]
+    shown = _ns_display(table.column_names, numeric, columns)
+    days = {_utc(v).date() for i, new in shown.items() if new.endswith("_utc") for v in columns[i] if v is not None}
+    clock = "%H:%M:%S.%f" if len(days) == 1 else "%Y-%m-%d %H:%M:%S.%f"  # one day: named in the note
+    for i, new in shown.items():
+        names[i] = new
+        fmt = (lambda v: _utc(v).strftime(clock)) if new.endswith("_utc") else _ms
+        columns[i] = [None if v is None else fmt(v) for v in columns[i]]
+    cells = [[visible(_cell(v)) for v in col] for col in columns]
+    natural = [max([len(n)] + [len(c) for c in col]) for n, col in zip(names, cells)]
+    widths, sep = _fit(names, cells, numeric, natural, width)
+    note = []
+    if shown:
+        import textwrap
 
-    def line(cells):
-        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)).rstrip()
+        on = f" on {days.pop()}" if len(days) == 1 else ""
+        text = f"(*_ms: the query's *_ns in ms; *_utc: its epoch *_ns as UTC time{on}; csv and json give the ns)"
+        note = textwrap.wrap(text, width) if width else [text]
+    count = [f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})"]
+    if widths is None:
+        return "\n".join(_vertical(names, cells, width) + note + count) + "\n"
+    cut_to = {i: _distinct_cut(cells[i], widths[i])[1] for i in range(len(names)) if widths[i] < natural[i]}
+    rows = [[cut_to[i][cells[i][r]] if i in cut_to else cells[i][r] for i in range(len(names))]
+            for r in range(len(values))]
 
-    out = [line(names), "  ".join("-" * w for w in widths)] + [line(r) for r in rows]
-    out.append(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})")
-    return "\n".join(out) + "\n"
+    def line(row):
+        return sep.join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)).rstrip()
+
+    out = [line(names), sep.join("-" * w for w in widths)] + [line(r) for r in rows]
+    return "\n".join(out + note + count) + "\n"
+
+
+def _fit(names, cells, numeric, natural, width) -> tuple[list[int] | None, str]:
+    """Column widths and separator within `width`: two spaces apart, or one when that
+    fits better; the widest text columns narrowed first (to their header, at least 8),
+    numbers never; then widened again where narrowing would make two values print the
+    same. None: the table cannot fit (print it a row at a time)."""
+    widths = list(natural)
+    gaps = len(widths) - 1
+    if width is None or sum(widths) + 2 * gaps <= width:
+        return widths, "  "
+    if sum(widths) + gaps <= width:
+        return widths, " "
+    floor = [w if num else min(w, max(len(n), 8)) for w, n, num in zip(natural, names, numeric)]
+    sep = "  " if sum(floor) + 2 * gaps <= width else " "
+    over = sum(widths) + len(sep) * gaps - width
+    while over > 0:
+        i = max(range(len(widths)), key=lambda j: widths[j] - floor[j])
+        if widths[i] <= floor[i]:
+            return None, sep
+        step = min(over, widths[i] - floor[i], max(1, (widths[i] - floor[i]) // 4))
+        widths[i] -= step
+        over -= step
+    for i, w in enumerate(widths):
+        if w < natural[i]:
+            widths[i] = _distinct_cut(cells[i], w)[0]
+    return (widths if sum(widths) + len(sep) * gaps <= width else None), sep
+
+
+def _vertical(names: list[str], cells: list[list[str]], width: int) -> list[str]:
+    """One block per row, `column | value`, values cut to the width (never alike)."""
+    key = max(map(len, names), default=0)
+    room = max(width - key - 3, 8)
+    shown = [_distinct_cut(col, room)[1] for col in cells]
+    out = []
+    for r in range(len(cells[0]) if cells else 0):
+        out.append(f"-[ row {r + 1} ]".ljust(min(width, key + 3 + 8), "-"))
+        out += [f"{n.ljust(key)} | {how[col[r]]}" for n, col, how in zip(names, cells, shown)]
+    return out
+
+
+def runs_for_terminal(table: pa.Table, labels: tuple[str, ...] = ("model", "commit", "hardware", "started_at")) -> pa.Table:
+    """`tracedb runs` as a terminal table: timestamps to the second (UTC), and the label
+    columns no run has left out, so that it fits 100 columns."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keep = [n for n in table.column_names if n not in labels or table.column(n).null_count < table.num_rows]
+    table = table.select(keep)
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type):
+            seconds = pc.cast(table.column(i), pa.timestamp("s", "UTC"), safe=False)  # Arrow's %S has the fraction
+            col = pc.strftime(seconds, "%Y-%m-%d %H:%M:%S")
+            table = table.set_column(i, f.name, col)
+    return table
 
 
 def _json_default(v):
@@ -143,15 +343,29 @@ _CSV_CELL = {
 }
 
 
-def csv_rows(rows: Rows) -> str:
-    """CSV of `Rows`, byte for byte what pyarrow.csv.write_csv writes for the same result."""
+# A spreadsheet (Excel, LibreOffice, Google Sheets) opening a CSV runs a cell that starts
+# with one of these as a formula (`=cmd|' /c calc'!A1`, `=HYPERLINK(...)`); the full-width
+# forms too in some. `safe=True` (--safe-csv) prefixes such a text cell with `'`, which
+# the spreadsheet shows as text; the plain CSV keeps every value exactly.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def spreadsheet_safe(text: str) -> str:
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def csv_rows(rows: Rows, safe: bool = False) -> str:
+    """CSV of `Rows`, byte for byte what pyarrow.csv.write_csv writes for the same result
+    (safe: formula-like text cells prefixed with `'`, as `_csv_arrow` does)."""
     cells = [_CSV_CELL[k] for k in rows.kinds]
-    lines = [",".join(_csv_quote(n) for n in rows.names)]
+    if safe:
+        cells = [(lambda v: _csv_quote(spreadsheet_safe(v))) if k == "text" else f for f, k in zip(cells, rows.kinds)]
+    lines = [",".join(_csv_quote(spreadsheet_safe(n) if safe else n) for n in rows.names)]
     lines += [",".join("" if v is None else f(v) for f, v in zip(cells, r)) for r in rows.rows]
     return "\n".join(lines) + "\n"
 
 
-def _csv_arrow(table: pa.Table) -> str:
+def _csv_arrow(table: pa.Table, safe: bool = False) -> str:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -159,12 +373,20 @@ def _csv_arrow(table: pa.Table) -> str:
     # CSV has no lists: write them as JSON text.
     cols = [pa.array([json.dumps(v) if v is not None else None for v in c.to_pylist()])
             if pa.types.is_list(c.type) else c for c in table.columns]
-    pacsv.write_csv(pa.Table.from_arrays(cols, names=table.column_names), buf)
+    names = table.column_names
+    if safe:
+        cols = [pa.array([None if v is None else spreadsheet_safe(v) for v in c.to_pylist()], type=c.type)
+                if pa.types.is_string(c.type) or pa.types.is_large_string(c.type) else c for c in cols]
+        names = [spreadsheet_safe(n) for n in names]
+    pacsv.write_csv(pa.Table.from_arrays(cols, names=names), buf)
     return buf.getvalue().decode()
 
 
 def write(table: Result, fmt: str, output: Path | None = None, stream: IO[str] | None = None,
-          max_width: int = 60) -> None:
+          width: int | None | str = "auto", safe_csv: bool = False) -> None:
+    """Write a result in a format (FORMATS) to `output` or `stream` (stdout).
+    width: the line width a table is fit to; "auto": the terminal's (`terminal_width`),
+    none for a file. safe_csv: CSV for spreadsheets (`spreadsheet_safe`)."""
     if fmt not in FORMATS:
         raise TracedbError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
     if fmt == "parquet":
@@ -177,13 +399,13 @@ def write(table: Result, fmt: str, output: Path | None = None, stream: IO[str] |
         pq.write_table(table, output)
         return
     if fmt == "table":
-        text = text_table(table, max_width)
+        text = text_table(table, (None if output is not None else terminal_width(stream)) if width == "auto" else width)
     elif fmt == "json":
         text = json.dumps(table.to_pylist(), default=_json_default, indent=1) + "\n"
     elif fmt == "ndjson":
         text = "".join(json.dumps(row, default=_json_default) + "\n" for row in table.to_pylist())
     else:
-        text = csv_rows(table) if isinstance(table, Rows) else _csv_arrow(table)
+        text = csv_rows(table, safe_csv) if isinstance(table, Rows) else _csv_arrow(table, safe_csv)
     if output is not None:
         output.write_text(text)
     else:

@@ -318,6 +318,11 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
             f"{query.name}: the sandbox refused it: {str(e).splitlines()[0].removeprefix('Permission Error: ')} "
             "(queries read only the warehouse's data; --allow-external lifts this)"
         ) from e
+    except duckdb.OutOfMemoryException as e:
+        which = ("temp-space limit: --temp-limit" if "max_temp_directory_size" in str(e)
+                 else "memory limit: --memory-limit")
+        raise TracedbError(f"{query.name}: {str(e).splitlines()[0]} (over the {which}; "
+                           "QueryLimits in Python)") from e
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
     finally:
@@ -381,13 +386,19 @@ def plain_numbers(table: pa.Table) -> pa.Table:
 
 
 # Statement kinds user SQL may run in the sandbox: queries (SELECT, WITH, FROM-first,
-# DESCRIBE, SHOW, SUMMARIZE all parse as SELECT) and EXPLAIN. COPY, ATTACH, INSTALL, LOAD,
-# EXPORT, SET, PRAGMA, CREATE, ... need --allow-external.
+# VALUES, DESCRIBE, SHOW, SUMMARIZE, UNPIVOT all parse as SELECT), and EXPLAIN of a query.
+# Everything else DuckDB's parser knows (tests/test_sandbox_statements.py names a statement
+# of each type) needs --allow-external: COPY, EXPORT, ATTACH, INSTALL/LOAD, SET, PRAGMA,
+# CALL, CREATE, INSERT, PIVOT (MULTI: it creates types first), ...
 _SANDBOX_STATEMENTS = ("SELECT", "EXPLAIN")
 
 
 def check_statements(query: CannedQuery, con: duckdb.DuckDBPyConnection | None = None) -> None:
-    """Refuse anything but queries (DuckDB's own parser says what each statement is)."""
+    """Refuse anything but queries (DuckDB's own parser says what each statement is).
+
+    EXPLAIN ANALYZE runs the statement it explains (`EXPLAIN ANALYZE COPY ... TO` writes
+    the file), so an EXPLAIN passes only when the statement it explains is itself a query.
+    A statement whose type DuckDB's Python API cannot name (`UPDATE EXTENSIONS`) is refused."""
     import duckdb
 
     try:
@@ -395,13 +406,66 @@ def check_statements(query: CannedQuery, con: duckdb.DuckDBPyConnection | None =
     except duckdb.Error as e:
         raise TracedbError(f"{query.name}: SQL does not parse: {str(e).splitlines()[0]}") from e
     for st in statements:
-        kind = st.type.name
+        kind = _kind_of(st)
+        if kind == "EXPLAIN":
+            inner = _explained(st.query, con)
+            if inner is not None and inner != "SELECT":
+                raise _refused(query, f"EXPLAIN of {inner} statements")
         if kind not in _SANDBOX_STATEMENTS:
-            raise TracedbError(
-                f"{query.name}: {kind} statements are not allowed: queries run sandboxed, read-only, "
-                "on the warehouse's data (write results with --format/--output; "
-                "--allow-external, or allow_external=True, lifts the sandbox)"
-            )
+            raise _refused(query, f"{kind} statements")
+
+
+def _kind_of(statement) -> str:
+    """A parsed statement's type name; for a type newer than DuckDB's Python enum
+    (`UPDATE EXTENSIONS`: "29 is not a valid StatementType") the number."""
+    try:
+        return statement.type.name
+    except ValueError as e:
+        return f"type {str(e).split()[0]}"
+
+
+def _refused(query: CannedQuery, what: str) -> TracedbError:
+    return TracedbError(
+        f"{query.name}: {what} are not allowed: queries run sandboxed, read-only, "
+        "on the warehouse's data (write results with --format/--output; "
+        "--allow-external, or allow_external=True, lifts the sandbox)")
+
+
+def _explained(sql: str, con: duckdb.DuckDBPyConnection | None) -> str | None:
+    """The type of the statement an EXPLAIN statement explains (`EXPLAIN [ANALYZE]
+    stmt`, `EXPLAIN (options) stmt`), by DuckDB's tokenizer and parser; "unknown" when
+    it cannot be told (refused)."""
+    import duckdb
+
+    tokens = [(pos, kind) for pos, kind in duckdb.tokenize(sql) if kind != duckdb.token_type.comment]
+
+    def word(i: int) -> str:
+        pos = tokens[i][0]
+        end = tokens[i + 1][0] if i + 1 < len(tokens) else len(sql)
+        return sql[pos:end].strip().upper()
+
+    i = 1  # tokens[0] is EXPLAIN
+    if i < len(tokens) and word(i) in ("ANALYZE", "ANALYSE"):
+        i += 1
+    elif i < len(tokens) and word(i) == "(":
+        depth = 0
+        while i < len(tokens):
+            depth += {"(": 1, ")": -1}.get(word(i), 0)
+            i += 1
+            if depth == 0:
+                break
+    if i >= len(tokens):
+        return "unknown"
+    try:
+        inner = (con or duckdb).extract_statements(sql[tokens[i][0]:])
+    except (duckdb.Error, ValueError):
+        return "unknown"
+    if len(inner) != 1:
+        return "unknown"
+    kind = _kind_of(inner[0])
+    if kind == "EXPLAIN":
+        return _explained(inner[0].query, con) or "EXPLAIN"
+    return kind
 
 
 def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.DuckDBPyConnection:
@@ -425,9 +489,102 @@ def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.Duc
     return con
 
 
+@dataclass
+class QueryLimits:
+    """What one query may use: `tracedb.Warehouse(path, limits=QueryLimits(...))` for
+    `Warehouse.sql` / `Warehouse.query`, the CLI's --timeout / --memory-limit / --temp-limit.
+
+    timeout_s: stop the query after this many seconds (TracedbError); None: no limit.
+    memory_limit: DuckDB's memory_limit for the query, a size ('4GB', '512MiB') or a share
+    of the machine's RAM ('50%'); None: DuckDB's default, 80% of RAM.
+    temp_limit: at most this much spilled to disk (DuckDB's max_temp_directory_size);
+    None: DuckDB's default, 90% of the free space.
+    Spilled data goes to a private folder under the system's temporary folder ($TMPDIR),
+    removed after the query, never to the working folder (DuckDB's default `.tmp`)."""
+
+    timeout_s: float | None = None
+    memory_limit: str | None = None
+    temp_limit: str | None = None
+
+
+def apply_limits(con: duckdb.DuckDBPyConnection, limits: QueryLimits | None) -> Path:
+    """Set a connection's memory and temp-space limits (before `sandbox` locks them);
+    returns the private spill folder (created by DuckDB only if it spills) to remove after."""
+    import os
+    import secrets
+    import tempfile
+
+    import duckdb
+
+    limits = limits or QueryLimits()
+    spill = Path(tempfile.gettempdir()) / f"tracedb-query-{os.getpid()}-{secrets.token_hex(4)}"
+    settings = [("temp_directory", str(spill), None), ("memory_limit", limits.memory_limit, "memory limit"),
+                ("max_temp_directory_size", limits.temp_limit, "temp limit")]
+    for name, value, what in settings:
+        if value is None:
+            continue
+        try:
+            con.execute(f"SET {name} = ?", [str(value)])
+        except duckdb.Error:
+            raise TracedbError(f"{what} {value!r} is not a size (e.g. 4GB, 512MiB"
+                               f"{', 50%' if name == 'memory_limit' else ''})") from None
+    return spill
+
+
+def interruptible(con: duckdb.DuckDBPyConnection, work, timeout_s: float | None, name: str):
+    """`work()` (DuckDB calls on `con`) in a worker thread, so that the calling thread stays
+    able to take Ctrl-C: a DuckDB call in the main thread holds off Python's signal handler
+    until it returns. On Ctrl-C (KeyboardInterrupt) or at the timeout the query is
+    interrupted (`con.interrupt()`, DuckDB stops within milliseconds) and the
+    KeyboardInterrupt re-raised, or a TracedbError raised. No signal handler is installed.
+    The wait is on an Event, not Thread.join: a join cut short by Ctrl-C marks the thread
+    stopped while it still runs (CPython's bpo-45274 handling)."""
+    import threading
+    import time
+
+    box: dict = {}
+    done = threading.Event()
+
+    def run():
+        try:
+            box["value"] = work()
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    threading.Thread(target=run, name="tracedb-query", daemon=True).start()
+    try:
+        while not done.wait(0.25 if deadline is None else max(0.0, min(0.25, deadline - time.monotonic()))):
+            if deadline is not None and time.monotonic() >= deadline:
+                _stop(con, done)
+                raise TracedbError(f"{name}: stopped after {timeout_s:g} s, the query time limit "
+                                   "(--timeout SECONDS, 0 for none; QueryLimits.timeout_s in Python)")
+    except KeyboardInterrupt:
+        _stop(con, done)
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _stop(con: duckdb.DuckDBPyConnection, done) -> None:
+    """Interrupt the query and wait (a few seconds at most) for its thread to return."""
+    import time
+
+    until = time.monotonic() + 5
+    while not done.is_set() and time.monotonic() < until:
+        try:
+            con.interrupt()
+            done.wait(0.05)
+        except KeyboardInterrupt:  # Ctrl-C again while stopping: keep stopping
+            continue
+
+
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
               warehouse: Path | str | None = None, output: str = "arrow", allow_external: bool = False,
-              runs: list[str] | None = None):
+              runs: list[str] | None = None, limits: QueryLimits | None = None):
     """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
 
     The query runs sandboxed (`sandbox`, `check_statements`): it reads only the
@@ -438,7 +595,11 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     runs: limit the data views (nodes, kernels, ...; not runs, files, ingest_log) to
     these runs, whose files alone are then bound: ad-hoc SQL about a few runs costs the
     same however many runs the warehouse holds. Each must exist.
+    limits: time, memory and temp-space limits (`QueryLimits`); Ctrl-C (KeyboardInterrupt)
+    stops the query within a second either way.
     """
+    import shutil
+
     import duckdb
 
     from tracedb import snapshot
@@ -446,6 +607,7 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     query = spec if isinstance(spec, CannedQuery) else load(spec)
     # One DuckDB instance parses, then opens the snapshot (each instance costs ~15 ms).
     con = duckdb.connect()
+    spill = None
     try:
         con.execute("SET enable_progress_bar = false")  # DuckDB would print it into the API user's stdout
         if not allow_external:
@@ -460,15 +622,19 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
 
             con.close()
             con = catalog.connect(warehouse)
+        spill = apply_limits(con, limits)
         if not allow_external:
             sandbox(con, warehouse)
         if runs:
             _check_runs_exist(con, list(runs))
-        table = execute(con, query, values, rows=output == "rows", runs=runs)
+        table = interruptible(con, lambda: execute(con, query, values, rows=output == "rows", runs=runs),
+                              (limits or QueryLimits()).timeout_s, query.name)
         if table.num_rows == 0:
             _check_run_ids(con, values)
     finally:
         con.close()
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
     if output == "pandas":
         return to_pandas(table)
     if output == "polars":

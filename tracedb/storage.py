@@ -436,6 +436,54 @@ class ObjectStorage:
         return live
 
 
+# What an S3 client raises before any request succeeds, by botocore's class names (no
+# botocore import: other filesystems have no such errors), and what to set about it.
+_SETUP_ERRORS = {
+    "NoCredentialsError": "no S3 credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                          "(or AWS_PROFILE, or run with an instance or pod role)",
+    "PartialCredentialsError": "incomplete S3 credentials ({e}): set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+    "ProfileNotFound": "{e}: set AWS_PROFILE to a profile of ~/.aws/config or ~/.aws/credentials "
+                       "(AWS_CONFIG_FILE, AWS_SHARED_CREDENTIALS_FILE), or unset it",
+    "InvalidConfigError": "{e}: fix the AWS profile (AWS_PROFILE, AWS_CONFIG_FILE)",
+    "EndpointConnectionError": "cannot reach the object store ({e}): check AWS_ENDPOINT_URL "
+                               "(now {endpoint}) and the network",
+    "ConnectTimeoutError": "cannot reach the object store ({e}): check AWS_ENDPOINT_URL (now {endpoint}) and the network",
+    "NoRegionError": "no AWS region: set AWS_REGION",
+}
+
+
+def object_store_error(e: BaseException, where: str = "") -> WarehouseError | None:
+    """A one-line WarehouseError naming what to set, for an S3 client's set-up error
+    (missing credentials, a bad profile, an unreachable endpoint); None for others."""
+    for cls in type(e).__mro__:
+        text = _SETUP_ERRORS.get(cls.__name__)
+        if text:
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or "unset: AWS's own"
+            detail = text.format(e=" ".join(str(e).split()), endpoint=endpoint)
+            return WarehouseError(f"warehouse error: {where + ': ' if where else ''}{detail}")
+    return None
+
+
+def _one_line_errors(method):
+    """An ObjectStorage method whose S3 set-up errors become `object_store_error`'s line."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - only the set-up errors are translated
+            err = object_store_error(e, self.root)
+            if err is None:
+                raise
+            raise err from None
+
+    return wrapper
+
+
+for _name in ("size", "read_bytes", "write_atomic", "open_read", "open_write", "upload", "unlink",
+              "size_and_hash", "names", "files_under"):
+    setattr(ObjectStorage, _name, _one_line_errors(getattr(ObjectStorage, _name)))
+
+
 class Lease:
     """The commit lock of an object-storage lake: a lease object (see the module docstring)."""
 
