@@ -318,7 +318,7 @@ def _new_snapshot_db(path: Path) -> duckdb.DuckDBPyConnection:
 
 def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
     state = _lake_state(lake)
-    meta = {name: lake.read_table(name) for name in ("runs", "files", "ingest_log")}
+    meta = {name: lake.read_table(name) for name in ("runs", "files", "ingest_log", "acceptances")}
     runs = meta["runs"]
     published = dict(zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist()))
     con.execute("BEGIN")
@@ -360,6 +360,7 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
     con.execute(f"CREATE VIEW runs AS {_runs_view_sql(con)}")
     con.execute("CREATE VIEW files AS SELECT * FROM tracedb_files")
     con.execute("CREATE VIEW ingest_log AS SELECT * FROM tracedb_ingest_log")
+    con.execute("CREATE VIEW acceptances AS SELECT * FROM tracedb_acceptances")  # the report's (tracedb accept)
     con.execute("COMMIT")
 
 
