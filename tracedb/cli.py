@@ -370,7 +370,7 @@ def report(
     if config is not None and not config.is_file():
         raise TracedbError(f"--config {config}: no such file")
     path = config or cfg.find(Path.cwd())
-    settings = cfg.load(path) if path else Settings()
+    settings = cfg.load(path, check=False) if path else Settings()
     given = {"confidence": confidence, "fdr": fdr, "test": test, "min_effect_pct": min_effect_pct,
              "min_effect_ns": min_effect_ns, "min_memory_pct": min_memory_pct, "min_bytes": min_bytes,
              "min_kernel_share": min_kernel_share, "top": top, "top_share": top_share,

@@ -69,8 +69,10 @@ def _number(path, key, value, typ):
     return value
 
 
-def load(path: Path, base: Settings | None = None) -> Settings:
-    """Settings from `path`, over `base` (defaults when None); checked."""
+def load(path: Path, base: Settings | None = None, check: bool = True) -> Settings:
+    """Settings from `path`, over `base` (defaults when None); their types are checked
+    here, their ranges too unless check=False (the CLI checks after its options override
+    the file's values: `build_report` does)."""
     path = Path(path)
     table = _table(path)
     if table is None:
@@ -110,5 +112,6 @@ def load(path: Path, base: Settings | None = None) -> Settings:
             raise TracedbError(f"{where}: unknown setting (settings: {', '.join([*_SCALARS, 'min_effect', 'gating', 'ignore'])})")
     values["source"] = str(path)
     settings = Settings(**values)
-    settings.check()
+    if check:
+        settings.check()
     return settings

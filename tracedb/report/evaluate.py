@@ -154,13 +154,13 @@ def _host_bound(metrics: list[M.Metric], settings: Settings) -> None:
 
 
 def _stragglers(metrics: list[M.Metric]) -> None:
-    """A rank whose compute kernel time regressed while the device's other ranks did not
+    """A rank whose compute kernel time regressed while the job's other ranks did not
     (more than twice any other rank's change) is a straggler: said in its reason."""
-    by_device = defaultdict(list)
+    by_job = defaultdict(list)
     for m in metrics:
         if m.kind == M.RANK_KERNEL_TIME and m.test is not None:
-            by_device[m.device].append(m)
-    for ranks in by_device.values():
+            by_job["job"].append(m)
+    for ranks in by_job.values():
         for m in ranks:
             others = [o for o in ranks if o is not m]
             if m.status == "regression" and others and all(

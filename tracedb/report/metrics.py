@@ -66,7 +66,7 @@ KINDS: dict[str, Kind] = {
     PEAK_REPORTED: Kind("peak memory (allocator)", "headline"),
     HOST_STEP: Kind("host step time", host=True),
     OP_TYPE: Kind("CPU op time per step", "many", host=True),
-    RANK_KERNEL_TIME: Kind("GPU kernel time per step of a rank", "many"),
+    RANK_KERNEL_TIME: Kind("compute kernel time per step of a rank", "many"),
 }
 TITLES = {k: v.title for k, v in KINDS.items()}
 HOST_KINDS = tuple(k for k, v in KINDS.items() if v.host)
@@ -187,6 +187,8 @@ def _gpu(con, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
     kernel_rows = defaultdict(list)
     for r in _run(con, "kernel_steps", run_id=run):
         kernel_rows[r["device"]].append(r)
+    compute: dict = defaultdict(lambda: defaultdict(float))  # rank -> step -> kernel ns without collectives
+    rank_steps: dict = defaultdict(dict)  # rank -> its steps, in order -> its (first) device
     for device, rows in by_device.items():
         rows = _steps(rows)
         steps = [(r["rank"], r["step"]) for r in rows]
@@ -197,8 +199,9 @@ def _gpu(con, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
         at = {s: i for i, s in enumerate(steps)}
         total, copies = [0.0] * len(steps), [0.0] * len(steps)
         per_kernel: dict[str, list[float]] = {}
-        compute: dict = defaultdict(lambda: defaultdict(float))  # rank -> step -> kernel ns without collectives
         launches = 0
+        for r, st in steps:
+            rank_steps[r].setdefault(st, device)
         for k in kernel_rows[device]:
             i = at.get((k["rank"], k["step"]))
             if i is None or ignored(k["name"], ignore):
@@ -218,11 +221,12 @@ def _gpu(con, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
         kt = col.metrics[(device, KERNEL_TIME, "")]
         kt.extra.setdefault("steps", {})[run] = len(steps)
         kt.extra.setdefault("launches", {})[run] = launches / max(len(steps), 1)
-        ranks = sorted({r for r, _ in steps if r is not None})
-        if len(ranks) >= 2:  # per rank: its compute kernels, so a straggler is not hidden by the others' waits
-            for rank in ranks:
-                col.add(side, run, RANK_KERNEL_TIME, device, f"rank {rank}", "ns",
-                        [compute[rank][st] for r, st in steps if r == rank])
+    ranks = sorted(r for r in rank_steps if r is not None)
+    if len(ranks) >= 2:  # per rank: its compute kernels, so a straggler is not hidden by the others' waits
+        for rank in ranks:
+            order = list(rank_steps[rank])
+            col.add(side, run, RANK_KERNEL_TIME, rank_steps[rank][order[0]], f"rank {rank}", "ns",
+                    [compute[rank][st] for st in order])
 
 
 def _memory(con, col: _Collector, side: str, run: str) -> None:
