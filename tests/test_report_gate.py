@@ -428,3 +428,78 @@ def test_a_straggler_rank_is_named(tmp_path):
     assert rank0.status == "unchanged" and rank0.delta == 0
     assert rep.headline().startswith("Regression: GPU:1 rank 1 is a straggler: its compute kernel time per step +")
     assert "STRAGGLER" in rep.render("markdown")
+
+
+HOSTILE_RUN = "<script>alert(1)</script>"
+HOSTILE_KERNEL = "<img src=x onerror=alert(1)>\x1b]8;;http://x\x07[click](javascript:alert(2))"
+
+
+def test_hostile_names_are_text_in_markdown_and_html(tmp_path):
+    """Issue 28 #6: a run named `<script>...` and a kernel named `<img onerror=...>` with an
+    OSC escape and a javascript: link. Rendered by a CommonMark renderer (markdown-it-py,
+    raw HTML allowed, as a chat or CI page might), the Markdown report holds no tag, link or
+    control character from them: they show as text. The HTML report escapes them too."""
+    import gzip
+    from html.parser import HTMLParser
+
+    from markdown_it import MarkdownIt
+
+    from tracedb.ingest import ingest
+
+    (tmp_path / "base").mkdir()
+    shutil.copy(FLEET / "day1" / "trace.json.gz", tmp_path / "base")
+    doc = rawtrace.load_kineto_json(FLEET / "day2" / "trace.json.gz")
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    old = max({e["name"] for e in kernels}, key=lambda n: sum(e["dur"] for e in kernels if e["name"] == n))
+    for e in kernels:
+        if e["name"] == old:
+            e["name"] = HOSTILE_KERNEL
+    import msgspec
+
+    (tmp_path / "cand").mkdir()
+    with gzip.open(tmp_path / "cand" / "trace.json.gz", "wb") as f:
+        f.write(msgspec.json.Encoder(decimal_format="number").encode(doc))
+    wh = tmp_path / "wh"
+    assert ingest([tmp_path / "base"], wh, run_id="base").ok
+    assert ingest([tmp_path / "cand"], wh, run_id=HOSTILE_RUN).ok
+    rep = build_report(wh, ["base"], [HOSTILE_RUN])
+    md = rep.render("markdown")
+    assert HOSTILE_RUN in md and "<img src=x onerror=alert(1)>" in md  # shown, as text (code spans)
+    assert "\x1b" not in md and "\x07" not in md and "\\x1b]8;;http://x\\x07" in md
+    html = MarkdownIt("commonmark").render(md)
+
+    class Tags(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags, self.hrefs = set(), []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.add(tag)
+            self.hrefs += [v for k, v in attrs if k in ("href", "src", "onerror")]
+
+    t = Tags()
+    t.feed(html)
+    assert not t.tags & {"script", "img", "a"} and t.hrefs == [], (t.tags, t.hrefs)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    page = rep.render("html")
+    t = Tags()
+    t.feed(page)
+    assert not t.tags & {"script", "img", "a"} and t.hrefs == []
+    assert "\x1b" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # a long C++ name wraps at ::, <, , or _ (never mid-word): every piece of a wrapped line ends at one
+    from tracedb.report.render import wrap
+
+    name = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::TensorListMetadata<4>, " \
+           "at::native::AdamFunctor<float, 4>, float, float>(int, int)"
+    text = f"- new: 1.2 ms per step (3.10%): `{name}`"
+    for width in (60, 80, 100):
+        lines = wrap(text, width, subsequent_indent="  ")
+        assert max(map(len, lines)) <= width
+        rebuilt = ""
+        for line in lines:
+            if rebuilt and text[len(rebuilt)] == " ":
+                rebuilt += " "
+            elif rebuilt:  # broken inside a word: only after ::, <, , or _
+                assert rebuilt.endswith(("::", "<", ",", "_")), (width, rebuilt[-20:])
+            rebuilt += line.strip()
+        assert rebuilt == text
