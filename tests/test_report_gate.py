@@ -503,3 +503,29 @@ def test_hostile_names_are_text_in_markdown_and_html(tmp_path):
                 assert rebuilt.endswith(("::", "<", ",", "_")), (width, rebuilt[-20:])
             rebuilt += line.strip()
         assert rebuilt == text
+
+
+def test_an_improvement_gets_its_headline_and_the_html_its_words(fleet_warehouse):
+    """Issue 24 #6 on real runs: slow_extra2's extra kernels gone (day1 against slow_extra2)
+    is an improvement, and the headline says so with the kernels a step from the raw trace;
+    the HTML shows the compared runs unfolded, names whole, p-values not 'confidence 100%',
+    and axes without exponents."""
+    def launches_per_step(run: str) -> float:
+        trace = rawtrace.kineto(rawtrace.load_kineto_json(FLEET / run / "trace.json.gz"))
+        steps = {k.step for k in trace.kernels if k.step is not None}
+        return sum(1 for k in trace.kernels if k.kind == "kernel" and k.step is not None) / len(steps)
+
+    rep = build_report(fleet_warehouse, ["slow_extra2"], ["day1"])
+    head = rep.headline()
+    assert not rep.has_regression and rep.improvements[0].kind == M.KERNEL_TIME
+    assert head.startswith("Improvement: GPU:0 GPU kernel time per step -"), head
+    before, after = launches_per_step("slow_extra2"), launches_per_step("day1")
+    assert f", {before:,.0f} → {after:,.0f} kernels a step" in head and "; no regression in " in head
+    assert json.loads(rep.render("json"))["improvements"][0] == "GPU:0/gpu_kernel_time"
+    page = rep.render("html")
+    assert "<h2>Runs compared</h2>" in page and "<summary>Runs compared" not in page
+    assert "confidence 100%" not in page and "e+0" not in page
+    from tracedb.report.svg import axis_pct, short
+
+    assert [axis_pct(v) for v in (240.0, 2400.0, 12.5, 2.43, 0.55)] == ["240", "2,400", "12", "2.4", "0.55"]
+    assert short("w_extra_linear", 28) == "w_extra_linear" and len(short("x" * 60, 28)) == 28

@@ -138,16 +138,20 @@ def _gates(m: M.Metric, gating_kernels: set[str], settings: Settings) -> bool:
 
 
 def _host_bound(metrics: list[M.Metric], settings: Settings) -> None:
+    """A device step time (or busy share) change that the GPU busy time does not follow
+    (less than half of it, either way) is the host's: `host-bound`, gating only with
+    gate_host. Shorter steps with the same GPU work are a host-side improvement alike."""
     busy = {m.device: m for m in metrics if m.kind == M.BUSY}
     for m in metrics:
-        if m.status != "regression" or m.kind not in (M.DEVICE_STEP, M.BUSY_SHARE):
+        if m.status not in ("regression", "improvement") or m.kind not in (M.DEVICE_STEP, M.BUSY_SHARE):
             continue
         b = busy.get(m.device)
         grew = b.test.delta if b is not None and b.test is not None else 0.0
         step = m.test.delta if m.kind == M.DEVICE_STEP else m.impact_ns
-        if grew < step / 2:
+        if (grew < step / 2) if step > 0 else (grew > step / 2):
+            what = "waited for the host" if step > 0 else "waited less for the host"
             m.reason = (f"GPU busy time per step {_signed_ns(grew)} of {_signed_ns(step)}: "
-                        "the GPU waited for the host (host-side; gates with --gate-host)")
+                        f"the GPU {what} (host-side; gates with --gate-host)")
             m.impact_ns = grew
             if not settings.gate_host:
                 m.status = "host-bound"
