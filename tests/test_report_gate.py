@@ -44,12 +44,14 @@ def series(seed: int, step_at: int = 15, size: float = 0.03) -> dict[str, dict[s
     return out
 
 
-def night_report(data: dict, night: int, history: int, accepted: list[Acceptance], settings=None) -> list[M.Metric]:
+def night_report(data: dict, night: int, history: int, accepted: list[Acceptance], settings=None,
+                 lookback: int = 0) -> list[M.Metric]:
     """The report's evaluation of night `night` (1-based) against the `history` nights
-    before it, as build_report runs it with --history."""
+    before it (and `lookback` nights before those, for the regime), as build_report runs
+    it with --history."""
     settings = settings or Settings()
     cand = NIGHTS[night - 1]
-    base = NIGHTS[max(0, night - 1 - history):night - 1]
+    base = NIGHTS[max(0, night - 1 - history - lookback):night - 1]
     order = base + [cand]
     metrics = []
     for kind in (M.DEVICE_STEP, M.KERNEL_TIME, M.BUSY):
@@ -63,7 +65,7 @@ def night_report(data: dict, night: int, history: int, accepted: list[Acceptance
             placed.append((a, order.index(a.run_id)))
         elif NIGHTS.index(a.run_id) < NIGHTS.index(order[0]):
             placed.append((a, -1))
-    E.regime_baseline(metrics, order, 1, placed, settings)
+    E.regime_baseline(metrics, order, 1, placed, settings, keep=history, window=min(history, len(base)))
     E.evaluate(metrics, settings)
     return metrics
 
@@ -88,6 +90,23 @@ def test_a_persisting_step_fails_every_night_until_accepted(seed):
     for n in [*range(15, 21), *range(26, 31)]:  # red from the change until accepted, and after the revoke
         assert M.KERNEL_TIME in verdict[n], (n, verdict[n])
     assert all(verdict[n] == [] for n in range(21, 26)), verdict  # accepted: green
+
+
+def test_a_change_older_than_the_history_window_still_fails_with_the_lookback():
+    """--history 7: from night 22 on, all 7 nights before the candidate are after the
+    change. The runs before them (the lookback, 30 by default) hold the regime: still red,
+    compared with the 7 newest nights before the change; without the lookback it would
+    pass silently, which is what the lookback is for."""
+    data = series(4)
+    for night in (16, 22, 29):
+        ms = night_report(data, night, history=7, accepted=[], lookback=30)
+        kt = next(m for m in ms if m.kind == M.KERNEL_TIME)
+        assert kt in E.findings(ms) and list(kt.base.runs) == NIGHTS[7:14], night
+        assert set(kt.extra["left_out"]) == set(NIGHTS[max(14, night - 8):night - 1])
+    assert E.findings(night_report(data, 29, history=7, accepted=[], lookback=0)) == []
+    ms = night_report(data, 29, history=7, accepted=[acceptance("night15")], lookback=30)
+    kt = next(m for m in ms if m.kind == M.KERNEL_TIME)
+    assert E.findings(ms) == [] and list(kt.base.runs) == NIGHTS[21:28]
 
 
 def test_the_baseline_rule_on_the_persisting_step():

@@ -355,6 +355,7 @@ def report(
     top: Optional[int] = typer.Option(None, "--top", show_default=False, help="At most this many kernels per device gate (the largest) [default: 20]"),
     top_share: Optional[float] = typer.Option(None, "--top-share", show_default=False, help="The gating kernels make up this % of GPU kernel time [default: 90]"),
     gate_host: bool = typer.Option(False, "--gate-host", help="CPU-bound jobs: CPU op times, host step time and GPU idle gate too"),
+    lookback: Optional[int] = typer.Option(None, "--lookback", metavar="N", show_default=False, help="With --history: runs before those searched for the baseline's regime, so a change nobody accepted stays red after it fills the window [default: 30]"),
     config: Optional[Path] = typer.Option(None, "--config", metavar="FILE", show_default=False, help="Settings file: [tool.tracedb.report] of a pyproject.toml, or a tracedb.toml [default: ./tracedb.toml, else ./pyproject.toml when it has that table]; options given here win"),
     warehouse: Optional[str] = WarehouseOpt,
 ):
@@ -374,7 +375,7 @@ def report(
     given = {"confidence": confidence, "fdr": fdr, "test": test, "min_effect_pct": min_effect_pct,
              "min_effect_ns": min_effect_ns, "min_memory_pct": min_memory_pct, "min_bytes": min_bytes,
              "min_kernel_share": min_kernel_share, "top": top, "top_share": top_share,
-             "gate_host": gate_host or None}
+             "gate_host": gate_host or None, "lookback": lookback}
     for key, value in given.items():
         if value is not None:
             setattr(settings, key, value)

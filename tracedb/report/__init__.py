@@ -25,7 +25,7 @@ from tracedb.report import evaluate as E
 from tracedb.report import acceptance
 from tracedb.report import metrics as M
 from tracedb.report.acceptance import Acceptance
-from tracedb.report.select import RunInfo, order, select_sides
+from tracedb.report.select import RunInfo, earlier, order, select_sides
 from tracedb.report.stats import Settings
 
 FORMATS = ("markdown", "html", "json")
@@ -43,6 +43,7 @@ class Report:
     history: dict[str, dict] = field(default_factory=dict)  # metric key -> series and change points
     max_findings: int = 5
     acceptances: list[Acceptance] = field(default_factory=list)  # live ones that bear on these runs
+    earlier_runs: list[RunInfo] = field(default_factory=list)  # before the baseline: where its regime may be
 
     @property
     def findings(self) -> list[M.Metric]:
@@ -105,20 +106,25 @@ def build_report(
     try:
         base, cand = select_sides(con, list(baseline), list(candidate), list(baseline_labels),
                                   list(candidate_labels), list(labels), history)
-        metrics = M.collect(con, {"base": [r.run_id for r in base], "cand": [r.run_id for r in cand]}, settings)
+        older = earlier(con, base, settings.lookback, list(baseline), list(baseline_labels), list(labels)) \
+            if history is not None else []
+        metrics = M.collect(con, {"base": [r.run_id for r in older + base], "cand": [r.run_id for r in cand]},
+                            settings)
         accepted = acceptance.read(con)
         runs = [r.run_id for r in sorted(base + cand, key=order)]
-        placed = _place(con, accepted, runs, base + cand)
+        every = [r.run_id for r in sorted(older + base + cand, key=order)]
+        placed = _place(con, accepted, every, older + base + cand)
     finally:
         con.close()
     M.fill_zeros(metrics)
     if history is not None:
-        E.regime_baseline(metrics, runs, len(cand), placed, settings)
+        E.regime_baseline(metrics, every, len(cand), placed, settings, keep=history, window=len(runs) - len(cand))
     else:  # explicit baselines are taken as given; an acceptance of a candidate run still applies
         E.mark_accepted(metrics, runs, len(cand), placed)
     metrics += M.kernel_sets(metrics, settings)
     E.evaluate(metrics, settings)
-    rep = Report(base, cand, settings, metrics, acceptances=[a for a, p in placed if p >= 0])
+    rep = Report(base, cand, settings, metrics, acceptances=[a for a, p in placed if p >= 0],
+                 earlier_runs=older)
     if history is not None:
         rep.history = E.history(metrics, runs)
     return rep

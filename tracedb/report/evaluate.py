@@ -143,7 +143,8 @@ def _host_bound(metrics: list[M.Metric], settings: Settings) -> None:
     gate_host. Shorter steps with the same GPU work are a host-side improvement alike."""
     busy = {m.device: m for m in metrics if m.kind == M.BUSY}
     for m in metrics:
-        if m.status not in ("regression", "improvement") or m.kind not in (M.DEVICE_STEP, M.BUSY_SHARE):
+        if not ((m.status == "regression" and m.kind in (M.DEVICE_STEP, M.BUSY_SHARE))
+                or (m.status == "improvement" and m.kind == M.DEVICE_STEP)):
             continue
         b = busy.get(m.device)
         grew = b.test.delta if b is not None and b.test is not None else 0.0
@@ -201,8 +202,9 @@ def findings(metrics: list[M.Metric]) -> list[M.Metric]:
 
 
 def improvements(metrics: list[M.Metric]) -> list[M.Metric]:
-    """Gating improvements, largest first (ns per step; then sizes)."""
-    imp = [m for m in metrics if m.status == "improvement" and m.gating]
+    """Gating improvements, largest first (ns per step; then sizes). A higher busy share
+    is not one to headline: it rises as much with more GPU work as with less waiting."""
+    imp = [m for m in metrics if m.status == "improvement" and m.gating and m.kind != M.BUSY_SHARE]
     return sorted(imp, key=lambda m: (m.unit == "bytes", m.impact_ns if m.unit != "bytes" else (m.delta_pct or 0),
                                       _order(m)))
 
@@ -222,14 +224,17 @@ def _order(m: M.Metric) -> tuple:
 
 
 def regime_baseline(metrics: list[M.Metric], order: list[str], n_candidates: int, accepted: list[tuple],
-                    settings: Settings) -> None:
+                    settings: Settings, keep: int | None = None, window: int | None = None) -> None:
     """The baseline rule with a history (module doc; docs/report.md "The baseline rule").
 
     `order`: baseline then candidate run ids, oldest first; `accepted`: (Acceptance,
     position) for the live acceptances, position the index of its run in `order`, or -1
     when that run is older than the window. Each metric's left-out runs and why are kept
     in `extra["left_out"]`, its whole baseline in `extra["full_base"]`; an acceptance at a
-    candidate run goes to `extra["accepted"]` (the change is then `accepted`, not a finding)."""
+    candidate run goes to `extra["accepted"]` (the change is then `accepted`, not a finding).
+    `keep`: the baseline is at most the `keep` newest runs of the regime; `window`: of the
+    baseline runs, the newest `window` are the --history N (older ones were looked at for
+    the regime only, and are not named when left out)."""
     pos = {r: i for i, r in enumerate(order)}
     first_cand = len(order) - n_candidates
     ref_ns = reference_ns(metrics)
@@ -250,10 +255,14 @@ def regime_baseline(metrics: list[M.Metric], order: list[str], n_candidates: int
         cands = [r for r in order[first_cand:] if m.cand.runs.get(r)]
         if series:
             why.update(_regime(m, series, cands, ref_ns, settings))
-        if why and len(why) < len(runs):
+        kept = [r for r in runs if r not in why]
+        if keep is not None and len(kept) > keep:
+            kept = kept[-keep:]
+        shown = set(order[first_cand - window:first_cand]) if window is not None else set(runs)
+        if kept and len(kept) < len(runs):
             m.extra["full_base"] = dict(m.base.runs)
-            m.extra["left_out"] = {r: why[r] for r in runs if r in why}
-            m.base.runs = {r: m.base.runs[r] for r in runs if r not in why}
+            m.extra["left_out"] = {r: why[r] for r in runs if r in why and r in shown}
+            m.base.runs = {r: m.base.runs[r] for r in kept}
 
 
 def mark_accepted(metrics: list[M.Metric], order: list[str], n_candidates: int, accepted: list[tuple]) -> None:

@@ -166,6 +166,9 @@ def _runs(rep) -> str:
             rows.append("<tr>" + "".join(f'<td{" class=run" if i == 1 else ""}>{escape(c or "")}</td>'
                                          for i, c in enumerate(cells)) + "</tr>")
     rows.append("</tbody></table>")
+    if rep.earlier_runs:
+        rows.append(f"<p>{len(rep.earlier_runs)} earlier runs searched for the baseline's regime: "
+                    f"{escape(', '.join(r.run_id for r in rep.earlier_runs))}.</p>")
     return "".join(rows)
 
 

@@ -204,7 +204,9 @@ def _not_gating_text(rep, code=plain) -> str:
         what = f"{m.device} {m.title}" + (f" {code(shorten(m.name, 30))}" if m.name else "")
         size = pct(m.delta_pct) if m.unit != "pct" else fmt(m.test.delta, "pct", signed=True).replace("%", " points")
         why = " host-bound" if m.status == "host-bound" else ""
-        parts.append(f"{what} {size} ({noise_text(m)} noise{';' + why if why else ''})")
+        noise = noise_text(m)
+        noise = noise if noise.startswith("no ") else f"{noise} noise"
+        parts.append(f"{what} {size} ({noise}{';' + why if why else ''})")
     more = len(rep.not_gating) - len(items)
     return "; not gating: " + ", ".join(parts) + (f" and {more} more" if more > 0 else "") + \
         ("" if rep.settings.gate_host else " (--gate-host gates them)")
@@ -257,6 +259,11 @@ def _run_line(side: str, runs, code=plain) -> str:
     ids = [code(r.run_id) for r in runs]
     shown = ", ".join(ids) if len(ids) <= 4 else f"{ids[0]}, {ids[1]}, … {ids[-1]}"
     return f"{side}: {len(ids)} run{'s' if len(ids) != 1 else ''} ({shown})"
+
+
+def earlier_text(rep) -> str:
+    n = len(rep.earlier_runs)
+    return f"; {n} earlier run{'s' if n != 1 else ''} searched for the baseline's regime" if n else ""
 
 
 def rule_text(rep) -> str:
@@ -341,7 +348,7 @@ HEADER = ["metric", "baseline", "candidate", "delta", "delta %", "noise", "statu
 
 def markdown(rep) -> str:
     out = ["# tracedb regression report", "", *wrap(f"**{headline(rep, md_code)}**"), "",
-           *wrap(_run_line("Baseline", rep.baseline_runs, md_code)),
+           *wrap(_run_line("Baseline", rep.baseline_runs, md_code) + earlier_text(rep)),
            *wrap(_run_line("Candidate", rep.candidate_runs, md_code)), ""]
     out += wrap(md_text(rule_text(rep))) + [""]
     if rep.acceptances:
@@ -488,6 +495,7 @@ def to_dict(rep) -> dict:
         "headline": headline(rep), "rule": rule_text(rep), "settings": asdict(rep.settings),
         "baseline_runs": [asdict(r) for r in rep.baseline_runs],
         "candidate_runs": [asdict(r) for r in rep.candidate_runs],
+        "earlier_runs": [r.run_id for r in rep.earlier_runs],
         "findings": [m.key for m in rep.findings],
         "improvements": [m.key for m in rep.improvements],
         "not_gating": [m.key for m in rep.not_gating],

@@ -52,6 +52,7 @@ class Settings:
     top_share: float = 90.0  # gating kernels: the largest ones that make up this % of GPU kernel time
     top: int = 20  # ... at most this many per device
     gate_host: bool = False  # CPU op times, host step time and GPU idle (host-bound) gate too
+    lookback: int = 30  # with --history N: runs before those N searched for the baseline's regime
     min_effect: dict = field(default_factory=dict)  # metric kind -> its own minimum effect, % (points for shares)
     gating: dict = field(default_factory=dict)  # metric kind -> gates (True) or is only shown (False)
     ignore: list = field(default_factory=list)  # glob patterns of kernel / op-type names left out
@@ -75,6 +76,8 @@ class Settings:
         for kind, v in self.min_effect.items():
             if v < 0:
                 raise TracedbError(f"{name('min_effect')}.{kind} must be >= 0")
+        if self.lookback < 0:
+            raise TracedbError(f"{name('lookback')} must be >= 0")
         if self.top < 1:
             raise TracedbError(f"{name('top')} must be >= 1")
         if not 0 < self.top_share <= 100:
