@@ -24,7 +24,7 @@ from tracedb.cli import app
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = ["ingest", "query", "queries", "formats", "schema", "export", "runs", "rm", "vacuum", "optimize", "check", "ddl",
-            "migrate", "report"]
+            "migrate", "report", "accept", "revoke"]
 
 
 def _command_names() -> list[str]:

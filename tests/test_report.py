@@ -188,10 +188,10 @@ def test_markdown(seed):
     assert max(map(len, lines)) <= 100
     assert " ".join(lines[2:4]) == ("**Regression: GPU:0 GPU kernel time per step +2.955 ms (+39.48%, no spread "
                                     "measured); 1 more finding.**")
-    row = next(x for x in lines if x.startswith("| MatMul "))
+    row = next(x for x in lines if x.startswith("| `MatMul` "))
     assert [c.strip() for c in row.strip("|").split("|")] == [
-        "MatMul", "3.071 ms", "6.142 ms", "+3.071 ms", "+100.00%", "n/a", "REGRESSED"]
-    row = next(x for x in lines if x.startswith("| BiasAdd "))
+        "`MatMul`", "3.071 ms", "6.142 ms", "+3.071 ms", "+100.00%", "n/a", "REGRESSED"]
+    row = next(x for x in lines if x.startswith("| `BiasAdd` "))
     assert row.rstrip("| ").endswith("improved")
     assert "## Findings" in lines and lines[lines.index("## Findings") + 2].startswith("1. GPU:0 GPU kernel time")
 
@@ -291,7 +291,7 @@ def test_cli_exit_codes(seed, tmp_path):
     wh = str(seed["wh"])
     r = cli("-w", wh, "--baseline", "base", "--candidate", "cand")
     assert r.exit_code == 1, r.output
-    assert r.output.startswith("# tracedb regression report") and "| MatMul " in r.output
+    assert r.output.startswith("# tracedb regression report") and "| `MatMul` " in r.output
     out = tmp_path / "r.html"
     r = cli("-w", wh, "--baseline-label", "commit=abc123", "--candidate-label", "commit=def456",
             "--format", "html", "--output", str(out))
@@ -301,7 +301,7 @@ def test_cli_exit_codes(seed, tmp_path):
     r = cli("-w", wh, "-b", "base", "-c", "cand", "--min-effect-ns", "3100000", "-f", "json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    assert (data["schema_version"], data["verdict"], data["exit_code"], data["findings"]) == (1, "ok", 0, [])
+    assert (data["schema_version"], data["verdict"], data["exit_code"], data["findings"]) == (2, "ok", 0, [])
     assert cli("-w", wh, "-b", "old", "-c", "base").exit_code == 0
     r = cli("-w", wh, "-b", "nope", "-c", "cand")
     assert r.exit_code == 2 and "no run named 'nope'" in r.output
@@ -367,14 +367,30 @@ def test_history_names_the_night_a_metric_moved(tmp_path):
     assert h["change_points"][0]["shift_pct"] == pytest.approx(100 * (after - before) / before)
     assert [c["run_id"] for c in rep.history["GPU:0/kernel/MatMul"]["change_points"]] == ["night09"]
     md = rep.render("markdown")
-    assert "- GPU:0/gpu_kernel_time: moved +20.29% on night09; blip on night04" in md
+    assert "- `GPU:0/gpu_kernel_time`: moved +20.29% on `night09`; blip on `night04`" in md
     html = rep.render("html")
     assert 'class="change-point"' in html and 'class="blip"' in html and "moved: night09" in html
-    # night 12's baseline is its regime, nights 9-11: nothing changed since, exit 0
+    # Nobody accepted the move of night 9: night 12 is still compared with nights 1-8
+    # (without the blip) and still fails, +20.29% (issue 27: red until accepted).
+    kt = rep.find(M.KERNEL_TIME, "GPU:0")
+    assert list(kt.base.runs) == [f"night{n:02d}" for n in (1, 2, 3, 5, 6, 7, 8)]
+    assert kt.extra["left_out"] == {"night04": "blip", **{f"night{n:02d}": "a change at night09 that nobody accepted"
+                                                          for n in (9, 10, 11)}}
+    assert rep.has_regression and rep.findings[0] is kt and kt.delta == (after - before) * 1000
+    # accepted at night 9: the baseline is its regime, nights 9-11, and night 12 passes
+    import tracedb
+
+    wh = tracedb.Warehouse(tmp_path / "wh")
+    acc = wh.accept("night09", note="MatMul 1.5x: the new attention, expected")
+    rep = build_report(tmp_path / "wh", labels=["model=lstm"], history=11)
     kt = rep.find(M.KERNEL_TIME, "GPU:0")
     assert list(kt.base.runs) == ["night09", "night10", "night11"] and kt.delta == 0
-    assert kt.extra["left_out"] == {f"night{n:02d}": "blip" if n == 4 else "before a change point" for n in range(1, 9)}
-    assert not rep.has_regression
+    assert kt.extra["left_out"] == {f"night{n:02d}": "before the change accepted at night09" for n in range(1, 9)}
+    assert not rep.has_regression and [a.acceptance_id for a in rep.acceptances] == [acc.acceptance_id]
+    assert f"{acc.acceptance_id}: accepted at `night09` (every metric) by" in rep.render("markdown").replace("\n", " ")
+    # revoked: red again
+    wh.revoke(acc.acceptance_id, note="wrong model")
+    assert build_report(tmp_path / "wh", labels=["model=lstm"], history=11).has_regression
     # night 9 against the 8 nights before it: the +20.29% is found, the blip left out
     rep9 = build_report(tmp_path / "wh", labels=["model=lstm"], candidate=["night09"], history=8)
     assert rep9.findings[0].kind == M.KERNEL_TIME and rep9.findings[0].extra["left_out"] == {"night04": "blip"}

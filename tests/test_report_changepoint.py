@@ -47,3 +47,19 @@ def test_the_newest_night_is_neither():
     x = nights(5, step_at=29, blip_at=None)
     found = detect(x)
     assert found.change_points == [] and found.blips == []
+
+
+def test_the_fast_statistics_equal_scipys():
+    """changepoint's own energy distance, Welch p-value and noise scale (scipy's per-call
+    overhead was most of a report's time) give scipy's numbers."""
+    from scipy import stats
+
+    from tracedb.report import changepoint as C
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        a, b = rng.normal(0, 1, rng.integers(2, 12)), rng.normal(0.5, 2, rng.integers(2, 12))
+        assert C.energy_distance_sq(a, b) == pytest.approx(stats.energy_distance(a, b) ** 2, rel=1e-9, abs=1e-12)
+        assert C._welch_p(a, b) == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-9)
+        x = rng.normal(0, 1, 15)
+        assert C.noise_scale(x) == pytest.approx(stats.median_abs_deviation(np.diff(x), scale="normal") / np.sqrt(2))

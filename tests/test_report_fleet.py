@@ -116,7 +116,7 @@ def test_json_schema(fleet):
     r = runner.invoke(app, ["report", "-w", str(fleet), "--history", "4", "-f", "json"])
     assert r.exit_code == 1, r.output
     doc = json.loads(r.output)
-    assert (doc["schema"], doc["schema_version"], doc["verdict"], doc["exit_code"]) == ("tracedb.report", 1, "regression", 1)
+    assert (doc["schema"], doc["schema_version"], doc["verdict"], doc["exit_code"]) == ("tracedb.report", 2, "regression", 1)
     assert [x["run_id"] for x in doc["candidate_runs"]] == ["slow_extra2"]
     metrics = {m["key"]: m for m in doc["metrics"]}
     assert doc["findings"][0] == "GPU:0/gpu_kernel_time"
@@ -210,9 +210,9 @@ def test_nightly_recipe_from_the_readme(tmp_path):
 def test_json_keys_are_documented(fleet):
     """docs/report.md describes every key the JSON report writes."""
     doc = (Path(__file__).parent.parent / "docs" / "report.md").read_text()
-    schema = doc.split("## JSON, schema version 1")[1]
+    schema = doc.split("## JSON, schema version 2")[1]
     data = json.loads(build_report(fleet, DAYS, ["slow_extra2"], history=None).render("json"))
     keys = set(data) | set(data["settings"]) | {k for m in data["metrics"] for k in m} \
         | set(data["metrics"][0]["baseline"]) | set(data["baseline_runs"][0])
     assert sorted(k for k in keys if f'"{k}"' not in schema) == []
-    assert data["schema_version"] == 1 and f'"schema_version": {data["schema_version"]}' in schema
+    assert data["schema_version"] == 2 and f'"schema_version": {data["schema_version"]}' in schema

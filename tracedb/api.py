@@ -252,6 +252,42 @@ class Warehouse:
                             candidate_labels=list(candidate_labels), labels=list(labels), history=history,
                             settings=settings)
 
+    def accept(self, run_id: str, *, note: str, metrics: list[str] = (), by: str | None = None):
+        """Accept the change that started at `run_id` (all metrics, or those `metrics` name:
+        keys, kinds or globs): `report --history` then starts their baseline there.
+        Returns the recorded `tracedb.report.acceptance.Acceptance`."""
+        from tracedb import catalog
+        from tracedb.report import acceptance
+
+        lake = catalog.open_lake(self.path)
+        with lake.lock():
+            acc = acceptance.accept(lake, run_id, list(metrics), note, by)
+            catalog.publish(lake)
+        return acc
+
+    def revoke(self, target: str, *, note: str, by: str | None = None):
+        """Withdraw the acceptance with id `target`, or every live one at run `target`;
+        returns the acceptances withdrawn."""
+        from tracedb import catalog
+        from tracedb.report import acceptance
+
+        lake = catalog.open_lake(self.path)
+        with lake.lock():
+            gone = acceptance.revoke(lake, target, note, by)
+            catalog.publish(lake)
+        return gone
+
+    def acceptances(self):
+        """The live (not revoked) acceptances, oldest first."""
+        from tracedb import catalog
+        from tracedb.report import acceptance
+
+        con = catalog.connect(self.path)
+        try:
+            return acceptance.read(con)
+        finally:
+            con.close()
+
     def export_chrome(self, run_id: str, out: str | Path | IO, devices: list[str] | None = None) -> int:
         """Write a run as Kineto-shaped Chrome-trace JSON for Perfetto UI / chrome://tracing /
         HTA, which `ingest` reads back to the same rows (`.gz` path compresses, or an open

@@ -400,7 +400,8 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> dict:
     state = _lake_state(lake)
     # `files` as it describes the live versions (a run published just before a crash has
     # its rows from the ingest log, `Lake.live_file_rows`)
-    meta = {"runs": lake.read_table("runs"), "files": lake.live_file_rows()[0], "ingest_log": lake.read_table("ingest_log")}
+    meta = {"runs": lake.read_table("runs"), "files": lake.live_file_rows()[0], "ingest_log": lake.read_table("ingest_log"),
+            "acceptances": lake.read_table("acceptances")}
     runs = meta["runs"]
     published = dict(zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist()))
     con.execute("BEGIN")
@@ -442,6 +443,7 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> dict:
     con.execute(f"CREATE VIEW runs AS {_runs_view_sql(con)}")
     con.execute("CREATE VIEW files AS SELECT * FROM tracedb_files")
     con.execute("CREATE VIEW ingest_log AS SELECT * FROM tracedb_ingest_log")
+    con.execute("CREATE VIEW acceptances AS SELECT * FROM tracedb_acceptances")  # the report's (tracedb accept)
     con.execute("COMMIT")
     return state
 

@@ -373,15 +373,19 @@ def report(
     history: Optional[int] = typer.Option(None, "--history", help="Baseline = the N runs before the candidate (by started_at, else ingested_at); candidate defaults to the newest run; change points over those runs are reported"),
     fmt: str = typer.Option("markdown", "--format", "-f", help="markdown | html | json"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to FILE (the headline still goes to stdout)"),
-    confidence: float = typer.Option(0.99, "--confidence", help="Confidence level: a change must lie outside the baseline noise at this level"),
-    min_effect_pct: float = typer.Option(0.5, "--min-effect-pct", help="Times: minimum practical change, in % of the device step time"),
-    min_effect_ns: int = typer.Option(5_000, "--min-effect-ns", help="Times: ... and at least this many ns per step"),
-    min_memory_pct: float = typer.Option(1.0, "--min-memory-pct", help="Sizes (memory, copy bytes): minimum practical change in %"),
-    min_bytes: int = typer.Option(16 << 20, "--min-bytes", help="Sizes: ... and at least this many bytes"),
-    min_kernel_share: float = typer.Option(0.1, "--min-kernel-share", help="New/vanished kernels are named above this % of GPU kernel time"),
-    top: int = typer.Option(20, "--top", help="At most this many kernels per device gate (the largest)"),
-    top_share: float = typer.Option(90.0, "--top-share", help="The gating kernels make up this % of GPU kernel time"),
+    confidence: Optional[float] = typer.Option(None, "--confidence", show_default=False, help="Confidence level of the headline and device metrics: a change must lie outside the baseline noise at this level [default: 0.99]"),
+    fdr: Optional[float] = typer.Option(None, "--fdr", show_default=False, help="False-discovery rate of the per-kernel, per-op and per-rank metrics, tested together (Benjamini-Hochberg) [default: 0.01]"),
+    test: Optional[str] = typer.Option(None, "--test", metavar="t|mann-whitney", show_default=False, help="The test: Student's t on run means and steps, or Mann-Whitney U on the per-step samples [default: t]"),
+    min_effect_pct: Optional[float] = typer.Option(None, "--min-effect-pct", show_default=False, help="Times: minimum practical change, in % of the device step time [default: 0.5]"),
+    min_effect_ns: Optional[int] = typer.Option(None, "--min-effect-ns", show_default=False, help="Times: ... and at least this many ns per step [default: 5000]"),
+    min_memory_pct: Optional[float] = typer.Option(None, "--min-memory-pct", show_default=False, help="Sizes (memory, copy bytes): minimum practical change in % [default: 1]"),
+    min_bytes: Optional[int] = typer.Option(None, "--min-bytes", show_default=False, help="Sizes: ... and at least this many bytes [default: 16 MiB]"),
+    min_kernel_share: Optional[float] = typer.Option(None, "--min-kernel-share", show_default=False, help="New/vanished kernels are named above this % of GPU kernel time [default: 0.1]"),
+    top: Optional[int] = typer.Option(None, "--top", show_default=False, help="At most this many kernels per device gate (the largest) [default: 20]"),
+    top_share: Optional[float] = typer.Option(None, "--top-share", show_default=False, help="The gating kernels make up this % of GPU kernel time [default: 90]"),
     gate_host: bool = typer.Option(False, "--gate-host", help="CPU-bound jobs: CPU op times, host step time and GPU idle gate too"),
+    lookback: Optional[int] = typer.Option(None, "--lookback", metavar="N", show_default=False, help="With --history: runs before those searched for the baseline's regime, so a change nobody accepted stays red after it fills the window [default: 30]"),
+    config: Optional[Path] = typer.Option(None, "--config", metavar="FILE", show_default=False, help="Settings file: [tool.tracedb.report] of a pyproject.toml, or a tracedb.toml [default: ./tracedb.toml, else ./pyproject.toml when it has that table]; options given here win"),
     warehouse: Optional[str] = WarehouseOpt,
 ):
     """Regression report: candidate runs against baseline runs, with the noise measured; exit 1 on a regression.
@@ -389,12 +393,21 @@ def report(
     Example: tracedb report --label model=resnet50 --history 7 --format html -o report.html
     """
     from tracedb.report import FORMATS, Settings
+    from tracedb.report import config as cfg
 
     if fmt not in FORMATS:
         raise TracedbError(f"unknown report format {fmt!r} (one of: {', '.join(FORMATS)})")
-    settings = Settings(confidence=confidence, min_effect_pct=min_effect_pct, min_effect_ns=min_effect_ns,
-                        min_memory_pct=min_memory_pct, min_bytes=min_bytes, min_kernel_share=min_kernel_share,
-                        top=top, top_share=top_share, gate_host=gate_host)
+    if config is not None and not config.is_file():
+        raise TracedbError(f"--config {config}: no such file")
+    path = config or cfg.find(Path.cwd())
+    settings = cfg.load(path, check=False) if path else Settings()
+    given = {"confidence": confidence, "fdr": fdr, "test": test, "min_effect_pct": min_effect_pct,
+             "min_effect_ns": min_effect_ns, "min_memory_pct": min_memory_pct, "min_bytes": min_bytes,
+             "min_kernel_share": min_kernel_share, "top": top, "top_share": top_share,
+             "gate_host": gate_host or None, "lookback": lookback}
+    for key, value in given.items():
+        if value is not None:
+            setattr(settings, key, value)
     rep = _wh(warehouse).report(baseline, candidate, baseline_labels=baseline_label,
                                 candidate_labels=candidate_label, labels=label, history=history, settings=settings)
     text = rep.render(fmt)
@@ -407,6 +420,37 @@ def report(
     else:
         typer.echo(text, nl=False)
     raise typer.Exit(1 if rep.has_regression else 0)
+
+
+@command()
+def accept(
+    run: str = typer.Argument(..., metavar="RUN", help="First run of the change to accept"),
+    note: str = typer.Option(..., "--note", help="Why the change is accepted (required)"),
+    metric: List[str] = typer.Option([], "--metric", "-m", help="Only this metric: a key (GPU:0/gpu_kernel_time), a kind (gpu_kernel_time) or a glob (repeatable; default: every metric)"),
+    by: Optional[str] = typer.Option(None, "--by", help="Who accepts it [default: the login name]"),
+    warehouse: Optional[str] = WarehouseOpt,
+):
+    """Accept a change: `report --history` starts the baseline of its metrics at RUN, so it stops failing.
+
+    Example: tracedb accept nightly-2026-10-07 --metric gpu_kernel_time --note "fused AdamW, expected"
+    """
+    acc = _wh(warehouse).accept(run, note=note, metrics=metric, by=by)
+    typer.echo(f"accepted {acc.acceptance_id}: {acc.text()}")
+
+
+@command()
+def revoke(
+    target: str = typer.Argument(..., metavar="ID|RUN", help="Acceptance id, or a run: every live acceptance at it"),
+    note: str = typer.Option(..., "--note", help="Why it is withdrawn (required)"),
+    by: Optional[str] = typer.Option(None, "--by", help="Who revokes it [default: the login name]"),
+    warehouse: Optional[str] = WarehouseOpt,
+):
+    """Withdraw an acceptance: the change it accepted fails the report again while it persists.
+
+    Example: tracedb revoke nightly-2026-10-07 --note "accepted by mistake"
+    """
+    gone = _wh(warehouse).revoke(target, note=note, by=by)
+    typer.echo(f"revoked {len(gone)} acceptance(s): " + "; ".join(f"{a.acceptance_id} at {a.run_id}" for a in gone))
 
 
 @command()

@@ -135,7 +135,7 @@ _MAINTENANCE = "(stopped before its next write; `tracedb vacuum` finishes what i
 def delta_schema(table: str) -> pa.Schema:
     """The Delta table's logical schema: the view's columns plus ingest_id."""
     sch = schema.ALL_TABLES[table]
-    return sch if "ingest_id" in sch.names else sch.append(INGEST_ID)
+    return sch if "ingest_id" in sch.names or table in schema.NO_INGEST_ID else sch.append(INGEST_ID)
 
 
 # A data table's Delta properties. Readers find a run's live files by the `ingest_id`
@@ -734,6 +734,16 @@ class Lake:
         for f in files:
             if not f.logged:
                 self.storage.unlink(f.rel)
+
+    # -- the report's acceptances ---------------------------------------------------------
+    def append_acceptance(self, row: dict) -> None:
+        """One row of `acceptances` (an accept or a revoke), in one Delta commit; call
+        under `lock()`. The table is append-only: it is also the history of who accepted
+        what (tracedb.report.acceptance)."""
+        from deltalake import write_deltalake
+
+        data = pa.Table.from_pylist([row], schema=delta_schema("acceptances"))
+        write_deltalake(self.table("acceptances"), data, mode="append", storage_options=self._opts)
 
     # -- maintenance --------------------------------------------------------------------
     def optimize(self, target_size: int = 256 << 20) -> dict[str, int]:

@@ -11,7 +11,7 @@ import pyarrow as pa
 SCHEMA_VERSION = 7  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
 # 5: rollup_collectives (0007); 6: interval rollups (0008); 7: PyTorch execution traces: nodes' rf_id, process_id,
 # op_schema, parent_seq; tensors' storage, strides, producer and consumers (0009);
-# host step time from the step markers (0010)
+# host step time from the step markers (0010); `acceptances`, the report's accepted changes (0011)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -450,8 +450,26 @@ CHECKSUMS = pa.schema(
     ]
 )
 
+# The regression report's accepted changes (`tracedb accept` / `tracedb revoke`), append-only:
+# a revoke is a row of its own naming the acceptance it withdraws, so the table is also the
+# history of who accepted what. No ingest_id: a row belongs to no ingest.
+ACCEPTANCES = pa.schema(
+    [
+        _f("acceptance_id", pa.string(), "id of the acceptance (a revoke row repeats the id it withdraws)"),
+        _f("action", pa.string(), "accept | revoke"),
+        _f("run_id", pa.string(), "first run of the accepted change: the report's baseline starts at this run"),
+        _f("metrics", _STRS, "metric keys, kinds or glob patterns accepted (empty: every metric)"),
+        _f("note", pa.string(), "why (required)"),
+        _f("accepted_by", pa.string(), "who accepted or revoked it (the login name, or --by)"),
+        _f("accepted_at", pa.timestamp("us", tz="UTC"), "when it was accepted or revoked"),
+    ]
+)
+
 # Metadata tables: Delta tables too, unpartitioned.
-META_TABLES: dict[str, pa.Schema] = {"runs": RUNS, "files": FILES, "ingest_log": FILES, "checksums": CHECKSUMS}
+META_TABLES: dict[str, pa.Schema] = {"runs": RUNS, "files": FILES, "ingest_log": FILES, "checksums": CHECKSUMS,
+                                     "acceptances": ACCEPTANCES}
+# Metadata tables whose rows belong to no ingest (the lake adds no ingest_id column).
+NO_INGEST_ID = ("acceptances",)
 # Every Delta table of the lake.
 ALL_TABLES: dict[str, pa.Schema] = {**TABLES, **META_TABLES}
 TABLE_DOCS: dict[str, str] = {
@@ -476,6 +494,7 @@ TABLE_DOCS: dict[str, str] = {
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",
     "checksums": "size and SHA-256 of every data file when written (append-only), for `tracedb check`",
+    "acceptances": "changes accepted (and revoked) for the regression report's baseline, append-only (`tracedb accept`)",
 }
 
 VIEWS: dict[str, pa.Schema] = {"runs": RUNS, **TABLES, "files": FILES, "ingest_log": FILES}

@@ -4,12 +4,12 @@ and the per-step samples of both sides; everything else sits in collapsed <detai
 
 from __future__ import annotations
 
-from html import escape
+from html import escape as _escape
 
 from tracedb.report import metrics as M
 from tracedb.report import svg
-from tracedb.report.render import (change_text, left_out_text, row_label, status_word, finding_sentence, fmt, headline, noise_text, pct,
-                                   rule_text, shorten)
+from tracedb.report.render import (acceptance_lines, change_text, clean, finding_sentence, fmt, headline,
+                                   left_out_text, noise_text, p_text, pct, row_label, rule_text, shorten, status_word)
 
 CSS = (
     "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:1.5em auto;max-width:1300px;"
@@ -22,10 +22,16 @@ CSS = (
     "th{background:#f5f5f5}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}"
     "td.name{max-width:34em}.full{color:#777;font-size:.82em;overflow-wrap:anywhere}"
     "tr.regression td{background:#fdecea}tr.improvement td{background:#edf7ee}tr.host-bound td{background:#fff4e5}"
+    "tr.accepted td{background:#e3f2fd}td.run{overflow-wrap:anywhere;max-width:40em}"
     "ol.findings>li{margin-bottom:1.2em}.evidence{color:#444;font-size:.95em}"
     "details{margin:.8em 0}summary{cursor:pointer;font-weight:600;font-size:1.1em}"
     ".chart{display:block;margin:.4em 0 1em;background:#fff}.legend{color:#555;font-size:.9em}"
 )
+
+
+def escape(text) -> str:
+    """HTML-escaped, control characters shown as \\xNN (names come from traces)."""
+    return _escape(clean(text))
 
 
 def _name_cell(m: M.Metric) -> str:
@@ -57,8 +63,7 @@ def _finding(m: M.Metric) -> str:
     t = m.test
     ev = (f"baseline {fmt(m.baseline, m.unit)} (spread {fmt(m.base.spread, m.unit)}, {len(m.base.means)} run(s), "
           f"{len(m.base.samples)} samples) → candidate {fmt(m.candidate, m.unit)}; change {change_text(m)}; "
-          + ("no spread measured: the practical minimum decided" if t.p is None else
-             f"p = {t.p:.2g} ({t.method}), confidence {100 * (1 - t.p):.3g}%")
+          + ("no spread measured: the practical minimum decided" if t.p is None else p_text(t))
           + f"; practical minimum {fmt(m.practical, m.unit)}{left_out_text(m)}.")
     out = [f"<li><strong>{escape(finding_sentence(m))}</strong>", f'<div class="evidence">{escape(ev)}</div>']
     if m.name and len(m.name) > 40:
@@ -66,7 +71,7 @@ def _finding(m: M.Metric) -> str:
     if m.kind == M.KERNEL_SET:
         out.append(_kernel_list(m))
     if len(m.base.samples) + len(m.cand.samples) > 2:
-        out.append(svg.distribution(m.base.runs, m.cand.runs, f"{m.label[:90]}: {'per-step' if m.unit != 'bytes' or m.kind == M.COPY else 'per-run'} samples", _unit_fmt(m.unit)))
+        out.append(svg.distribution(m.base.runs, m.cand.runs, f"{clean(shorten(m.label, 90))}: {'per-step' if m.unit != 'bytes' or m.kind == M.COPY else 'per-run'} samples", _unit_fmt(m.unit)))
     out.append("</li>")
     return "".join(out)
 
@@ -94,7 +99,7 @@ def _bars(rep) -> str:
             continue
         if m.kind in M.HOST_KINDS and not rep.settings.gate_host:
             continue
-        label = f"{m.device} " + (shorten(m.name, 44) if m.name else m.title)
+        label = f"{m.device} " + (clean(shorten(m.name, 44)) if m.name else m.title)
         rows.append({"label": label, "delta_pct": d, "noise_pct": n, "status": m.status,
                      "rank": abs(d) / max(abs(n or 0), 1e-9) if m.status == "unchanged" else 1e18 + abs(d)})
     rows.sort(key=lambda r: -r["rank"])
@@ -111,7 +116,7 @@ def _trends(rep) -> str:
              and (keys[k].kind not in (M.KERNEL, M.OP_TYPE) or h["change_points"] or h["blips"])]
     for key in order[:10]:
         h, m = rep.history[key], keys[key]
-        out.append(svg.trend(h["values"], h["runs"], f"{m.label[:90]}", _unit_fmt(m.unit),
+        out.append(svg.trend(h["values"], h["runs"], clean(shorten(m.label, 90)), _unit_fmt(m.unit),
                              [c["index"] for c in h["change_points"]], [b["index"] for b in h["blips"]],
                              len(rep.candidate_runs)))
         notes = [f"moved {c['shift_pct']:+.2f}% at {c['run_id']} (p = {c['p_value']:.2g})" for c in h["change_points"]]
@@ -130,6 +135,9 @@ def document(rep) -> str:
            "<h1>tracedb regression report</h1>",
            f'<p class="summary {"bad" if found else "good"}" id="headline">{e(headline(rep))}</p>',
            f"<p>{e(rule_text(rep))}</p>", _runs(rep)]
+    if rep.acceptances:
+        out.append("<h2>Accepted changes</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in acceptance_lines(rep))
+                   + "</ul>")
     if found:
         out.append("<h2>Findings</h2><ol class=\"findings\">")
         out += [_finding(m) for m in found[: rep.max_findings]]
@@ -138,7 +146,8 @@ def document(rep) -> str:
             out.append(f"<p>… and {len(found) - rep.max_findings} more regressions in the tables below.</p>")
     out += ["<h2>Changes against the noise</h2>", _bars(rep),
             '<p class="legend">Red: regression; green: improvement; orange: host-bound (the GPU waited for the '
-            "host; not gating without --gate-host); grey: within the noise or below the practical minimum.</p>"]
+            "host; not gating without --gate-host); blue: accepted; grey: within the noise or below the "
+            "practical minimum.</p>"]
     if rep.history:
         out += [f"<h2>History: {len(rep.baseline_runs) + len(rep.candidate_runs)} runs</h2>", _trends(rep)]
     out.append(_details(rep))
@@ -147,16 +156,20 @@ def document(rep) -> str:
 
 
 def _runs(rep) -> str:
-    rows = ["<table><thead><tr><th>side</th><th>run</th><th>model</th><th>commit</th><th>hardware</th>"
-            "<th>started_at</th></tr></thead><tbody>"]
+    """The runs compared, in full (never folded away, names never cut)."""
+    rows = ["<h2>Runs compared</h2><table><thead><tr><th>side</th><th>run</th><th>model</th><th>commit</th>"
+            "<th>hardware</th><th>started_at</th></tr></thead><tbody>"]
     for side, runs in (("baseline", rep.baseline_runs), ("candidate", rep.candidate_runs)):
         for r in runs:
             when = r.started_at.isoformat(sep=" ", timespec="seconds") if r.started_at else ""
             cells = [side, r.run_id, r.model, r.commit, r.hardware, when]
-            rows.append("<tr>" + "".join(f"<td>{escape(c or '')}</td>" for c in cells) + "</tr>")
+            rows.append("<tr>" + "".join(f'<td{" class=run" if i == 1 else ""}>{escape(c or "")}</td>'
+                                         for i, c in enumerate(cells)) + "</tr>")
     rows.append("</tbody></table>")
-    return f"<details><summary>Runs compared: {len(rep.baseline_runs)} baseline, {len(rep.candidate_runs)} candidate" \
-           f"</summary>{''.join(rows)}</details>"
+    if rep.earlier_runs:
+        rows.append(f"<p>{len(rep.earlier_runs)} earlier runs searched for the baseline's regime: "
+                    f"{escape(', '.join(r.run_id for r in rep.earlier_runs))}.</p>")
+    return "".join(rows)
 
 
 def _details(rep) -> str:

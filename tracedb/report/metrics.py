@@ -22,6 +22,7 @@ entirely makes the metric "not comparable" instead.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -35,13 +36,40 @@ from tracedb.report.stats import Settings, Side, Test, compare
 DEVICE_STEP, KERNEL_TIME, KERNEL_SET, KERNEL, BUSY, BUSY_SHARE, COPY, PEAK, PEAK_REPORTED, HOST_STEP, OP_TYPE = (
     "device_step_time", "gpu_kernel_time", "kernel_set", "kernel", "gpu_busy_time", "gpu_busy_share",
     "copy_bytes", "peak_memory", "peak_memory_reported", "host_step_time", "cpu_op_type")
-TITLES = {
-    DEVICE_STEP: "device step time", KERNEL_TIME: "GPU kernel time per step", KERNEL_SET: "new/vanished kernels",
-    KERNEL: "kernel time per step", BUSY: "GPU busy time per step", BUSY_SHARE: "GPU busy share",
-    COPY: "copy bytes per step", PEAK: "peak memory (replayed)", PEAK_REPORTED: "peak memory (allocator)",
-    HOST_STEP: "host step time", OP_TYPE: "CPU op time per step",
+RANK_KERNEL_TIME = "rank_kernel_time"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What the report knows of a metric kind. `family` decides its significance level:
+    "headline" and "device" metrics (one per device) keep the confidence level; "many"
+    (one per kernel, op type or rank: hundreds a report) are tested together at the
+    false-discovery rate (Benjamini-Hochberg, evaluate.py). A new kind (MFU, say) is one
+    entry here plus its samples in `collect`."""
+
+    title: str
+    family: str = "device"  # headline | device | many
+    host: bool = False  # host-side: gates only with gate_host
+    worse_when_lower: bool = False  # a busy share, an MFU: lower is worse
+    gates: bool = True  # by default (settings `gating` overrides per kind)
+
+
+KINDS: dict[str, Kind] = {
+    DEVICE_STEP: Kind("device step time", "headline"),
+    KERNEL_TIME: Kind("GPU kernel time per step", "headline"),
+    KERNEL_SET: Kind("new/vanished kernels"),
+    KERNEL: Kind("kernel time per step", "many"),
+    BUSY: Kind("GPU busy time per step", gates=False),  # decides whether a step time change is the device's
+    BUSY_SHARE: Kind("GPU busy share", worse_when_lower=True),
+    COPY: Kind("copy bytes per step"),
+    PEAK: Kind("peak memory (replayed)", "headline"),
+    PEAK_REPORTED: Kind("peak memory (allocator)", "headline"),
+    HOST_STEP: Kind("host step time", host=True),
+    OP_TYPE: Kind("CPU op time per step", "many", host=True),
+    RANK_KERNEL_TIME: Kind("compute kernel time per step of a rank", "many"),
 }
-HOST_KINDS = (HOST_STEP, OP_TYPE)
+TITLES = {k: v.title for k, v in KINDS.items()}
+HOST_KINDS = tuple(k for k, v in KINDS.items() if v.host)
 
 
 @dataclass
@@ -130,24 +158,37 @@ class _Collector:
         getattr(m, side).runs[run] = [float(v) for v in values]
 
 
-def collect(con: duckdb.DuckDBPyConnection, sides: dict[str, list[str]]) -> list[Metric]:
-    """Every metric's samples for the runs of both sides ({'base': [...], 'cand': [...]})."""
+def collect(con: duckdb.DuckDBPyConnection, sides: dict[str, list[str]], settings: Settings | None = None) -> list[Metric]:
+    """Every metric's samples for the runs of both sides ({'base': [...], 'cand': [...]});
+    kernels and op types that `settings.ignore` names (globs) are left out."""
     col = _Collector()
+    ignore = tuple(settings.ignore) if settings else ()
     for side, runs in sides.items():
         for run in runs:
-            _gpu(con, col, side, run)
+            _gpu(con, col, side, run, ignore)
             _memory(con, col, side, run)
-            _host(con, col, side, run)
+            _host(con, col, side, run, ignore)
     return list(col.metrics.values())
 
 
-def _gpu(con, col: _Collector, side: str, run: str) -> None:
+def ignored(name: str, patterns: tuple) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _communication(name: str) -> bool:
+    """A collective's kernel: a rank waits for the others inside it."""
+    return "nccl" in name.lower() or "rccl" in name.lower()
+
+
+def _gpu(con, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
     by_device = defaultdict(list)
     for r in _run(con, "gpu_busy_idle", run_id=run):
         by_device[r["device"]].append(r)
     kernel_rows = defaultdict(list)
     for r in _run(con, "kernel_steps", run_id=run):
         kernel_rows[r["device"]].append(r)
+    compute: dict = defaultdict(lambda: defaultdict(float))  # rank -> step -> kernel ns without collectives
+    rank_steps: dict = defaultdict(dict)  # rank -> its steps, in order -> its (first) device
     for device, rows in by_device.items():
         rows = _steps(rows)
         steps = [(r["rank"], r["step"]) for r in rows]
@@ -158,20 +199,34 @@ def _gpu(con, col: _Collector, side: str, run: str) -> None:
         at = {s: i for i, s in enumerate(steps)}
         total, copies = [0.0] * len(steps), [0.0] * len(steps)
         per_kernel: dict[str, list[float]] = {}
+        launches = 0
+        for r, st in steps:
+            rank_steps[r].setdefault(st, device)
         for k in kernel_rows[device]:
             i = at.get((k["rank"], k["step"]))
-            if i is None:
+            if i is None or ignored(k["name"], ignore):
                 continue
             if k["kind"] == "kernel":
                 total[i] += k["total_ns"]
+                launches += k["instances"]
                 per_kernel.setdefault(k["name"], [0.0] * len(steps))[i] += k["total_ns"]
+                if not _communication(k["name"]):
+                    compute[k["rank"]][k["step"]] += k["total_ns"]
             elif k["kind"] == "memcpy":
                 copies[i] += k["total_bytes"] or 0
         col.add(side, run, KERNEL_TIME, device, "", "ns", total)
         col.add(side, run, COPY, device, "", "bytes", copies)
         for name, values in per_kernel.items():
             col.add(side, run, KERNEL, device, name, "ns", values)
-        col.metrics[(device, KERNEL_TIME, "")].extra.setdefault("steps", {})[run] = len(steps)
+        kt = col.metrics[(device, KERNEL_TIME, "")]
+        kt.extra.setdefault("steps", {})[run] = len(steps)
+        kt.extra.setdefault("launches", {})[run] = launches / max(len(steps), 1)
+    ranks = sorted(r for r in rank_steps if r is not None)
+    if len(ranks) >= 2:  # per rank: its compute kernels, so a straggler is not hidden by the others' waits
+        for rank in ranks:
+            order = list(rank_steps[rank])
+            col.add(side, run, RANK_KERNEL_TIME, rank_steps[rank][order[0]], f"rank {rank}", "ns",
+                    [compute[rank][st] for st in order])
 
 
 def _memory(con, col: _Collector, side: str, run: str) -> None:
@@ -183,13 +238,15 @@ def _memory(con, col: _Collector, side: str, run: str) -> None:
             col.add(side, run, PEAK_REPORTED, r["device"], name, "bytes", [r["reported_peak_bytes"]])
 
 
-def _host(con, col: _Collector, side: str, run: str) -> None:
+def _host(con, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
     steps = [r for r in _run(con, "step_times", run_id=run) if r["host_step_ns"] is not None]
     numbered = [r for r in steps if r["step"] is not None]
     if numbered:
         col.add(side, run, HOST_STEP, "host", "", "ns", [r["host_step_ns"] for r in numbered])
     n = len(numbered) or 1
     for r in _run(con, "op_type_time", run_id=run):
+        if ignored(r["op_type"] or "(none)", ignore):
+            continue
         col.add(side, run, OP_TYPE, "host", f"{r['op_type'] or '(none)'} ({r['device']})", "ns", [r["total_ns"] / n])
 
 
@@ -216,31 +273,44 @@ def fill_zeros(metrics: list[Metric]) -> None:
                 runs.setdefault(run, [0.0] * n)
 
 
+def _side_runs(m: Metric, side: str, runs) -> dict[str, list[float]]:
+    """A kernel's samples in these runs (its whole baseline, should its own regime have
+    left some out: the kernel set follows the device's GPU kernel time)."""
+    have = m.extra.get("full_base", m.base.runs) if side == "base" else m.cand.runs
+    return {r: have[r] for r in runs if r in have}
+
+
 def kernel_sets(metrics: list[Metric], settings: Settings) -> list[Metric]:
     """Per device, one metric for the kernels only one side launched: per step, the time of
-    the candidate's new kernels (candidate) and of the vanished ones (baseline)."""
+    the candidate's new kernels (candidate) and of the vanished ones (baseline). The
+    baseline is the GPU kernel time's (its regime, with a history)."""
     out = []
     totals = {m.device: m for m in metrics if m.kind == KERNEL_TIME}
     for device, total in totals.items():
         if not (total.base and total.cand):
             continue
         kernels = [m for m in metrics if m.kind == KERNEL and m.device == device]
-        new = [m for m in kernels if not any(m.base.samples) and any(m.cand.samples)]
-        gone = [m for m in kernels if any(m.base.samples) and not any(m.cand.samples)]
+        sides = {k.key: {side: _side_runs(k, side, getattr(total, side).runs) for side in ("base", "cand")}
+                 for k in kernels}
+
+        def launched(k, side):
+            return any(x for v in sides[k.key][side].values() for x in v)
+
+        new = [m for m in kernels if not launched(m, "base") and launched(m, "cand")]
+        gone = [m for m in kernels if launched(m, "base") and not launched(m, "cand")]
         if not (new or gone):
             continue
         s = Metric(KERNEL_SET, device, "", "ns")
         for side, group in (("base", gone), ("cand", new)):
-            for run, n in total.extra.get("steps", {}).items():
-                if run in getattr(total, side).runs:
-                    per_step = [getattr(k, side).runs[run] for k in group]
-                    getattr(s, side).runs[run] = [sum(col) for col in zip(*per_step)] if per_step \
-                        else [0.0] * len(getattr(total, side).runs[run])
+            for run, steps in getattr(total, side).runs.items():
+                per_step = [sides[k.key][side].get(run) or [0.0] * len(steps) for k in group]
+                getattr(s, side).runs[run] = [sum(col) for col in zip(*per_step)] if per_step else [0.0] * len(steps)
         for key, group, side in (("new", new, "cand"), ("vanished", gone, "base")):
             ref = getattr(total, side).mean or 1.0
-            listed = sorted(group, key=lambda m: -(getattr(m, side).mean or 0))
-            s.extra[key] = [{"name": m.name, "ns_per_step": getattr(m, side).mean,
-                             "share_pct": 100.0 * (getattr(m, side).mean or 0) / ref} for m in listed]
+            means = {k.key: Side(sides[k.key][side]).mean or 0.0 for k in group}
+            listed = sorted(group, key=lambda m: -means[m.key])
+            s.extra[key] = [{"name": m.name, "ns_per_step": means[m.key],
+                             "share_pct": 100.0 * means[m.key] / ref} for m in listed]
             s.extra[key + "_listed"] = [k for k in s.extra[key] if k["share_pct"] >= settings.min_kernel_share]
         out.append(s)
     return out

@@ -102,5 +102,17 @@ def select_sides(
     return base, cand
 
 
+def earlier(con: duckdb.DuckDBPyConnection, base: list[RunInfo], n: int, baseline: list[str] = (),
+            baseline_labels: list[str] = (), labels: list[str] = ()) -> list[RunInfo]:
+    """Up to `n` runs before the first baseline run, from the pool `--history` picks from:
+    where the baseline rule looks for the regime when the N runs lie all after a change."""
+    if n <= 0 or not base:
+        return []
+    pool = (_select(con, list(baseline), [*labels, *baseline_labels]) if (baseline or baseline_labels)
+            else _select(con, [], list(labels)))
+    first = min(order(r) for r in base)
+    return [r for r in pool if order(r) < first][-n:]
+
+
 def order(r: RunInfo) -> tuple:
     return (r.started_at or r.ingested_at, r.run_id)

@@ -27,18 +27,23 @@ and the report says so.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
+
+
+TESTS = ("t", "mann-whitney")
 
 
 @dataclass
 class Settings:
-    """The knobs, with the defaults a nightly job starts from."""
+    """The knobs, with the defaults a nightly job starts from (also read from a file:
+    tracedb.report.config)."""
 
-    confidence: float = 0.99  # two-sided, for the delta's confidence interval
+    confidence: float = 0.99  # two-sided, for the delta's confidence interval (headline and device metrics)
+    fdr: float = 0.01  # per-kernel, per-op and per-rank metrics: Benjamini-Hochberg false-discovery rate
+    test: str = "t"  # t | mann-whitney (on the per-step samples, as benchstat)
     min_effect_pct: float = 0.5  # times: change of at least this % of the device step time
     min_effect_ns: int = 5_000  # ... and at least this many ns per step
     min_memory_pct: float = 1.0  # sizes (peak memory, copy bytes): at least this % of the baseline
@@ -47,15 +52,36 @@ class Settings:
     top_share: float = 90.0  # gating kernels: the largest ones that make up this % of GPU kernel time
     top: int = 20  # ... at most this many per device
     gate_host: bool = False  # CPU op times, host step time and GPU idle (host-bound) gate too
+    lookback: int = 30  # with --history N: runs before those N searched for the baseline's regime
+    min_effect: dict = field(default_factory=dict)  # metric kind -> its own minimum effect, % (points for shares)
+    gating: dict = field(default_factory=dict)  # metric kind -> gates (True) or is only shown (False)
+    ignore: list = field(default_factory=list)  # glob patterns of kernel / op-type names left out
+    source: str = ""  # the settings file these came from ("" : defaults and options)
 
     def check(self) -> None:
         from tracedb.errors import TracedbError
 
+        def name(key):  # as the user wrote it: a file's key, or the command's option
+            return f"{self.source}: {key}" if self.source else "--" + key.replace("_", "-")
+
         if not 0.5 <= self.confidence < 1:
-            raise TracedbError("--confidence must be in [0.5, 1), e.g. 0.99")
-        if min(self.min_effect_pct, self.min_effect_ns, self.min_memory_pct, self.min_bytes,
-               self.min_kernel_share) < 0 or self.top < 1 or not 0 < self.top_share <= 100:
-            raise TracedbError("thresholds must be >= 0, --top >= 1 and --top-share in (0, 100]")
+            raise TracedbError(f"{name('confidence')} must be in [0.5, 1), e.g. 0.99")
+        if not 0 < self.fdr < 1:
+            raise TracedbError(f"{name('fdr')} must be in (0, 1), e.g. 0.01")
+        if self.test not in TESTS:
+            raise TracedbError(f"{name('test')} must be one of {', '.join(TESTS)}, not {self.test!r}")
+        for key in ("min_effect_pct", "min_effect_ns", "min_memory_pct", "min_bytes", "min_kernel_share"):
+            if getattr(self, key) < 0:
+                raise TracedbError(f"{name(key)} must be >= 0")
+        for kind, v in self.min_effect.items():
+            if v < 0:
+                raise TracedbError(f"{name('min_effect')}.{kind} must be >= 0")
+        if self.lookback < 0:
+            raise TracedbError(f"{name('lookback')} must be >= 0")
+        if self.top < 1:
+            raise TracedbError(f"{name('top')} must be >= 1")
+        if not 0 < self.top_share <= 100:
+            raise TracedbError(f"{name('top_share')} must be in (0, 100]")
 
 
 @dataclass
@@ -66,7 +92,7 @@ class Side:
 
     @property
     def means(self) -> list[float]:
-        return [float(np.mean(v)) for v in self.runs.values() if v]
+        return [math.fsum(v) / len(v) for v in self.runs.values() if v]
 
     @property
     def samples(self) -> list[float]:
@@ -75,7 +101,7 @@ class Side:
     @property
     def mean(self) -> float | None:
         m = self.means
-        return float(np.mean(m)) if m else None
+        return math.fsum(m) / len(m) if m else None
 
     @property
     def spread(self) -> float | None:
@@ -99,7 +125,8 @@ class Test:
     df: float | None
     p: float | None  # two-sided p-value; None when no spread was measured
     noise: float | None  # half-width of the confidence interval of the delta
-    method: str  # "across runs", "within runs (steps)", "no spread", "identical"
+    method: str  # "across runs", "within runs (steps)", "Mann-Whitney U (steps)", "no spread", "identical"
+    q: float | None = None  # Benjamini-Hochberg adjusted p-value (per-kernel/op/rank metrics; evaluate.fdr_adjust)
 
     def significant(self, confidence: float) -> bool:
         if self.delta == 0:
@@ -107,25 +134,51 @@ class Test:
         return self.p is None or self.p < 1 - confidence
 
 
-def compare(base: Side, cand: Side, confidence: float) -> Test:
-    """Candidate mean - baseline mean, with its noise (see the module doc)."""
+def t_p(t: float, df: float) -> float:
+    """Two-sided p-value of Student's t: `scipy.special.stdtr`, the CDF `scipy.stats.t.sf`
+    computes, without the distribution object's ~1 ms of argument checking a call."""
+    return float(2 * special.stdtr(df, -abs(t)))
+
+
+def t_quantile(confidence: float, df: float) -> float:
+    """Half-width factor of the two-sided interval (`scipy.stats.t.ppf`, through stdtrit)."""
+    return float(special.stdtrit(df, 1 - (1 - confidence) / 2))
+
+
+def _var(xs: list[float]) -> float:
+    """Sample variance (ddof 1) in plain Python: for the few dozen values of a metric,
+    ~10x faster than numpy's call overhead."""
+    m = math.fsum(xs) / len(xs)
+    return math.fsum((x - m) * (x - m) for x in xs) / (len(xs) - 1)
+
+
+def _welch(bs: list[float], cs: list[float]) -> tuple[float, float]:
+    """Welch's standard error and Welch-Satterthwaite degrees of freedom (what
+    `scipy.stats.ttest_ind(equal_var=False)` uses, without its overhead: the report runs
+    thousands of these)."""
+    vb, vc = _var(bs) / len(bs), _var(cs) / len(cs)
+    se2 = vb + vc
+    den = (vb * vb / (len(bs) - 1) if vb else 0.0) + (vc * vc / (len(cs) - 1) if vc else 0.0)
+    return math.sqrt(se2), (se2 * se2 / den if den else float(len(bs) + len(cs) - 2))
+
+
+def compare(base: Side, cand: Side, confidence: float, test: str = "t") -> Test:
+    """Candidate mean - baseline mean, with its noise (see the module doc). test
+    "mann-whitney": the p-value is Mann-Whitney U's on the per-step samples (two-sided,
+    `scipy.stats.mannwhitneyu`); the noise band stays the t rule's."""
     bm, cm = base.means, cand.means
-    delta = float(np.mean(cm) - np.mean(bm))
+    delta = math.fsum(cm) / len(cm) - math.fsum(bm) / len(bm)
     options = []  # (se, df, method)
     if len(bm) >= 2:
-        ss = float(np.var(bm, ddof=1)) * (len(bm) - 1)
+        ss = _var(bm) * (len(bm) - 1)
         df = len(bm) - 1
         if len(cm) >= 2:
-            ss += float(np.var(cm, ddof=1)) * (len(cm) - 1)
+            ss += _var(cm) * (len(cm) - 1)
             df += len(cm) - 1
         options.append((math.sqrt(ss / df * (1 / len(bm) + 1 / len(cm))), df, "across runs"))
     bs, cs = base.samples, cand.samples
-    if len(bs) >= 2 and len(cs) >= 2 and (np.ptp(bs) > 0 or np.ptp(cs) > 0):
-        se = math.sqrt(np.var(bs, ddof=1) / len(bs) + np.var(cs, ddof=1) / len(cs))
-        with warnings.catch_warnings():  # near-identical samples: scipy warns, the se above is exact
-            warnings.simplefilter("ignore", RuntimeWarning)
-            res = stats.ttest_ind(cs, bs, equal_var=False)
-        options.append((se, float(res.df), "within runs (steps)"))
+    if len(bs) >= 2 and len(cs) >= 2 and (max(bs) > min(bs) or max(cs) > min(cs)):
+        options.append((*_welch(bs, cs), "within runs (steps)"))
     if not options:
         if len(bs) >= 2 and len(cs) >= 2:  # every sample equal on both sides
             return Test(delta, 0.0, None, 0.0 if delta else 1.0, 0.0, "identical")
@@ -134,6 +187,8 @@ def compare(base: Side, cand: Side, confidence: float) -> Test:
     if se == 0:
         return Test(delta, 0.0, df, 0.0 if delta else 1.0, 0.0, method)
     t = delta / se
-    p = float(2 * stats.t.sf(abs(t), df))
-    noise = float(stats.t.ppf(1 - (1 - confidence) / 2, df) * se)
+    p, noise = t_p(t, df), t_quantile(confidence, df) * se
+    if test == "mann-whitney" and len(bs) >= 2 and len(cs) >= 2:
+        p = float(stats.mannwhitneyu(cs, bs, alternative="two-sided").pvalue)
+        method = "Mann-Whitney U (steps)"
     return Test(delta, se, df, p, noise, method)

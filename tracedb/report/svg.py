@@ -5,10 +5,34 @@ inline SVG in HTML needs none, and the document stays free of URLs."""
 
 from __future__ import annotations
 
-from html import escape
+from html import escape as _escape
+
+from tracedb.report.render import clean
+
+def escape(text) -> str:
+    return _escape(clean(text))
+
 
 COLORS = {"regression": "#c62828", "improvement": "#2e7d32", "host-bound": "#ef6c00",
-          "unchanged": "#78909c", "not comparable": "#b0bec5"}
+          "unchanged": "#78909c", "not comparable": "#b0bec5", "accepted": "#1565c0"}
+CHAR_W = 6.6  # average width of a character at font-size 11, px (for label room)
+
+
+def axis_pct(v: float) -> str:
+    """An axis end in %: 240%, 12%, 2.4%, 0.55%; never 2.4e+02%."""
+    if v >= 100:
+        return f"{v:,.0f}"
+    if v >= 10:
+        return f"{v:.0f}"
+    return f"{v:.2g}"
+
+
+def short(label: str, chars: int) -> str:
+    """A label cut in the middle to `chars`, its start and end kept."""
+    if len(label) <= chars:
+        return label
+    head = (chars - 1) * 2 // 3
+    return label[:head] + "…" + label[len(label) - (chars - 1 - head):]
 BASE, CAND = "#1565c0", "#c62828"
 
 
@@ -18,9 +42,12 @@ def _svg(width: int, height: int, body: list[str], label: str, cls: str) -> str:
 
 
 def _text(x: float, y: float, s: str, anchor: str = "start", size: int = 12, fill: str = "#222",
-          weight: str = "normal") -> str:
+          weight: str = "normal", title: str | None = None, rotate: float = 0) -> str:
+    """A label; `title`: the full text as a tooltip, when `s` is cut."""
+    tip = f"<title>{escape(title)}</title>" if title is not None and title != s else ""
+    turn = f' transform="rotate({rotate:g} {x:.1f} {y:.1f})"' if rotate else ""
     return (f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" font-size="{size}" fill="{fill}" '
-            f'font-weight="{weight}">{escape(s)}</text>')
+            f'font-weight="{weight}"{turn}>{tip}{escape(s)}</text>')
 
 
 def diverging_bars(rows: list[dict], title: str) -> str:
@@ -35,7 +62,8 @@ def diverging_bars(rows: list[dict], title: str) -> str:
             f'<line x1="{x0:.1f}" y1="{top - 6}" x2="{x0:.1f}" y2="{height - 24}" stroke="#444"/>']
     for i, r in enumerate(rows):
         y = top + i * row_h
-        body.append(_text(label_w - 8, y + 16, r["label"], anchor="end"))
+        body.append(_text(label_w - 8, y + 16, short(r["label"], int((label_w - 16) / (CHAR_W * 12 / 11))),
+                          anchor="end", title=r["label"]))
         if r["noise_pct"]:
             n = abs(r["noise_pct"])
             body.append(f'<rect class="noise" x="{sx(-n):.1f}" y="{y + 2}" width="{sx(n) - sx(-n):.1f}" '
@@ -45,8 +73,8 @@ def diverging_bars(rows: list[dict], title: str) -> str:
         body.append(f'<rect class="bar" x="{x:.1f}" y="{y + 7}" width="{max(w, 1):.1f}" height="{row_h - 14}" '
                     f'fill="{COLORS.get(r["status"], "#78909c")}"><title>{escape(r["label"])}: {d:+.2f}%</title></rect>')
         body.append(_text(sx(d) + (6 if d >= 0 else -6), y + 16, f"{d:+.2f}%", anchor="start" if d >= 0 else "end", size=11))
-    body.append(_text(x0 - half, height - 8, f"-{lim:.2g}% (better)", size=11, fill="#555"))
-    body.append(_text(x0 + half, height - 8, f"+{lim:.2g}% (worse)", anchor="end", size=11, fill="#555"))
+    body.append(_text(x0 - half, height - 8, f"-{axis_pct(lim)}% (better)", size=11, fill="#555"))
+    body.append(_text(x0 + half, height - 8, f"+{axis_pct(lim)}% (worse)", anchor="end", size=11, fill="#555"))
     return _svg(width, height, body, title, "bars")
 
 
@@ -54,7 +82,8 @@ def trend(values: list[float], runs: list[str], title: str, unit_fmt, change_poi
           blips: list[int], n_candidate: int) -> str:
     """A metric over the runs, oldest first; change points as dashed lines, blips circled,
     candidate runs in red."""
-    width, height, left, right, top, bottom = 1100, 200, 90, 50, 30, 40
+    longest = min(max(len(r) for r in runs), 28)
+    width, height, left, right, top, bottom = 1100, 200 + int(longest * CHAR_W * 0.6), 90, 50, 30, 40 + int(longest * CHAR_W * 0.6)
     lo, hi = min(values), max(values)
     pad = (hi - lo) * 0.15 or abs(hi) * 0.01 or 1.0
     lo, hi = lo - pad, hi + pad
@@ -71,7 +100,7 @@ def trend(values: list[float], runs: list[str], title: str, unit_fmt, change_poi
         x = (sx(c - 1) + sx(c)) / 2
         body.append(f'<line class="change-point" x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{height - bottom}" '
                     f'stroke="{CAND}" stroke-dasharray="5,4" stroke-width="2"><title>moved at {escape(runs[c])}</title></line>')
-        body.append(_text(x + 4, top + 4, f"moved: {runs[c]}", size=11, fill=CAND))
+        body.append(_text(x + 4, top + 4, f"moved: {short(runs[c], 40)}", size=11, fill=CAND, title=f"moved: {runs[c]}"))
     for i, v in enumerate(values):
         fill = CAND if i >= n - n_candidate else BASE
         body.append(f'<circle cx="{sx(i):.1f}" cy="{sy(v):.1f}" r="4" fill="{fill}"><title>{escape(runs[i])}: '
@@ -81,7 +110,8 @@ def trend(values: list[float], runs: list[str], title: str, unit_fmt, change_poi
                         f'stroke-width="2"><title>blip: {escape(runs[i])}</title></circle>')
     step = max(1, n // 10)
     for i in range(0, n, step):
-        body.append(_text(sx(i), height - bottom + 16, runs[i][-14:], anchor="middle", size=10, fill="#555"))
+        body.append(_text(sx(i), height - bottom + 14, short(runs[i], 28), anchor="end", size=10, fill="#555",
+                          title=runs[i], rotate=-35))
     return _svg(width, height, body, title, "trend")
 
 
@@ -92,7 +122,8 @@ def distribution(base: dict[str, list[float]], cand: dict[str, list[float]], tit
     every = [x for _, _, v in rows for x in v]
     if not every:
         return ""
-    width, left, right, row_h, top = 1100, 200, 30, 18, 30
+    chars = min(max(len(f"{run} (b)") for _, run, _ in rows), 48)
+    width, left, right, row_h, top = 1100, max(200, int(chars * CHAR_W) + 16), 30, 18, 30
     height = top + row_h * len(rows) + 34
     lo, hi = min(every), max(every)
     pad = (hi - lo) * 0.05 or abs(hi) * 0.01 or 1.0
@@ -102,7 +133,8 @@ def distribution(base: dict[str, list[float]], cand: dict[str, list[float]], tit
     for i, (side, run, vals) in enumerate(rows):
         y = top + i * row_h + row_h / 2
         color = BASE if side == "baseline" else CAND
-        body.append(_text(left - 8, y + 4, f"{run} ({side[0]})", anchor="end", size=11, fill=color))
+        body.append(_text(left - 8, y + 4, f"{short(run, chars - 4)} ({side[0]})", anchor="end", size=11, fill=color,
+                          title=f"{run} ({side})"))
         body.append(f'<line x1="{left}" y1="{y:.1f}" x2="{width - right}" y2="{y:.1f}" stroke="#eceff1"/>')
         for v in vals:
             body.append(f'<circle class="sample" cx="{sx(v):.1f}" cy="{y:.1f}" r="3.5" fill="{color}" opacity="0.75">'
