@@ -59,7 +59,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import formats, lake, rollups, schema, storage, timing
+from tracedb import flops, formats, lake, rollups, schema, storage, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks)
 from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
@@ -297,6 +297,7 @@ def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
     for r in ok:
         for k, v in r.metadata.items():
             metadata.setdefault(k, v)
+    metadata.update(flops.device_facts(metadata))  # the GPU model the peak queries look up
     row = {
         "run_id": run.run_id,
         "ingested_at": datetime.now(timezone.utc),
