@@ -336,3 +336,62 @@ def test_every_model_the_code_names_has_datasheet_peaks():
         f"A100 {f} {g}" for f in ("SXM", "PCIe") for g in ("40GB", "80GB")}
     for m in models:
         assert f"('{m}', 'fp32'," in text and f"('{m}', 'bf16'," in text, m
+
+
+def test_migration_fills_old_runs_flops_from_their_stored_columns(tmp_path):
+    """Migration 0010 on the frozen schema-5 lake: the old PyTorch run's nodes get the
+    FLOPs its raw trace gives (the rows kept shapes, dtypes and Concrete Inputs), the
+    same a fresh ingest gives; other tables' files are untouched."""
+    from conftest import data_files
+
+    from tracedb.migrate import migrate_warehouse
+
+    wh = tmp_path / "wh"
+    shutil.copytree(DATA / "frozen_warehouse_schema5", wh)
+    kernels_before = [p for p in data_files(wh) if p.startswith("kernels/")]
+    assert "0010_op_flops" in migrate_warehouse(wh)
+    assert [p for p in data_files(wh) if p.startswith("kernels/")] == kernels_before
+    con = catalog.connect(wh)
+    (source,) = con.execute("SELECT DISTINCT source_file FROM nodes WHERE run_id = 'torch'").fetchone()
+    path = {FP32.name: FP32, BF16.name: BF16}[source]
+    got = {c: (op, f, counted) for c, op, f, counted in con.execute(
+        "SELECT correlation_id, op_type, flops, flops_counted FROM nodes WHERE run_id = 'torch'").fetchall()}
+    n = 0
+    for e in _ops(path):
+        want = _leaf_flops(e)
+        if want is not None and e["name"] in ("aten::mm", "aten::addmm"):
+            assert got[e["args"]["External id"]] == (e["name"], want, True)
+            n += 1
+    assert n > 0
+    step_flops, _ = _raw_step_flops(path)
+    assert con.execute("SELECT sum(flops) FROM nodes WHERE run_id = 'torch' AND flops_counted").fetchone()[0] == \
+        sum(step_flops.values())
+
+
+def test_report_gates_mfu_per_step_and_draws_the_roofline(fleet_warehouse):
+    """The report's MFU per step: one sample per step, the `mfu` query's; on mem512 (the
+    GPU waited for the host: device step time +25%, busy time flat) MFU drops beyond its
+    noise, host-bound by default and a gating regression with gate_host; the HTML draws
+    both sides' kernels under the H200's roofline."""
+    from tracedb.report import Settings, build_report, html
+    from tracedb.report import metrics as M
+
+    days = ["day1", "day2", "day3", "day4"]
+    rep = build_report(fleet_warehouse, days, ["mem512"])
+    mfu = rep.find(M.MFU, M.MFU_DEVICE)
+    for run in days + ["mem512"]:
+        side = mfu.cand if run == "mem512" else mfu.base
+        want = [r["mfu_pct"] for r in run_query("mfu", {"run_id": run}, fleet_warehouse).to_pylist()
+                if r["step"] is not None]
+        assert side.runs[run] == want and len(want) == 5
+    assert mfu.gating and mfu.test.delta < 0 and mfu.status == "host-bound"
+    gated = build_report(fleet_warehouse, days, ["mem512"], settings=Settings(gate_host=True))
+    assert gated.find(M.MFU, M.MFU_DEVICE).status == "regression"
+    assert M.MFU in {m.kind for m in gated.findings}
+    page = html.document(rep)
+    roof = page[page.index('<svg class="chart roofline"'):]
+    roof = roof[:roof.index("</svg>")]
+    points = mfu.extra["roofline"]
+    assert roof.count('<circle class="kernel base"') == len(points["base"]) > 0
+    assert roof.count('<circle class="kernel cand"') == len(points["cand"]) > 0
+    assert "ceiling: 4800 GB/s, 989.5 TFLOP/s" in roof

@@ -54,13 +54,16 @@ NODES = pa.schema(
         _f("input_dtypes", _STRS, "input dtypes"),
         _f("output_shapes", pa.list_(_SHAPE), "output shapes"),
         _f("output_dtypes", _STRS, "output dtypes"),
-        _f("flops", pa.int64(), "floating point operations of the op (the source's own figure, else a rule of tracedb/flops.py; NULL: unknown, counts zero)"),
-        _f("memory_bytes", pa.int64(), "memory traffic, bytes (the source's own figure, else inputs + output x element size)"),
+        # the docs of flops / memory_bytes stay as schema 6 wrote them into the Delta log (a
+        # changed field doc fails the schema merge of migration 0010); flops_rule says more
+        _f("flops", pa.int64(), "floating point operations (MegEngine footprint)"),
+        _f("memory_bytes", pa.int64(), "memory traffic, bytes (MegEngine footprint)"),
         _f("temp_memory_bytes", pa.int64(), "temporary memory, bytes (TF)"),
         _f("persistent_memory_bytes", pa.int64(), "persistent memory, bytes (TF)"),
         _f("correlation_id", pa.int64(), "External id / correlation linking to kernels"),
         _f("params", pa.string(), "further attributes as JSON"),
-        _f("flops_rule", pa.string(), "where `flops` came from: matmul | conv | sdpa (tracedb/flops.py) | reported (the source's own figure)"),
+        _f("flops_rule", pa.string(), "where `flops` (and `memory_bytes`: inputs + output x element size) came from: "
+           "matmul | conv | sdpa (rules of tracedb/flops.py) | reported (the source's own figure); NULL: unknown, counts zero"),
         _f("flops_dtype", pa.string(), "precision of the op's inputs for the datasheet peak: fp32 | bf16 | fp16 | fp8 | fp64 | int8"),
         _f("flops_counted", pa.bool_(), "true: totals count this op's FLOPs; false: an op inside it (same thread) carries them (aten::linear > aten::mm)"),
     ]

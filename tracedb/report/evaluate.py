@@ -22,7 +22,7 @@ from tracedb.report import metrics as M
 from tracedb.report.changepoint import detect
 from tracedb.report.stats import Settings, compare
 
-WORSE_WHEN_LOWER = {M.BUSY_SHARE}
+WORSE_WHEN_LOWER = {M.BUSY_SHARE, M.MFU}
 
 
 def practical_minimum(m: M.Metric, ref_ns: dict[str, float], settings: Settings) -> float:
@@ -95,6 +95,15 @@ def _host_bound(metrics: list[M.Metric], settings: Settings) -> None:
             m.impact_ns = grew
             if not settings.gate_host:
                 m.status = "host-bound"
+    # MFU divides by the device step time: when that grew only because the GPU waited for the
+    # host (and no device's step time regressed otherwise), a lower MFU is the host's too.
+    steps = [m for m in metrics if m.kind == M.DEVICE_STEP]
+    for m in metrics:
+        if m.kind == M.MFU and m.status == "regression" and any(s.status == "host-bound" for s in steps) \
+                and not any(s.status == "regression" for s in steps):
+            m.reason = "the device step time grew while the GPU waited for the host (host-side; gates with --gate-host)"
+            if not settings.gate_host:
+                m.status = "host-bound"
 
 
 def _signed_ns(v: float) -> str:
@@ -120,7 +129,7 @@ def findings(metrics: list[M.Metric]) -> list[M.Metric]:
 
 def _order(m: M.Metric) -> tuple:
     kinds = [M.DEVICE_STEP, M.KERNEL_TIME, M.KERNEL_SET, M.KERNEL, M.COPY, M.PEAK_REPORTED, M.PEAK,
-             M.BUSY_SHARE, M.BUSY, M.HOST_STEP, M.OP_TYPE]
+             M.BUSY_SHARE, M.BUSY, M.HOST_STEP, M.OP_TYPE, M.MFU]
     return (kinds.index(m.kind), m.device, m.name)
 
 

@@ -42,6 +42,11 @@ TITLES = {
     HOST_STEP: "host step time", OP_TYPE: "CPU op time per step",
 }
 HOST_KINDS = (HOST_STEP, OP_TYPE)
+# Model FLOPs utilization per step (the `mfu` query, issue 26): pct of the GPU's peak, worse
+# when lower; one sample per (rank, step) of the run, device "all" (a step spans its GPUs).
+MFU = "mfu"
+TITLES[MFU] = "MFU per step"
+MFU_DEVICE = "all"
 
 
 @dataclass
@@ -138,6 +143,7 @@ def collect(con: duckdb.DuckDBPyConnection, sides: dict[str, list[str]]) -> list
             _gpu(con, col, side, run)
             _memory(con, col, side, run)
             _host(con, col, side, run)
+            _mfu(con, col, side, run)
     return list(col.metrics.values())
 
 
@@ -172,6 +178,17 @@ def _gpu(con, col: _Collector, side: str, run: str) -> None:
         for name, values in per_kernel.items():
             col.add(side, run, KERNEL, device, name, "ns", values)
         col.metrics[(device, KERNEL_TIME, "")].extra.setdefault("steps", {})[run] = len(steps)
+
+
+def _mfu(con, col: _Collector, side: str, run: str) -> None:
+    """MFU per step (pct) where the run's FLOPs and its GPU's peak are known, and the run's
+    roofline points (the `roofline` query's kernels) for the HTML chart."""
+    rows = [r for r in _steps(_run(con, "mfu", run_id=run)) if r["mfu_pct"] is not None]
+    if not rows:
+        return
+    col.add(side, run, MFU, MFU_DEVICE, "", "pct", [r["mfu_pct"] for r in rows])
+    points = [r for r in _run(con, "roofline", run_id=run) if r["intensity_flop_per_byte"] and r["achieved_tflops"]]
+    col.metrics[(MFU_DEVICE, MFU, "")].extra.setdefault("roofline", {}).setdefault(side, []).extend(points)
 
 
 def _memory(con, col: _Collector, side: str, run: str) -> None:
