@@ -4,8 +4,9 @@
 rewritten with them filled by `tracedb.flops.annotate_nodes`, the function the readers
 call at ingest: it needs only columns the rows already hold (`op_type`, `input_shapes`,
 `input_dtypes`, the `Concrete Inputs` in `params`, `thread_id`, `start_ns`,
-`duration_ns`), so a PyTorch run ingested before gets the same `flops` and
-`memory_bytes` a re-ingest would give, and MegEngine's footprint its `reported` rule.
+`duration_ns`; a TF node's `inputs` and its producers' `output_shapes`), so a PyTorch or
+TF run ingested before gets the same `flops` and `memory_bytes` a re-ingest would give,
+and MegEngine's footprint its `reported` rule.
 
 Not backfilled (re-ingest the run to get them): the run metadata keys `gpu_name` /
 `gpu_model` / `gpu_memory_bytes_per_s` that the peak lookups read (a run without them

@@ -395,3 +395,60 @@ def test_report_gates_mfu_per_step_and_draws_the_roofline(fleet_warehouse):
     assert roof.count('<circle class="kernel base"') == len(points["base"]) > 0
     assert roof.count('<circle class="kernel cand"') == len(points["cand"]) > 0
     assert "ceiling: 4800 GB/s, 989.5 TFLOP/s" in roof
+
+
+def _tf_raw(scenario_name: str) -> dict[str, tuple[str, list, list]]:
+    """node name -> (op, [input names], [output shapes]) from the raw TF text."""
+    import re
+
+    import rawtrace
+
+    root = rawtrace.parse_pbtxt(rawtrace.scenario(scenario_name).read_text())
+    stats = rawtrace.one(root, "step_stats", root)
+    out = {}
+    for dev in stats["dev_stats"]:
+        if "/stream:" in rawtrace.one(dev, "device"):
+            continue
+        for ns in dev.get("node_stats", []):
+            m = re.search(r"(\S+) = (\w+)\((.*)\)$", rawtrace.one(ns, "timeline_label", ""))
+            shapes = [[rawtrace.one(d, "size") for d in rawtrace.one(rawtrace.one(o, "tensor_description", {}), "shape", {})
+                       .get("dim", [])] for o in ns.get("output", [])]
+            out[rawtrace.one(ns, "node_name")] = (m[2] if m else None,
+                                                 [i.strip() for i in m[3].split(",")] if m and m[3] else [], shapes)
+    return out
+
+
+@pytest.mark.parametrize("scenario_name", ["tf_stepstats_gpu_streams", "tf_runmetadata_text"])
+def test_tf_matmul_and_conv2d_from_their_producers_shapes(tmp_path, scenario_name):
+    """TF nodes keep output shapes only: an input's shape is its producer's output. MatMul:
+    2*M*N*K with K the dimension of `a` that is not M (transposed or not); Conv2D and its
+    gradients: 2 * N*Hout*Wout*Cout * kh*kw*Cin with the filter [kh, kw, Cin, Cout]."""
+    import rawtrace
+
+    raw = _tf_raw(scenario_name)
+
+    def shape(name):
+        node, _, k = name.partition(":")
+        return raw[node][2][int(k or 0)]
+
+    want = {}
+    for name, (op, ins, outs) in raw.items():
+        if op == "MatMul":
+            (m, n), a = outs[0], shape(ins[0])
+            want[name] = 2 * m * n * (a[1] if a[0] == m else a[0])
+        elif op == "Conv2D":
+            kh, kw, cin, cout = shape(ins[1])
+            assert cout in outs[0][1:]
+            want[name] = 2 * math.prod(outs[0]) * kh * kw * cin
+        elif op == "Conv2DBackpropInput":
+            kh, kw, cin, _ = shape(ins[1])
+            want[name] = 2 * math.prod(shape(ins[2])) * kh * kw * cin
+        elif op == "Conv2DBackpropFilter":
+            kh, kw, cin, _ = outs[0]
+            want[name] = 2 * math.prod(shape(ins[2])) * kh * kw * cin
+    wh = tmp_path / "wh"
+    assert ingest([rawtrace.scenario(scenario_name)], wh, run_id="tf").ok
+    got = dict(catalog.connect(wh).execute(
+        "SELECT node_name, flops FROM nodes WHERE flops IS NOT NULL").fetchall())
+    assert got == want
+    assert len(want) == {"tf_stepstats_gpu_streams": 83, "tf_runmetadata_text": 23}[scenario_name]

@@ -23,8 +23,14 @@ profiler's `with_flops`, MegEngine's footprint and XLA's cost analysis all count
              and its flash / efficient / cudnn
              forms (forward)
              their *_backward                      2 * the forward          (4 matmuls instead of 2)
+  matmul     TF MatMul, BatchMatMul(V2, V3)        2*numel(out)*K           K = a[-2]*a[-1] / M (transpose-proof)
+  conv       TF Conv2D, Conv3D                     2*numel(out)*kh*kw*Cin   filter [kh, kw, Cin, Cout] (any data_format)
+             TF Conv2DBackpropInput / Filter       2*numel(dy)*kh*kw*Cin    the forward's FLOPs
   reported   the source's own figure: MegEngine's footprint (`computation`, `memory`), the
              PyTorch profiler's `flops` arg (`with_flops=True`)
+
+A TF node (StepStats / RunMetadata) records only its outputs' shapes: its inputs' shapes
+are its producers' outputs, found by name in the same batch (`inputs`, `name:k`).
 
 Sources: PyTorch `torch/utils/flop_counter.py` (mm_flop, bmm_flop, conv_flop_count,
 sdpa_flop_count, sdpa_backward_flop_count) and ATen's `native_functions.yaml` for the
@@ -41,6 +47,15 @@ once: at the innermost op with FLOPs, which runs in the dtype the kernels use (a
 outer op still has fp32 inputs) and is the op its kernels link to. `flops_counted` is
 false for a row that encloses (same thread, within its start and end) another row of the
 batch with FLOPs, true for the others with FLOPs (untimed ones too).
+
+Not covered yet: XLA's per-op FLOPs (XSpace): the profiles at hand carry no per-op `flops`
+/ `bytes_accessed` stat (XLA's cost analysis lives in the HLO proto of `/host:metadata`,
+which tracedb does not parse); an XSpace run gives its GPU (name, memory bandwidth) to the
+peaks. Shapes from a PyTorch execution trace where the Kineto trace recorded none.
+
+The GPU's peak: `gpu_model` maps the device name a trace gives (Kineto
+`deviceProperties`, XSpace `gpu_device_name`) to a row of the datasheet table
+`sql/metrics/gpu_peaks.sql`, which the `mfu`, `roofline` and `op_flops` queries read.
 
 Unknown ops (no rule, no reported figure) keep `flops` NULL: they count zero, and the
 `flops_unknown_ops` query lists them with the GPU time they launched.
@@ -279,13 +294,100 @@ RULES: dict[str, tuple[str, Callable]] = {
     "aten::_scaled_dot_product_cudnn_attention_backward": ("sdpa", _sdpa(1, 14, factor=2)),
     "aten::_cudnn_attention_backward": ("sdpa", _sdpa(1, 14, factor=2)),
 }
+
+
+# TensorFlow (StepStats / RunMetadata): a node records its output shapes only; its inputs'
+# shapes are its producers' outputs (`inputs` names them, `name:k` the k-th output), looked
+# up in the same batch. Rules of (input shapes, output shapes) -> FLOPs, independent of the
+# transpose / adjoint attributes and of the data format, which the trace does not keep:
+TF_RULES: dict[str, tuple[str, Callable]] = {}
+
+
+def _tf(op_types: tuple[str, ...], rule: str):
+    def register(fn):
+        for op in op_types:
+            TF_RULES[op] = (rule, fn)
+        return fn
+    return register
+
+
+@_tf(("MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"), "matmul")
+def _tf_matmul(ins: list, outs: list) -> int | None:
+    """out[..., M, N]; a holds M*K elements per batch whether transposed or not:
+    2 * numel(out) * K, K = a[-2] * a[-1] / M."""
+    a, out = ins[0], outs[0]
+    if len(a) < 2 or len(out) < 2 or out[-2] <= 0 or (a[-2] * a[-1]) % out[-2]:
+        return None
+    return 2 * _numel(out) * (a[-2] * a[-1] // out[-2])
+
+
+@_tf(("Conv2D", "Conv3D"), "conv")
+def _tf_conv(ins: list, outs: list) -> int | None:
+    """filter [kh, kw, Cin, Cout] (TF's HWIO, any data_format): 2 * numel(out) * kh*kw*Cin."""
+    w = ins[1]
+    return 2 * _numel(outs[0]) * _numel(w[:-1]) if len(w) >= 3 else None
+
+
+@_tf(("Conv2DBackpropInput",), "conv")
+def _tf_conv_input_grad(ins: list, outs: list) -> int | None:
+    """(input_sizes, filter, out_backprop): the forward's FLOPs, 2 * numel(out_backprop) * kh*kw*Cin."""
+    w, dy = ins[1], ins[2]
+    return 2 * _numel(dy) * _numel(w[:-1]) if len(w) >= 3 and dy else None
+
+
+@_tf(("Conv2DBackpropFilter",), "conv")
+def _tf_conv_filter_grad(ins: list, outs: list) -> int | None:
+    """(input, filter_sizes, out_backprop) -> filter [kh, kw, Cin, Cout]: 2 * numel(out_backprop) * kh*kw*Cin."""
+    w, dy = outs[0], ins[2]
+    return 2 * _numel(dy) * _numel(w[:-1]) if len(w) >= 3 and dy else None
+
+
+def tf_op_flops(op_type: str, ins: list, outs: list, dtypes: list | None) -> tuple[int, int | None, str] | None:
+    """(flops, bytes, rule) of a TF node from its inputs' and outputs' shapes, or None."""
+    entry = TF_RULES.get(op_type)
+    if entry is None or not outs or outs[0] is None or any(s is None for s in ins):
+        return None
+    rule, fn = entry
+    try:
+        flops = fn(ins, outs)
+    except (IndexError, TypeError, ZeroDivisionError):
+        return None
+    if flops is None:
+        return None
+    size = ELEMENT_BYTES.get(_first_dtype(dtypes) or "")
+    nbytes = (sum(_numel(t) for t in ins) + sum(_numel(t) for t in outs if t)) * size if size else None
+    return flops, nbytes, rule
+
+
+def _producer_shapes(batch: pa.RecordBatch, inputs: list) -> dict[str, list]:
+    """node name -> its output shapes, for the producers these inputs name (same batch)."""
+    names = sorted({i.split(":")[0] for ins in inputs if ins for i in ins})
+    if not names:
+        return {}
+    hit = pc.indices_nonzero(pc.fill_null(pc.is_in(batch.column("node_name"), value_set=pa.array(names)), False))
+    found = zip(batch.column("node_name").take(hit).to_pylist(), batch.column("output_shapes").take(hit).to_pylist())
+    return {n: shapes for n, shapes in found if shapes}
+
+
+def _input_shapes(inputs: list | None, producers: dict[str, list]) -> list | None:
+    out = []
+    for i in inputs or ():
+        name, _, slot = i.partition(":")
+        shapes = producers.get(name)
+        k = int(slot) if slot.isdigit() else 0
+        if shapes is None or k >= len(shapes):
+            return None
+        out.append(shapes[k])
+    return out or None
+
+
 REPORTED = "reported"
 # Ops whose rule reads `Concrete Inputs` (the others need only shapes and dtypes).
 _CONCRETE = frozenset(op for op, (rule, _) in RULES.items() if rule in ("conv", "sdpa"))
 # Ops the PyTorch profiler gives a `flops` arg with `with_flops=True` (computeFlops in
 # torch/csrc/profiler/util.cpp): conv2d, mm, addmm, bmm, baddbmm, mul, add.
 PROFILER_FLOPS_OPS = ("aten::conv2d", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mul", "aten::add")
-_CANDIDATE_OPS = pa.array(sorted(set(RULES) | set(PROFILER_FLOPS_OPS)), pa.string())
+_CANDIDATE_OPS = pa.array(sorted(set(RULES) | set(PROFILER_FLOPS_OPS) | set(TF_RULES)), pa.string())
 _decode = msgspec.json.decode
 
 
@@ -344,7 +446,12 @@ def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:
            for c in ("op_type", "input_shapes", "input_dtypes", "params", "flops", "memory_bytes", "flops_rule")}
     flops, mem, rule = col["flops"], col["memory_bytes"], col["flops_rule"]
     dtype = [precision(d) for d in col["input_dtypes"]]
+    tf_rows = [j for j, op in enumerate(col["op_type"]) if op in TF_RULES and flops[j] is None]
+    if tf_rows:
+        _tf_rows(batch, take, tf_rows, flops, mem, rule, dtype)
     for j, op in enumerate(col["op_type"]):
+        if op in TF_RULES:
+            continue
         if flops[j] is not None:
             rule[j] = rule[j] or REPORTED
             continue
@@ -363,7 +470,7 @@ def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:
             flops[j], b, rule[j] = r
             mem[j] = mem[j] if mem[j] is not None else b
     out = {"flops": flops, "memory_bytes": mem, "flops_rule": rule, "flops_dtype": dtype,
-           "flops_counted": _counted(batch, take, flops)}
+           "flops_counted": _counted(batch, take, flops, col["op_type"])}
     for name, values in out.items():  # the candidates' values into the column, in row order
         i = names.index(name)
         typ = batch.schema.field(i).type
@@ -372,14 +479,34 @@ def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch
 
 
-def _counted(batch: pa.RecordBatch, take: pa.Array, flops: list) -> list:
+def _tf_rows(batch: pa.RecordBatch, take: pa.Array, rows: list[int], flops: list, mem: list, rule: list,
+             dtype: list) -> None:
+    """FLOPs of the TF candidates (positions `rows` of `take`), their inputs' shapes from
+    their producers' outputs in the batch."""
+    sub = take.take(pa.array(rows, pa.int64()))
+    cols = {c: batch.column(c).take(sub).to_pylist() for c in ("op_type", "inputs", "output_shapes", "output_dtypes")}
+    producers = _producer_shapes(batch, cols["inputs"])
+    for r, j in enumerate(rows):
+        ins = _input_shapes(cols["inputs"][r], producers)
+        if ins is None:
+            continue
+        res = tf_op_flops(cols["op_type"][r], ins, cols["output_shapes"][r], cols["output_dtypes"][r])
+        if res is not None:
+            flops[j], b, rule[j] = res
+            mem[j] = mem[j] if mem[j] is not None else b
+            dtype[j] = dtype[j] or precision(cols["output_dtypes"][r])
+
+
+def _counted(batch: pa.RecordBatch, take: pa.Array, flops: list, ops: list) -> list:
     """Per candidate row: False when it encloses another row with FLOPs of the same thread
-    (that inner op carries them), True otherwise; None where it has no FLOPs."""
+    (that inner op carries them), True otherwise; None where it has no FLOPs. TF nodes do
+    not nest (an executor thread's nodes may overlap in time): always True."""
     tids = batch.column("thread_id").take(take).to_pylist()
     starts = batch.column("start_ns").take(take).to_pylist()
     durs = batch.column("duration_ns").take(take).to_pylist()
     out: list = [None if f is None else True for f in flops]
-    timed = [j for j in range(len(flops)) if flops[j] is not None and starts[j] is not None and durs[j] is not None]
+    timed = [j for j in range(len(flops)) if flops[j] is not None and starts[j] is not None
+             and durs[j] is not None and ops[j] not in TF_RULES]
     # per thread, by start then longest first: a stack of the open rows enclosing the next
     timed.sort(key=lambda j: (tids[j] if tids[j] is not None else -1, starts[j], -durs[j]))
     stack: list[tuple[Any, int, int]] = []  # (thread, end, row)

@@ -231,6 +231,7 @@ def _read_one(job: _Job) -> FileResult:
             res.rows[w.table] += w.rows
         res.written = written
         res.metadata = ctx.metadata
+        res.metadata.update(flops.device_facts(ctx.metadata))  # the GPU model the peak queries look up
         res.warnings = dict(getattr(ctx, "warnings", None) or {})
         if job.rank is not None and "rank" not in ctx.metadata:
             res.metadata["rank"] = job.rank
@@ -297,7 +298,6 @@ def _run_row(run: RunSpec, results: list[FileResult], labels: dict) -> dict:
     for r in ok:
         for k, v in r.metadata.items():
             metadata.setdefault(k, v)
-    metadata.update(flops.device_facts(metadata))  # the GPU model the peak queries look up
     row = {
         "run_id": run.run_id,
         "ingested_at": datetime.now(timezone.utc),
