@@ -31,6 +31,8 @@ BF16 = DATA / "kineto_h200_annotated" / "annotated_h200_bf16.json.gz"
 CNN = DATA / "fleet_dev" / "day1" / "trace.json.gz"
 MEGENGINE = DATA / "megengine_graph_profile" / "004_825e28a4f520ddc2.txt"
 XSPACE = DATA / "xspace_jax_h200" / "jax_h200.xplane.pb"
+NCCL = DATA / "hta_nccl_two_ranks" / "rank-0.json.gz"  # HTA's test trace: mm, addmm and bmm
+MI250 = DATA / "hta_rocm_mi250" / "mi250.json.gz"
 # NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): FP32 67 TFLOPS, BF16 1,979 TFLOPS with
 # sparsity = 989.5 dense.
 H200_PEAK = {"fp32": 67.0, "bf16": 989.5}
@@ -97,7 +99,8 @@ def _leaf_flops(e: dict) -> int | None:
 @pytest.fixture(scope="module")
 def wh(tmp_path_factory) -> Path:
     runs = tmp_path_factory.mktemp("flops_runs")
-    for name, src in (("fp32", FP32), ("bf16", BF16), ("cnn", CNN), ("mge", MEGENGINE), ("jax", XSPACE)):
+    for name, src in (("fp32", FP32), ("bf16", BF16), ("cnn", CNN), ("mge", MEGENGINE), ("jax", XSPACE),
+                      ("nccl", NCCL), ("mi250", MI250)):
         (runs / name).mkdir()
         shutil.copy(src, runs / name / src.name)
     out = tmp_path_factory.mktemp("flops_wh") / "wh"
@@ -114,7 +117,7 @@ def _nodes(wh: Path, run: str) -> dict[int, dict]:
     return {r[0]: dict(zip(cols, r)) for r in cur.fetchall()}
 
 
-@pytest.mark.parametrize("run,path", [("fp32", FP32), ("bf16", BF16), ("cnn", CNN)])
+@pytest.mark.parametrize("run,path", [("fp32", FP32), ("bf16", BF16), ("cnn", CNN), ("nccl", NCCL), ("mi250", MI250)])
 def test_matrix_ops_are_2mnk_of_their_input_dims(wh, run, path):
     got = _nodes(wh, run)
     checked = 0
@@ -132,7 +135,7 @@ def test_matrix_ops_are_2mnk_of_their_input_dims(wh, run, path):
         if out:
             assert row["memory_bytes"] == (sum(math.prod(t) for t in tensors) + math.prod(out)) * size
         checked += 1
-    assert checked == {"fp32": 153, "bf16": 69, "cnn": 15}[run]
+    assert checked == {"fp32": 153, "bf16": 69, "cnn": 15, "nccl": 378, "mi250": 2}[run]
 
 
 def test_linear_and_matmul_count_2mnk_but_leave_the_total_to_their_mm(wh):
