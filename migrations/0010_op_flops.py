@@ -25,7 +25,9 @@ def up(lake) -> None:
 
     lake.ensure_tables()
     migrate.evolve_lake_table(lake, "nodes")
-    migrate.conform_lake_table(lake, "nodes", derive=_annotate)
+    # every file: a migration before this one in the same upgrade (0009) may have given them
+    # the current schema already, with these columns NULL
+    migrate.conform_lake_table(lake, "nodes", derive=_annotate, every=True)
 
 
 def _annotate(table):
