@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
-from conftest import scenario
+from conftest import DATA, scenario
 
 
 # ---- TensorFlow StepStats text ------------------------------------------------------
@@ -317,3 +317,98 @@ def load_json_trace(path) -> dict:
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:
         return json.load(f, parse_float=Decimal)
+
+
+# ---- Nsight Systems SQLite exports: plain sqlite3 queries -----------------------------
+
+NSYS_NVFUSER = DATA / "nsys_nvfuser_h200" / "nvfuser_h200_report1.sqlite"
+NSYS_SAXPY = DATA / "nsys_saxpy_mpi_a100" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+NSYS_COPY_KINDS = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+
+
+def nsys_sql(path, sql: str) -> list[tuple]:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def nsys_base(path) -> int:
+    """Session start, epoch ns: what the export's timestamps count from."""
+    return nsys_sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
+
+
+def nsys_kernels(path) -> list[tuple]:
+    """(device, stream, name, short name, start ns, duration ns, grid, block, registers,
+    shared memory, correlation) of every kernel, absolute times."""
+    base = nsys_base(path)
+    return [(f"GPU:{r[0]}", r[1], r[2], r[3], base + r[4], r[5] - r[4], [r[6], r[7], r[8]], [r[9], r[10], r[11]],
+             r[12], r[13], r[14])
+            for r in nsys_sql(path, """
+                SELECT k.deviceId, k.streamId, d.value, s.value, k.start, k.end, gridX, gridY, gridZ,
+                       blockX, blockY, blockZ, registersPerThread, staticSharedMemory + dynamicSharedMemory,
+                       correlationId
+                FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName
+                JOIN StringIds s ON s.id = k.shortName""")]
+
+
+def nsys_copies(path) -> list[tuple]:
+    """(kind, device, stream, bytes, copy kind, start ns, duration ns) of every memcpy and memset."""
+    base = nsys_base(path)
+    out = [("memcpy", f"GPU:{d}", s, b, NSYS_COPY_KINDS.get(k), base + st, en - st) for d, s, b, k, st, en in
+           nsys_sql(path, "SELECT deviceId, streamId, bytes, copyKind, start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY")]
+    has_memset = nsys_sql(path, "SELECT count(*) FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_MEMSET'")[0][0]
+    if has_memset:
+        out += [("memset", f"GPU:{d}", s, b, None, base + st, en - st) for d, s, b, st, en in
+                nsys_sql(path, "SELECT deviceId, streamId, bytes, start, end FROM CUPTI_ACTIVITY_KIND_MEMSET")]
+    return out
+
+
+def nsys_runtime(path) -> list[tuple]:
+    """(category, name without its _vNNNN suffix, start ns, duration ns, tid, correlation)
+    of every CUDA runtime / driver call (eventClass 67 rows are backtraces of a call)."""
+    base = nsys_base(path)
+    return [("cuda_driver" if cls == 1 else "cuda_runtime", re.sub(r"_v\d{4,}$", "", name), base + st, en - st,
+             gtid % (1 << 24), corr)
+            for cls, name, st, en, gtid, corr in nsys_sql(path, """
+                SELECT eventClass, s.value, start, end, globalTid, correlationId
+                FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+                WHERE eventClass <> 67""")]  # 67: a call's CUDA backtrace record, not a call
+
+
+def nsys_ranges(path) -> list[tuple]:
+    """(name, start ns, duration ns or None, tid, domain name or None) of every NVTX
+    push/pop (59) and start/end (60) range; a range's name is its text or its StringId."""
+    base = nsys_base(path)
+    return [(name, base + st, None if en is None else en - st, gtid % (1 << 24), dom)
+            for name, st, en, gtid, dom in nsys_sql(path, """
+                SELECT coalesce(n.text, s.value), n.start, n.end, n.globalTid,
+                       (SELECT d.text FROM NVTX_EVENTS d WHERE d.eventType = 75 AND d.domainId = n.domainId)
+                FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                WHERE n.eventType IN (59, 60)""")]
+
+
+def nsys_launches(path) -> list[tuple]:
+    """(kernel start ns, correlation, its launch call's start ns, API name, innermost NVTX
+    push/pop range on the call's thread holding the call's start, cut at ', seq = ' etc.)
+    of every kernel, memcpy and memset, by brute force in SQL."""
+    base = nsys_base(path)
+    acts = " UNION ALL ".join(
+        f"SELECT start, correlationId, globalPid FROM {t}" for t in
+        ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"))
+    rows = nsys_sql(path, f"""
+        SELECT a.start, a.correlationId, r.start, s.value,
+               (SELECT coalesce(n.text, ns.value) FROM NVTX_EVENTS n LEFT JOIN StringIds ns ON ns.id = n.textId
+                WHERE n.eventType = 59 AND n.globalTid = r.globalTid AND n.start <= r.start
+                  AND r.start <= coalesce(n.end, 9223372036854775807)
+                ORDER BY n.start DESC, n.end ASC LIMIT 1)
+        FROM ({acts}) a
+        LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r
+          ON r.correlationId = a.correlationId AND r.globalTid / 16777216 = a.globalPid / 16777216
+             AND r.eventClass <> 67
+        LEFT JOIN StringIds s ON s.id = r.nameId""")
+    cut = lambda n: re.split(r", (?:seq|op_id|sizes|stashed seq) = ", n)[0] if n else n  # noqa: E731
+    return [(base + st, corr, None if cs is None else base + cs, name, cut(op)) for st, corr, cs, name, op in rows]

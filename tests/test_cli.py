@@ -76,10 +76,10 @@ def test_ingest_exit_code_is_one_when_a_file_fails(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
     shutil.copy(scenario("node_shape_dump"), runs / "good.txt")
-    (runs / "bad.pb").write_bytes(b"\x0a\xff\xff\xff\x0f truncated")
+    (runs / "bad.json").write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": ')  # claimed, then cut short
     r = runner.invoke(app, ["ingest", str(runs), "-w", str(tmp_path / "wh")])
     assert r.exit_code == 1
-    assert "bad.pb" in r.output and "good: 1/1 files, 178 nodes" in r.output
+    assert "bad.json" in r.output and "good: 1/1 files, 178 nodes" in r.output
 
 
 def test_help_shows_examples():

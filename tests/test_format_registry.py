@@ -50,7 +50,7 @@ def test_real_trace_detected_under_meaningless_name(tmp_path, name):
     assert formats.detect(zipped).NAME == EXPECTED[name]
 
 
-_JSON_FORMATS = {"megengine", "kineto", "chrome_trace"}
+_JSON_FORMATS = {"chakra_et", "megengine", "kineto", "chrome_trace"}
 
 
 def test_every_trace_is_claimed_by_json_formats_or_protobuf_ones_never_both():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -82,16 +83,19 @@ def test_partitions_are_hive_style_and_url_encoded(tmp_path, warehouse):
     assert con.execute("SELECT DISTINCT run_id FROM nodes").fetchall() == [("a b/c",)]
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"", "empty file"),
-    (bytes(range(256)) * 40, "unknown format"),
+@pytest.mark.parametrize("bad,message", [
+    ("json_cut", "truncated"),  # claimed by the JSON reader, cut short
+    ("gzip_cut", "ended before the end-of-stream"),  # a node dump, its gzip cut short
 ])
-def test_bad_files_are_recorded_and_others_land(tmp_path, warehouse, content, message):
-    """A run with a bad file does not land by default (no half run); --partial lands the
-    readable files, marked partial. Other runs of the batch land either way."""
+def test_bad_files_are_recorded_and_others_land(tmp_path, warehouse, bad, message):
+    """A run with a bad file (one a reader claims and fails on: a file no reader claims
+    is skipped, test_run_layouts.py) does not land by default (no half run); --partial
+    lands the readable files, marked partial. Other runs of the batch land either way."""
     run = tmp_path / "runs" / "mixed"
     run.mkdir(parents=True)
     shutil.copy(scenario("node_shape_dump"), run / "a.txt")
+    whole = gzip.compress(scenario("node_shape_dump").read_bytes())
+    content = {"json_cut": b'{"traceEvents": [{"ph": "X", "name": "a", "ts": ', "gzip_cut": whole[:len(whole) // 2]}[bad]
     (run / "b.bin").write_bytes(content)
     shutil.copy(scenario("node_name_list"), tmp_path / "runs" / "other.txt")
     summary = ingest([tmp_path / "runs"], warehouse)
@@ -112,17 +116,19 @@ def test_bad_files_are_recorded_and_others_land(tmp_path, warehouse, content, me
 
 
 def test_run_with_a_failing_file_keeps_its_previous_complete_version(tmp_path, warehouse):
-    """Issue 13 #1: a re-ingest where one file fails (here: unreadable) must not replace a
-    complete run with a partial one."""
+    """Issue 13 #1: a re-ingest where one file fails (here: the TF trace cut in half, still
+    claimed by its reader) must not replace a complete run with a partial one."""
     run = tmp_path / "runs" / "job"
     run.mkdir(parents=True)
     shutil.copy(scenario("node_shape_dump"), run / "a.txt")
     shutil.copy(scenario("tf_stepstats_gpu_streams"), run / "b.txt")
     assert ingest([tmp_path / "runs"], warehouse).ok
     full = counts(warehouse)
-    (run / "b.txt").write_bytes(b"\x00\x01garbage" * 100)
+    text = scenario("tf_stepstats_gpu_streams").read_bytes()
+    (run / "b.txt").write_bytes(text[:len(text) // 2])
     summary = ingest([tmp_path / "runs"], warehouse)
     assert not summary.ok and not summary.runs[0].replaced
+    assert [f.format for f in summary.runs[0].files] == ["node_dump", "tf_stepstats"]
     assert counts(warehouse) == full
 
 
@@ -250,7 +256,9 @@ def test_exclude_skips_non_trace_files(tmp_path, warehouse):
     (run / "README.md").write_text("# notes about this run\n")
     (run / "logs" / "loss.csv").write_text("step,loss\n1,0.5\n")
     (tmp_path / "runs" / "NOTES.md").write_text("not a run\n")
-    assert not ingest([tmp_path / "runs"], tmp_path / "strict").ok  # unknown formats fail by default
+    summary = ingest([tmp_path / "runs"], tmp_path / "strict")  # files no reader claims are skipped
+    assert summary.ok and [(r.run_id, f.rel) for r in summary.runs for f in r.skipped] == [
+        ("NOTES", "NOTES.md"), ("r1", "README.md"), ("r1/logs", "loss.csv")]
     summary = ingest([tmp_path / "runs"], warehouse, exclude=["*.md", "logs/*"])
     assert summary.ok and [r.run_id for r in summary.runs] == ["r1"]
     assert [f.rel for f in summary.runs[0].files] == ["graph.txt"]
@@ -356,7 +364,7 @@ def test_a_worker_reads_without_importing_anything_more(tmp_path):
 
     modules = "sorted({m.split('.')[0] for m in __import__('sys').modules})"  # eval: nothing to unpickle
     path = scenario("kineto_h200_fp32")
-    fmt, err = ing._sniff(path)
+    fmt, err, _ = ing._sniff(path)
     job = ing._Job(path, str(path), path.name, "r", fmt, 0, tmp_path, "i1", "i1-00000", err)
     pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=workers.context())
     try:
@@ -435,7 +443,7 @@ def test_workers_fork_from_the_caller_only_while_it_runs_no_thread_of_its_own(tm
         workers.ForkPoint.prepare()  # first: pyarrow imported before it would import numpy
         from tracedb import ingest as ing
         def kernels(pool):
-            fmt, err = ing._sniff(Path({str(path)!r}))
+            fmt, err, _ = ing._sniff(Path({str(path)!r}))
             job = ing._Job(Path({str(path)!r}), "k", "k", "r", fmt, 0, Path({str(tmp_path)!r}), "i1", "i1-00000", err)
             pool.submit("k", ing._read_one, job, lambda: None)
             return pool.result("k").rows["kernels"]
@@ -480,7 +488,7 @@ def test_a_forked_worker_reads_without_importing_anything_more(tmp_path):
         from tracedb import ingest as ing
         pool = workers.Workers(2)
         modules = "sorted({{m.split('.')[0] for m in __import__('sys').modules}})"
-        fmt, err = ing._sniff(Path({str(path)!r}))
+        fmt, err, _ = ing._sniff(Path({str(path)!r}))
         job = ing._Job(Path({str(path)!r}), "k", "k", "r", fmt, 0, Path({str(tmp_path)!r}), "i1", "i1-00000", err)
         try:
             assert pool.forked
@@ -612,7 +620,7 @@ def test_the_ingest_command_exits_without_teardown_with_its_output_and_status(tm
     assert counts(wh)["nodes"] == 178 + 292
     assert list(mp_tmp.iterdir()) == [], list(mp_tmp.iterdir())  # pymp-* removed by atexit
     (runs / "r2").mkdir()
-    (runs / "r2" / "bad.json").write_text("{not json")
+    (runs / "r2" / "bad.json").write_text('{"traceEvents": [{not json')  # claimed, then fails (no claim: skipped)
     proc = subprocess.run([sys.executable, "-m", "tracedb.cli", "ingest", str(runs), "--warehouse", str(wh),
                            "--jobs", "1"], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1, proc.stderr

@@ -25,9 +25,6 @@ def old_warehouse(tmp_path):
     shutil.copytree(FROZEN, wh)
     return wh
 
-# Migrations after 0008 (each session's schema-7 parts, 0009 onwards): the frozen lakes
-# take them too, after the ones each test names.
-LATER = [f"{m.number:04d}_{m.name}" for m in migrate.discover() if m.number > 8]
 
 def test_migrations_are_numbered_and_discovered_by_sorting():
     found = migrate.discover()
@@ -90,7 +87,7 @@ def test_schema1_warehouse_is_converted_to_delta_lake_in_place(tmp_path):
     with pytest.raises(TracedbError, match="0004_delta_lake"):
         catalog.connect(wh)
     assert catalog_migrate(wh) == ["0004_delta_lake", "0005_pytorch_depth", "0006_rollups", "0007_rollup_collectives",
-                                 "0008_interval_rollups", *LATER]
+                                 "0008_interval_rollups", "0009_execution_traces", "0010_op_flops"]
     con = catalog.connect(wh)
     for table in ("nodes", "kernels", "tensors", "allocations"):
         assert con.execute(f"SELECT run_id, device, count(*) FROM {table} GROUP BY ALL ORDER BY ALL").fetchall() == want[table]
@@ -184,7 +181,7 @@ def test_schema2_lake_gains_the_pytorch_tables_and_columns(tmp_path):
     with pytest.raises(TracedbError, match="0005_pytorch_depth"):
         catalog.connect(wh)
     assert catalog_migrate(wh) == ["0005_pytorch_depth", "0006_rollups", "0007_rollup_collectives",
-                                 "0008_interval_rollups", *LATER]
+                                 "0008_interval_rollups", "0009_execution_traces", "0010_op_flops"]
     con = catalog.connect(wh)
     assert dict(con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1").fetchall()) == before
     assert con.execute("SELECT count(*) FROM kernels WHERE kernel_type IS NULL").fetchone()[0] == 0
@@ -234,7 +231,7 @@ def test_schema3_lake_gains_rollups_that_match_the_raw_queries(tmp_path):
     with pytest.raises(TracedbError, match="0006_rollups"):
         catalog.connect(wh)
     assert catalog_migrate(wh) == ["0006_rollups", "0007_rollup_collectives",
-                                 "0008_interval_rollups", *LATER]
+                                 "0008_interval_rollups", "0009_execution_traces", "0010_op_flops"]
     con = catalog.connect(wh)
     assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
         ("nccl", 2358), ("streams", 755), ("torch", 1202)]
@@ -294,7 +291,7 @@ def test_schema4_lake_gains_the_collectives_rollup(tmp_path):
     with pytest.raises(TracedbError, match="0007_rollup_collectives"):
         catalog.connect(wh)
     before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in ("kernels", "rollup_stream_overlap")}
-    assert catalog_migrate(wh) == ["0007_rollup_collectives", "0008_interval_rollups", *LATER]
+    assert catalog_migrate(wh) == ["0007_rollup_collectives", "0008_interval_rollups", "0009_execution_traces", "0010_op_flops"]
     assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
     con = catalog.connect(wh)
     assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
@@ -383,7 +380,7 @@ def test_schema5_lake_gains_stream_rollup(tmp_path):
     with pytest.raises(TracedbError, match="0008_interval_rollups"):
         catalog.connect(wh)
     before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in ("kernels", "rollup_collectives")}
-    assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
+    assert catalog_migrate(wh) == ["0008_interval_rollups", "0009_execution_traces", "0010_op_flops"]
     assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
     con = catalog.connect(wh)
     got = {(r, f, s): list(v) for r, f, s, *v in con.execute(
@@ -471,7 +468,7 @@ def test_schema5_lake_gains_device_time_rollup(tmp_path):
         catalog.connect(wh)
     tables = ("kernels", "rollup_gpu_busy_idle", "rollup_stream_overlap", "rollup_collectives")
     before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in tables}
-    assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
+    assert catalog_migrate(wh) == ["0008_interval_rollups", "0009_execution_traces", "0010_op_flops"]
     assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in tables} == before
     con = catalog.connect(wh)
     assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
@@ -527,9 +524,9 @@ def test_schema5_lake_gains_the_step_rollup(tmp_path):
     shutil.copytree(FROZEN_SCHEMA5, wh)
     with pytest.raises(TracedbError, match="0008_interval_rollups"):
         catalog.connect(wh)
-    before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/"))
-              for t in ("kernels", "rollup_collectives", "rollup_stream_overlap")}  # nodes: 0010 adds FLOPs
-    assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
+    before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/"))  # (nodes: 0009 adds columns to them)
+              for t in ("kernels", "rollup_collectives", "rollup_stream_overlap")}
+    assert catalog_migrate(wh) == ["0008_interval_rollups", "0009_execution_traces", "0010_op_flops"]
     assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
     con = catalog.connect(wh)
     assert con.execute("SELECT list(DISTINCT run_id ORDER BY run_id), list(DISTINCT device) FROM rollup_step_times"
@@ -579,7 +576,7 @@ def test_schema5_lake_gains_the_launch_rollup(tmp_path):
 
     wh = tmp_path / "wh"
     shutil.copytree(FROZEN_SCHEMA5, wh)
-    assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
+    assert catalog_migrate(wh) == ["0008_interval_rollups", "0009_execution_traces", "0010_op_flops"]
     con = catalog.connect(wh)
     launched = {run: sum(1 for p in paths for k in rawtrace.kineto(rawtrace.load_kineto_json(p)).kernels
                          if k.launch is not None)

@@ -62,12 +62,15 @@ class Warehouse:
     # ---- writing -------------------------------------------------------------------
 
     def discover(self, *paths: str | Path, run_id: str | None = None,
-                 exclude: tuple[str, ...] | list[str] = ()) -> list[RunSpec]:
+                 exclude: tuple[str, ...] | list[str] = (), sniff: bool = False) -> list[RunSpec]:
         """The runs `ingest` would read from `paths` (files, skipped renderings, errors),
-        without reading a trace or touching the warehouse: `tracedb ingest --dry-run`."""
-        from tracedb.discover import discover_runs
+        without reading a trace or touching the warehouse: `tracedb ingest --dry-run`.
+        sniff=True also reads each file's head, to skip the files no reader claims (a
+        README, a log) as the ingest will."""
+        from tracedb.discover import discover_runs, drop_unclaimed
 
-        return discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
+        runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
+        return drop_unclaimed(runs) if sniff else runs
 
     def ingest(self, *paths: str | Path, run_id: str | None = None, jobs: int = 1,
                exclude: tuple[str, ...] | list[str] = (), partial: bool = False,

@@ -87,16 +87,17 @@ def ingest(
                                        help="Parallel reader processes [default: the number of cores]"),
     exclude: List[str] = typer.Option([], "--exclude", "-x", metavar="GLOB", show_default=False,
                                       help="Skip files matching this glob (name or a trailing part of the path), e.g. '*.md'; repeatable"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Only print the runs and files found (and what is skipped); read nothing"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only print the runs and files found (and what is skipped: renderings, files that are no trace); read nothing but each file's head"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors (no progress, no summary)"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print a line per file as it lands"),
     partial: bool = typer.Option(False, "--partial", help="Land a run even when some of its files fail (marked status=partial); "
                                  "by default such a run keeps its previous complete version"),
 ):
     """Ingest traces: every folder that directly holds trace files is a run (id = its path
-    below PATH); XProf sessions are runs; formats are sniffed from content. Shows a
-    progress bar on a terminal, a line per run otherwise, then a summary. Exit 1 when a
-    file failed.
+    below PATH); XProf sessions are runs, or part of the run folder (run.json) around their
+    log dir; formats are sniffed from content, and a file no reader claims (a
+    README, a log) is skipped with a warning. Shows a progress bar on a terminal, a line
+    per run otherwise, then a summary. Exit 1 when a file failed.
 
     Example: tracedb ingest runs/ --warehouse wh --jobs 4 --exclude '*.md'
     Example: tracedb ingest logdir/ --dry-run
@@ -117,7 +118,7 @@ def ingest(
 
     wh = _wh(warehouse)
     if dry_run:
-        for line in found_lines(wh.discover(*paths, run_id=run_id, exclude=exclude)):
+        for line in found_lines(wh.discover(*paths, run_id=run_id, exclude=exclude, sniff=True)):
             typer.echo(line)
         return
     rep = IngestReporter(quiet=quiet, verbose=verbose)

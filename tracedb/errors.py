@@ -19,6 +19,11 @@ class TraceFormatError(TracedbError):
     prefix = ""  # the historical message form: the caller prefixes the file name
 
 
+class NotATraceError(TraceFormatError):
+    """No reader claims the file (empty, or no format tracedb reads): in a run folder it is
+    skipped as a stray file (a README, a log, a config), not a trace that failed."""
+
+
 class WarehouseError(TracedbError):
     """The warehouse, not the source, failed: writing, a missing data file, a full disk."""
 

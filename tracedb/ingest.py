@@ -46,6 +46,21 @@ CLI then exits without the interpreter's teardown (0.12-0.2 s, `cli.main`). A wo
 dies (out-of-memory kill, a crash in native code) costs only the file it was reading:
 the pool is rebuilt, the files it held are re-read one at a time, and the one that kills
 its process again gets a one-line error. Measured with `bench/bench_jobs.py --phases` (see bench/RESULTS.md).
+
+## What is read, and what a run's numbers say
+
+A file that no reader claims (`errors.NotATraceError` from the sniff: a README, a log, a
+config, an empty file) is not read: it is recorded in `files` with status `skipped` and
+its run lands without it (a file named as PATH is the exception: reading it was asked for,
+so it is an error). An ingest in which nothing at all is a trace is a request error, raised
+before the warehouse is opened. Several Kineto traces of one run get their fallback ranks
+(`discover.fallback_ranks`) before they are read, when the ranks the traces name
+themselves are not known yet; when one turns out to take a rank another trace names
+(`distributedInfo`), that trace is read again with a free one (`_rerank`: a run mixing
+named and unnamed ranks, which costs one more read of the unnamed ones). A run's seconds
+(`RunSummary.seconds`, the CLI's per-run line) are the sum of its files' read times,
+measured where each was read: with workers, the caller's wait for a run read while it
+committed the previous ones is near 0 and says nothing.
 """
 
 from __future__ import annotations
@@ -59,10 +74,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import flops, formats, lake, rollups, schema, storage, timing
+from tracedb import etlink, flops, formats, lake, rollups, schema, storage, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
-                              fallback_ranks)
-from tracedb.errors import TracedbError, TraceFormatError, WarehouseError
+                              fallback_ranks, not_a_trace)
+from tracedb.errors import NotATraceError, TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
 from tracedb.store import FileWriter
 from tracedb.validate import Validator
@@ -100,20 +115,27 @@ class FileResult:
     metadata: dict = field(default_factory=dict)
     warnings: dict = field(default_factory=dict)
     warning: str | None = None  # read, but something the user should know (e.g. a guessed rank)
+    skipped: str | None = None  # why it was not read: no reader claims it (a README, a log)
+    own_rank: int | None = None  # the rank the trace itself names (Kineto's distributedInfo)
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def status(self) -> str:
+        return "error" if self.error else "skipped" if self.skipped else "ok"
+
 
 @dataclass
 class RunSummary:
     run_id: str
-    files: list[FileResult]
-    seconds: float
+    files: list[FileResult]  # the files read (or that failed)
+    seconds: float  # reading its files took (the sum over its files, whichever process read them)
     # A problem of the run rather than of one trace: (where, message), e.g. a bad run.json.
     run_error: tuple[str, str] | None = None
     replaced: bool = True  # False: the run kept its previous version (or did not land)
+    skipped: list[FileResult] = field(default_factory=list)  # files no reader claims: not read
 
     @property
     def rows(self) -> dict[str, int]:
@@ -233,6 +255,7 @@ def _read_one(job: _Job) -> FileResult:
         res.metadata = ctx.metadata
         res.metadata.update(flops.device_facts(ctx.metadata))  # the GPU model the peak queries look up
         res.warnings = dict(getattr(ctx, "warnings", None) or {})
+        res.own_rank = ctx.metadata.get("rank")
         if job.rank is not None and "rank" not in ctx.metadata:
             res.metadata["rank"] = job.rank
             res.warning = job.rank_note
@@ -257,34 +280,77 @@ def _store(fn, *args):
                              f"{e.strerror or e} (the source file is not at fault)") from e
 
 
-def _sniff(path: Path) -> tuple[str | None, str | None]:
-    """(format name, None) or (None, the one-line reason no format claims the file)."""
+def _sniff(path: Path) -> tuple[str | None, str | None, bool]:
+    """(format name, None, False), or (None, the one-line reason, whether it is no trace at
+    all: no reader claims it, `NotATraceError`)."""
     try:
-        return formats.detect(path).NAME, None
+        return formats.detect(path).NAME, None, False
+    except NotATraceError as e:
+        return None, str(e), True
     except TraceFormatError as e:
-        return None, str(e)
+        return None, str(e), False
     except OSError as e:
-        return None, f"cannot read: {e.strerror or e}"
+        return None, f"cannot read: {e.strerror or e}", False
 
 
 def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int,
-          sniffed: list[tuple[str | None, str | None]]) -> list[_Job]:
-    """Each file with its sniffed format and its ordinal among the run's files of that format."""
+          sniffed: list[tuple[str | None, str | None, bool]]) -> tuple[list[_Job], list[FileResult]]:
+    """Each file with its sniffed format and its ordinal among the run's files of that
+    format; and the files no reader claims, skipped (unless named as PATH: then the
+    read reports it)."""
     jobs: list[_Job] = []
+    skipped: list[FileResult] = []
     counts: dict[str, int] = {}
-    for i, (path, (fmt, err)) in enumerate(zip(run.files, sniffed)):
+    for i, (path, (fmt, err, unclaimed)) in enumerate(zip(run.files, sniffed)):
         rel = run.rel(path)
+        if unclaimed and not run.named:
+            skipped.append(_skipped(path, rel, not_a_trace(err)))
+            continue
         ordinal = counts.get(fmt, 0) if fmt else 0
         if fmt:
             counts[fmt] = ordinal + 1
         jobs.append(_Job(path, display(path), rel, run.run_id, fmt, ordinal, root, ingest_id,
                          f"{ingest_id}-{start_index + i:05d}", err))
-    # Several PyTorch traces of one run are several processes: each keeps its own rank.
-    kineto = [j for j in jobs if j.format == "kineto"]
-    if len(kineto) > 1:
-        for j, (rank, note) in zip(kineto, fallback_ranks([j.path for j in kineto])):
+    # Several PyTorch (or Nsight Systems) traces of one run are several processes: each
+    # keeps its own rank.
+    for fmt in ("kineto", "nsys"):
+        same = [j for j in jobs if j.format == fmt]
+        if len(same) > 1:
+            for j, (rank, note) in zip(same, fallback_ranks([j.path for j in same])):
+                j.rank, j.rank_note = rank, note
+    return jobs, skipped
+
+
+def _skipped(path: Path, rel: str, why: str) -> FileResult:
+    """A file that is not read, with its size on record (not its hash: a stray file may
+    be a checkpoint of many GB, and hashing it would cost more than the traces' ingest)."""
+    res = FileResult(path=display(path), rel=rel, skipped=why)
+    try:
+        res.size_bytes = path.stat().st_size
+    except OSError:
+        pass
+    return res
+
+
+def _rerank(jobs: list[_Job], results: list[FileResult]) -> list[_Job]:
+    """After a run's reads: the Kineto traces whose fallback rank (given before anything
+    was read, `_plan`) is not the one they get now that the ranks the traces name
+    themselves are known: a fallback never takes a rank another trace of the run names
+    (a trace of another program with `distributedInfo` rank 0 beside one without: the
+    second is not rank 0 too). Returns those jobs with the new rank, to be read again."""
+    kineto = [(j, r) for j, r in zip(jobs, results) if j.rank is not None and r.ok]
+    taken = {r.own_rank for _, r in kineto if r.own_rank is not None}
+    guessed = [(j, r) for j, r in kineto if r.own_rank is None]
+    if not taken or not guessed:
+        return []  # every trace names its rank, or none does: the plan's ranks stand
+    redo = []
+    for (j, r), (rank, note) in zip(guessed, fallback_ranks([j.path for j, _ in guessed], taken)):
+        if rank != j.rank:
             j.rank, j.rank_note = rank, note
-    return jobs
+            redo.append(j)
+        elif r.warning:
+            r.warning = j.rank_note = note  # the same rank, now also clear of the named ones
+    return redo
 
 
 _DIED = ("the worker process reading this file died (killed, e.g. for running out of memory, "
@@ -325,8 +391,8 @@ def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dic
     return {
         "run_id": run_id, "path": r.rel, "size_bytes": r.size_bytes, "sha256": r.sha256,
         "format": r.format,
-        **{f"rows_{t}": r.rows.get(t, 0) if r.ok else None for t in schema.SOURCE_TABLES},
-        "status": "ok" if r.ok else "error", "error": r.error, "seconds": round(r.seconds, 6),
+        **{f"rows_{t}": r.rows.get(t, 0) if r.status == "ok" else None for t in schema.SOURCE_TABLES},
+        "status": r.status, "error": r.error or r.skipped, "seconds": round(r.seconds, 6),
         "ingest_id": ingest_id, "ingested_at": when,
         "metadata": json.dumps(r.metadata, sort_keys=True, default=str) if r.metadata else None,
         "warnings": json.dumps(r.warnings, sort_keys=True) if r.warnings else None,
@@ -367,23 +433,38 @@ def ingest(
             on_plan(runs)
         landing = _Landing(warehouse, on_run)
         ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
-        landing.start()
         planned = _queue(runs, warehouse, ingest_id, pool)
+        _some_trace(paths, planned)  # before the lake is opened: no warehouse made for nothing
+        landing.start()
         rows: list[int] = []  # each run's rows of the tables the metrics read, in landing order
-        for run, run_jobs in planned:
-            start = time.perf_counter()
+        for run, run_jobs, skipped in planned:
             results = []
-            for job in run_jobs:
+            told = [job.rank_note is None for job in run_jobs]  # a guessed rank is told once it is final
+            for job, tell in zip(run_jobs, told):
                 if pool and _roll_up_now(rows, landing.unrolled()) and not pool.ready(job.file_tag):
                     landing.roll_up()  # the caller would only wait: it rolls up the runs read so far meanwhile
                 results.append(pool.result(job.file_tag) if pool else _read_one(job))
-                if on_file:
+                if on_file and tell:
                     on_file(results[-1])
+            for job in _rerank(run_jobs, results):  # read again with a rank no other trace names
+                i = run_jobs.index(job)
+                landing.drop(results[i].written)
+                job.file_tag += "r"
+                results[i] = _read_one(job)
+            for res, tell in zip(results, told):
+                if on_file and not tell:
+                    on_file(res)
+            for res in skipped:
+                if on_file:
+                    on_file(res)
             for where, message in run.errors:  # what discovery could not list
                 results.append(FileResult(path=display(where), rel=run.rel(where), error=message))
                 if on_file:
                     on_file(results[-1])
-            landing.add(run, results, ingest_id, partial, time.perf_counter() - start)
+            etlink.link_run(results, warehouse)  # an execution trace's ops to its Kineto trace's
+            # how long reading it took (by workers, in parallel with other runs): not how
+            # long this process waited for it, which is ~0 for a run read while it committed
+            landing.add(run, results, skipped, ingest_id, partial, sum(r.seconds for r in results))
             rows.append(sum(n for r in results for t, n in r.rows.items() if t in rollups.WHOLE_SOURCES))
             results = []  # the landing's now
         landing.commit()
@@ -400,6 +481,17 @@ def ingest(
     return IngestSummary(warehouse, landing.summaries)
 
 
+def _some_trace(paths: list[Path], planned: list[tuple[RunSpec, list[_Job], list[FileResult]]]) -> None:
+    """TracedbError when nothing found is a trace: every file skipped as no reader claims
+    it, and no run folder (`run.json`) or unreadable folder to report on."""
+    if any(jobs or run.errors or run.labels_file for run, jobs, _ in planned):
+        return
+    skipped = [f for _, _, s in planned for f in s]
+    names = ", ".join(f.rel for f in skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+    raise TracedbError(f"no trace files found in {', '.join(display(Path(p)) for p in paths)}: "
+                       f"no reader claims any of its {len(skipped)} file(s) ({names})")
+
+
 def _roll_up_now(rows: list[int], unrolled: int) -> bool:
     """Whether the last `unrolled` runs read (`rows`: each run's rows of the tables the
     metrics read) make a rollup batch: ROLLUP_EVERY_RUNS runs, or ROLLUP_EVERY_ROWS rows."""
@@ -409,24 +501,24 @@ def _roll_up_now(rows: list[int], unrolled: int) -> bool:
 def _sniff_all(runs: list[RunSpec], pool: workers.Workers | None) -> None:
     """With workers, every sniff is queued at once (a few ms each)."""
     for i, path in enumerate(p for run in runs for p in run.files) if pool else ():
-        pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED))
+        pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED, False))
 
 
 def _queue(runs: list[RunSpec], warehouse: Path | str, ingest_id: str,
-           pool: workers.Workers | None) -> list[tuple[RunSpec, list[_Job]]]:
-    """Each run with its read jobs; with workers, each run's reads are queued as its sniffs
-    (`_sniff_all`) come back."""
+           pool: workers.Workers | None) -> list[tuple[RunSpec, list[_Job], list[FileResult]]]:
+    """Each run with its read jobs and its files skipped as no trace; with workers, each
+    run's reads are queued as its sniffs (`_sniff_all`) come back."""
     planned, index = [], 0
     sniffs = iter(range(sum(len(run.files) for run in runs)))
     for run in runs:
         sniffed = ([pool.result(f"sniff-{next(sniffs):06d}") for _ in run.files] if pool
                    else [_sniff(p) for p in run.files])
-        run_jobs = _plan(run, warehouse, ingest_id, index, sniffed)
-        index += len(run_jobs)
+        run_jobs, skipped = _plan(run, warehouse, ingest_id, index, sniffed)
+        index += len(run.files)
         for j in run_jobs if pool else ():
             pool.submit(j.file_tag, _read_one, j,
                         lambda j=j: FileResult(path=j.display, rel=j.rel, format=j.format, error=_DIED))
-        planned.append((run, run_jobs))
+        planned.append((run, run_jobs, skipped))
     return planned
 
 
@@ -472,28 +564,36 @@ class _Landing:
     def unrolled(self) -> int:
         return len(self.pending) - self.rolled
 
-    def add(self, run: RunSpec, results: list[FileResult], ingest_id: str, partial: bool, seconds: float) -> None:
-        """A run whose files are all read joins the pending group, which commits when full."""
+    def drop(self, written: list[lake.DataFile]) -> None:
+        """Delete files written for a read that is done again (`_rerank`)."""
+        (self.store or lake.Lake(self.warehouse)).discard(written)
+
+    def add(self, run: RunSpec, results: list[FileResult], skipped: list[FileResult], ingest_id: str,
+            partial: bool, seconds: float) -> None:
+        """A run whose files are all read joins the pending group, which commits when full.
+        `skipped`: its files that no reader claims, on record but no part of it; a run of
+        only those (and no run.json) is no run, and no error."""
         labels, label_error = _read_labels(run.labels_file)
         run_error = (f"{run.run_id}/{RUN_LABELS}", label_error) if label_error else None
-        if not run.files and not run.errors:
-            run_error = (display(run.root), "no trace files in this run folder")
+        if not results and (run.labels_file or not skipped):
+            why = f" ({len(skipped)} file(s) skipped: no reader claims them)" if skipped else ""
+            run_error = (display(run.root), "no trace files in this run folder" + why)
         ok = [r for r in results if r.ok]
         when = datetime.now(timezone.utc)
         # A run is replaced only by a complete version (every file read and written,
         # its run.json valid); --partial accepts what is readable, marked as such.
         complete = len(ok) == len(results) and run_error is None
         replace = bool(ok) and (complete or partial)
-        file_rows = [_file_row(r, run.run_id, ingest_id, when) for r in results]
+        file_rows = [_file_row(r, run.run_id, ingest_id, when) for r in results + skipped]
         if label_error:
             file_rows.append(_labels_row(run, label_error, ingest_id, when))
-        if not replace:
+        if not replace and ok:
             (self.store or lake.Lake(self.warehouse)).discard([w for r in ok for w in r.written])
         written = [w for r in ok for w in r.written] if replace else []
         self.pending.append((
             lake.RunCommit({**_run_row(run, results, labels), "status": "complete" if complete else "partial"},
                            written, file_rows, replace=replace, ingest_id=ingest_id),
-            RunSummary(run.run_id, results, seconds, run_error, replace),
+            RunSummary(run.run_id, results, seconds, run_error, replace, skipped),
         ))
         # Runs land in groups: a reader sees whole runs, and a commit (a few Delta
         # commits and a new snapshot) is paid once a group rather than once a run.

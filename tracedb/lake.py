@@ -112,6 +112,15 @@ def delta_schema(table: str) -> pa.Schema:
     return sch if "ingest_id" in sch.names else sch.append(INGEST_ID)
 
 
+# A data table's Delta properties. Readers find a run's live files by the `ingest_id`
+# stats of its add actions (`add_actions`); Delta (and delta-rs reading the log) keeps
+# stats only for a table's first 32 columns unless told otherwise, and `ingest_id` is
+# the last column: a table of more than 32 columns (nodes from schema 7) would lose
+# every file's ingest_id range, so its runs' files would not be live. tracedb writes
+# stats of ingest_id alone (`add_action`), so that is the column named.
+DATA_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": INGEST_ID.name}
+
+
 def file_schema(table: str) -> pa.Schema:
     """What a data file holds: partition columns (run_id, device) live in the path and log."""
     sch = delta_schema(table)
@@ -256,7 +265,8 @@ class Lake:
                 parts = PARTITIONS if table in schema.TABLES else None
                 write_deltalake(self.uri(table), delta_schema(table).empty_table(), mode="ignore",
                                 partition_by=parts, name=table, storage_options=self._opts,
-                                description=schema.TABLE_DOCS.get(table))
+                                description=schema.TABLE_DOCS.get(table),
+                                configuration=DATA_TABLE_PROPERTIES if parts else None)
 
         # in threads (delta-rs releases the GIL): a new lake 50-59 -> 35-37 ms (median of 8,
         # load ~9.5); on object storage each table is several requests

@@ -7,7 +7,7 @@
 - `--quiet`: only errors.
 
 Errors always go to stderr as `error: <file>: <message>`, one line each; warnings (a
-guessed rank) as `warning: ...`.
+guessed rank, a file skipped as no trace) as `warning: ...`.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ class IngestReporter:
     def on_file(self, f) -> None:
         if f.error:
             self._say(f"error: {f.path}: {f.error}", err=True)
+        elif getattr(f, "skipped", None):
+            self._say(f"warning: {f.path}: skipped: {f.skipped}", err=True)
         elif f.warning or getattr(f, "warnings", None) or f.metadata.get("warnings"):
             for text in _warnings(f):
                 self._say(f"warning: {f.path}: {text}", err=True)
@@ -121,8 +123,11 @@ class IngestReporter:
         else:
             rows = sum(sum(r.rows.values()) for r in summary.runs)
             files = sum(len(r.files) for r in summary.runs)
-            print(f"ingested {len(summary.runs)} run(s), {files} file(s), {rows} rows, "
-                  f"{len(summary.errors)} error(s) in {seconds:.1f}s", file=self.out)
+            skipped = sum(len(r.skipped) for r in summary.runs)
+            runs = sum(1 for r in summary.runs if r.files or r.run_error)  # not the folders of only stray files
+            print(f"ingested {runs} run(s), {files} file(s), {rows} rows, "
+                  + (f"{skipped} file(s) skipped as no trace, " if skipped else "")
+                  + f"{len(summary.errors)} error(s) in {seconds:.1f}s", file=self.out)
 
     # ---- helpers ----------------------------------------------------------------------
 
@@ -163,7 +168,12 @@ def _warnings(f) -> list[str]:
 
 
 def run_line(r) -> str:
-    """`run: 2/2 files, 577 nodes, 755 kernels (0.31s)`: a run as it lands."""
+    """`run: 2/2 files, 577 nodes, 755 kernels (0.31s)`: a run as it lands, with the time
+    its files took to read (`RunSummary.seconds`) and the files skipped as no trace."""
+    skipped = getattr(r, "skipped", [])
+    if not r.files and skipped and not r.run_error:
+        return f"{r.run_id}: no trace files, {len(skipped)} skipped: not a run"
     rows = ", ".join(f"{n} {t}" for t, n in r.rows.items() if n)
     ok = sum(1 for f in r.files if f.ok)
-    return f"{r.run_id}: {ok}/{len(r.files)} files, {rows or 'no rows'} ({r.seconds:.2f}s)"
+    extra = f", {len(skipped)} skipped" if skipped else ""
+    return f"{r.run_id}: {ok}/{len(r.files)} files{extra}, {rows or 'no rows'} ({r.seconds:.2f}s)"

@@ -9,8 +9,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 SCHEMA_VERSION = 7  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
-# 5: rollup_collectives (0007); 6: interval rollups (0008); 7: FLOPs and bytes per op on `nodes` (0010: flops_rule,
-# flops_dtype, flops_counted; flops / memory_bytes filled for every format a rule of tracedb/flops.py covers)
+# 5: rollup_collectives (0007); 6: interval rollups (0008); 7: PyTorch execution traces: nodes' rf_id, process_id,
+# op_schema, parent_seq; tensors' storage, strides, producer and consumers (0009);
+# FLOPs and bytes per op on `nodes` (0010: flops_rule, flops_dtype, flops_counted; flops / memory_bytes
+# filled for every format a rule of tracedb/flops.py covers)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -62,6 +64,12 @@ NODES = pa.schema(
         _f("persistent_memory_bytes", pa.int64(), "persistent memory, bytes (TF)"),
         _f("correlation_id", pa.int64(), "External id / correlation linking to kernels"),
         _f("params", pa.string(), "further attributes as JSON"),
+        _f("rf_id", pa.int64(),
+           "PyTorch record-function id (Kineto's `Record function id`, an execution trace's `rf_id`): "
+           "a process's Kineto op and execution-trace op with equal rf_id are the same op"),
+        _f("process_id", pa.int64(), "host process id (Kineto's pid, an execution trace's pid)"),
+        _f("op_schema", pa.string(), "the op's schema, e.g. `aten::mm(Tensor self, Tensor mat2) -> Tensor`"),
+        _f("parent_seq", pa.int64(), "`seq` of the enclosing node (an execution trace's parent node)"),
         _f("flops_rule", pa.string(), "where `flops` (and `memory_bytes`: inputs + output x element size) came from: "
            "matmul | conv | sdpa (rules of tracedb/flops.py) | reported (the source's own figure); NULL: unknown, counts zero"),
         _f("flops_dtype", pa.string(), "precision of the op's inputs for the datasheet peak: fp32 | bf16 | fp16 | fp8 | fp64 | int8"),
@@ -96,7 +104,7 @@ KERNELS = pa.schema(
            "gemm | convolution | attention | elementwise | reduction | communication | memory | other"),
         _f("node_seq", pa.int64(), "`seq` of the launching op's `nodes` row (same run and source_file)"),
         _f("link", pa.string(),
-           "how node_name was found: launch (launch call's innermost enclosing op) | external_id"),
+           "how node_name was found: launch (launch call's innermost enclosing op; nsys: NVTX range) | external_id"),
         _f("external_id", pa.int64(), "the activity's (else its launch call's) External id, as written"),
     ]
     + _TAIL
@@ -117,6 +125,14 @@ TENSORS = pa.schema(
         _f("allocation_id", pa.int64(), "allocation id"),
         _f("ptr", pa.int64(), "device address"),
         _f("params", pa.string(), "further attributes as JSON"),
+        _f("storage_id", pa.int64(), "id of the storage the tensor views (execution trace)"),
+        _f("storage_offset", pa.int64(), "offset into the storage, elements"),
+        _f("numel", pa.int64(), "element count"),
+        _f("element_bytes", pa.int64(), "size of one element, bytes"),
+        _f("strides", _SHAPE, "strides, elements"),
+        _f("node_seq", pa.int64(),
+           "`seq` of the node that wrote this value of the tensor (NULL: written before the trace began)"),
+        _f("consumer_seqs", _SHAPE, "`seq` of each node that read this value (ascending)"),
     ]
     + _TAIL
 )
@@ -162,7 +178,7 @@ RUNTIME_CALLS = pa.schema(
 ANNOTATIONS = pa.schema(
     _COMMON
     + [
-        _f("category", pa.string(), "user_annotation (host range) | gpu_user_annotation (device range)"),
+        _f("category", pa.string(), "user_annotation (host range) | gpu_user_annotation (device range) | nvtx (Nsight Systems NVTX range, its domain in params)"),
         _f("name", pa.string(), "range name (record_function label, ProfilerStep#N, ...)"),
         _f("start_ns", pa.int64(), "start, ns"),
         _f("duration_ns", pa.int64(), "duration, ns"),
@@ -178,7 +194,7 @@ ANNOTATIONS = pa.schema(
 STEPS = pa.schema(
     _COMMON
     + [
-        _f("name", pa.string(), "the step's range name (ProfilerStep#N)"),
+        _f("name", pa.string(), "the step's range name (ProfilerStep#N; nsys: the NVTX range, e.g. step N)"),
         _f("start_ns", pa.int64(), "host span start, ns"),
         _f("duration_ns", pa.int64(), "host span duration, ns"),
         _f("thread_id", pa.int64(), "host thread of the span"),
@@ -418,8 +434,8 @@ FILES = pa.schema(
     ]
     + [_f(f"rows_{t}", pa.int64(), f"rows it gave to `{t}` (NULL on error)") for t in SOURCE_TABLES]
     + [
-        _f("status", pa.string(), "ok | error"),
-        _f("error", pa.string(), "one-line error, when status = error"),
+        _f("status", pa.string(), "ok | error | skipped (no reader claims it: a README, a log; not read)"),
+        _f("error", pa.string(), "one-line error, when status = error; why it was skipped, when skipped"),
         _f("seconds", pa.float64(), "time spent reading it"),
         _f("ingest_id", pa.string(), "ingest that read it"),
         _f("ingested_at", pa.timestamp("us", tz="UTC"), "when it was read"),
@@ -448,7 +464,7 @@ ALL_TABLES: dict[str, pa.Schema] = {**TABLES, **META_TABLES}
 TABLE_DOCS: dict[str, str] = {
     "nodes": "execution of a framework op, or a graph node listed without timing",
     "kernels": "GPU stream activity: kernel, memcpy, memset, with the op that launched it",
-    "tensors": "output tensor of a node: dtype, shape, bytes, allocator",
+    "tensors": "output tensor of a node: dtype, shape, bytes, allocator; from an execution trace, each value of a tensor with the node that wrote it and the nodes that read it",
     "allocations": "allocation / free event, or planned memory chunk",
     "runtime_calls": "CUDA/HIP runtime and driver call: duration, thread, correlation, the kernel it launched",
     "annotations": "user annotation range (record_function) on the host, or its GPU-side range",

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # What the forkserver imports before forking workers: the readers and what they use.
 PRELOAD = ["tracedb.ingest"] + [f"tracedb.formats.{m}" for m in (
-    "tf_stepstats", "megengine", "kineto", "chrome_trace", "xspace", "node_dump", "node_list")]
+    "tf_stepstats", "megengine", "kineto", "chakra_et", "chrome_trace", "nsys", "xspace", "node_dump", "node_list")]
 # Imported first: tells the forkserver's pyarrow that pandas is absent (arrow_without_pandas).
 NO_PANDAS = "tracedb.arrow_no_pandas"
 

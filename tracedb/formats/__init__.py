@@ -12,7 +12,9 @@ format). Moving the JSON formats ahead changes no claim: they claim only a head 
 text starts with `{` or `[` (after whitespace); TF text starts with a field name or a
 `#` comment, and a TF binary head (first byte 0x0A) is claimed only with a `/`-led
 device string at byte 4 or 6, which a JSON head could hold only inside its first key;
-such a head, were it both, went to the JSON reader by fallback before anyway.
+such a head, were it both, went to the JSON reader by fallback before anyway. Nsight
+Systems' SQLite export (and its `.nsys-rep` report) opens with a magic header no other
+format claims; it is sniffed before the TF text reader, which reads text heads.
 
 Fallback (`read`): when the claiming reader yields no rows at all (or fails before
 yielding any), the next format whose `sniff` also claims the file reads it; nothing was
@@ -29,7 +31,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from tracedb.errors import TraceFormatError
+from tracedb.errors import NotATraceError, TraceFormatError
 from tracedb.formats.base import ReadContext, read_head
 
 # Module names under tracedb.formats, most specific first. Adding a format = one module
@@ -37,7 +39,9 @@ from tracedb.formats.base import ReadContext, read_head
 FORMAT_MODULES = [
     "megengine",
     "kineto",
+    "chakra_et",  # after Kineto: a Kineto trace's sniff need not import it (neither claims the other)
     "chrome_trace",
+    "nsys",
     "tf_stepstats",
     "xspace",
     "node_dump",
@@ -77,13 +81,14 @@ def _claiming(head: bytes) -> Iterator[ModuleType]:
 
 
 def detect(path: Path) -> ModuleType:
-    """The format module that claims this file, or TraceFormatError."""
+    """The format module that claims this file; NotATraceError when none does (an empty
+    file, or no format's head), TraceFormatError when the head cannot be read."""
     head = read_head(path)
     if not head.strip():
-        raise TraceFormatError("empty file")
+        raise NotATraceError("empty file")
     for mod in _claiming(head):
         return mod
-    raise TraceFormatError(
+    raise NotATraceError(
         "unknown format (not one of: " + ", ".join(m.NAME for m in all_formats()) + ")"
     )
 

@@ -2,7 +2,8 @@
 
 Every event category lands somewhere:
 - `nodes`: `cpu_op` events (device CPU:0); `correlation_id` = the op's `External id`,
-  input shapes/dtypes from `Input Dims` / `Input type` when shapes were recorded.
+  input shapes/dtypes from `Input Dims` / `Input type` when shapes were recorded,
+  `rf_id` = `Record function id` (the key an execution trace joins on), `process_id` = pid.
 - `kernels`: device activity: `kernel`, `gpu_memcpy`, `gpu_memset` on `GPU:<args.device>`
   (NVIDIA and AMD/HIP alike), MTIA's `mtia_ccp_events` on `MTIA:<device>` (`dma_*` ones
   are copies with `args.size` bytes). A copy without a `bytes` arg (ROCm) takes the byte
@@ -137,7 +138,7 @@ CHUNK_BYTES = 32 << 10
 
 _NODE_COLS = ("device", "device_raw", "rank", "step", "node_name", "op_type", "start_ns",
               "duration_ns", "thread_id", "seq", "input_shapes", "input_dtypes",
-              "correlation_id", "params")
+              "correlation_id", "params", "rf_id", "process_id")
 _KERNEL_COLS = ("device", "device_raw", "rank", "step", "stream", "kind", "name", "node_name",
                 "start_ns", "duration_ns", "bytes", "copy_kind", "correlation_id",
                 "launch_start_ns", "grid", "block", "registers_per_thread",
@@ -551,7 +552,7 @@ class _Index:
         op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
         th_add, seq_add, name_add = op_cols[0].append, op_cols[3].append, op_cols[4].append
         ts_raw, dur_raw, ext_pos = [], [], array("q")  # ext_pos: ops with an int External id
-        tids, shapes, dtypes, exts, params = ([] for _ in range(5))
+        tids, shapes, dtypes, exts, params, rf_ids, pids = ([] for _ in range(7))
         step_ops: list[tuple[int, int, Any, int]] = []  # (op position, N, tid, seq)
         rest: list[tuple[int, dict]] = []
         others: list[tuple[int, dict, Any]] = []  # the X events of `rest`, for pass 1
@@ -607,6 +608,8 @@ class _Index:
                 exts.append(ext)
             else:
                 exts.append(_int(ext))
+            rf_ids.append(_rf_id(args))
+            pids.append(pid if type(pid) is int else None)
             dims = args.get("Input Dims")
             shape = _shapes(dims)
             shapes.append(shape)
@@ -654,7 +657,7 @@ class _Index:
         names = pa.array(self.names, pa.string()).take(_arrow(op_cols[4]))  # one conversion a name
         nodes = {"node_name": names, "op_type": names, "duration_ns": _arrow(durs), "thread_id": tids,
                  "seq": _arrow(op_cols[3]), "input_shapes": shapes, "input_dtypes": dtypes,
-                 "correlation_id": exts, "params": params}
+                 "correlation_id": exts, "params": params, "rf_id": rf_ids, "process_id": pids}
         return self, nodes, rest
 
     def name(self, name: str) -> int:
@@ -982,10 +985,19 @@ def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index, k: int) 
     ext = args.get("External id")
     if ext is None:
         ext = args.get("external id")
+    pid = ev.get("pid")
     return ("CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, dur,
             tid if type(tid) is int else None, i, shapes, _dtypes(args.get("Input type")),
             ext if type(ext) is int else _int(ext),
-            _params(args, known, None if type(tid) is int else {"tid": tid}))
+            _params(args, known, None if type(tid) is int else {"tid": tid}), _rf_id(args),
+            pid if type(pid) is int else None)
+
+
+def _rf_id(args: dict) -> int | None:
+    """The op's `Record function id` (PyTorch 2.1+; also kept in `params`): the key an
+    execution trace's ops join on (`tracedb.formats.chakra_et`)."""
+    rf = args.get("Record function id")
+    return rf if type(rf) is int else None
 
 
 def _launching_op(index: _Index, ext: Any, pos: int | None) -> tuple[tuple[str, int, int] | None, str | None]:
