@@ -342,7 +342,7 @@ def test_every_model_the_code_names_has_datasheet_peaks():
 
 
 def test_migration_fills_old_runs_flops_from_their_stored_columns(tmp_path):
-    """Migration 0010 on the frozen schema-5 lake: the old PyTorch run's nodes get the
+    """Migrations 0009-0010 on the frozen schema-6 lake: the old PyTorch run's nodes get the
     FLOPs its raw trace gives (the rows kept shapes, dtypes and Concrete Inputs), the
     same a fresh ingest gives; other tables' files are untouched."""
     from conftest import data_files
@@ -350,15 +350,15 @@ def test_migration_fills_old_runs_flops_from_their_stored_columns(tmp_path):
     from tracedb.migrate import migrate_warehouse
 
     wh = tmp_path / "wh"
-    shutil.copytree(DATA / "frozen_warehouse_schema5", wh)
+    shutil.copytree(DATA / "frozen_warehouse_schema6", wh)
     kernels_before = [p for p in data_files(wh) if p.startswith("kernels/")]
     assert "0010_op_flops" in migrate_warehouse(wh)
     assert [p for p in data_files(wh) if p.startswith("kernels/")] == kernels_before
     con = catalog.connect(wh)
-    (source,) = con.execute("SELECT DISTINCT source_file FROM nodes WHERE run_id = 'torch'").fetchone()
+    (source,) = con.execute("SELECT DISTINCT source_file FROM nodes WHERE run_id = 'kineto'").fetchone()
     path = {FP32.name: FP32, BF16.name: BF16}[source]
     got = {c: (op, f, counted) for c, op, f, counted in con.execute(
-        "SELECT correlation_id, op_type, flops, flops_counted FROM nodes WHERE run_id = 'torch'").fetchall()}
+        "SELECT correlation_id, op_type, flops, flops_counted FROM nodes WHERE run_id = 'kineto'").fetchall()}
     n = 0
     for e in _ops(path):
         want = _leaf_flops(e)
@@ -367,8 +367,14 @@ def test_migration_fills_old_runs_flops_from_their_stored_columns(tmp_path):
             n += 1
     assert n > 0
     step_flops, _ = _raw_step_flops(path)
-    assert con.execute("SELECT sum(flops) FROM nodes WHERE run_id = 'torch' AND flops_counted").fetchone()[0] == \
+    assert con.execute("SELECT sum(flops) FROM nodes WHERE run_id = 'kineto' AND flops_counted").fetchone()[0] == \
         sum(step_flops.values())
+    # the TF run's MatMuls and MegEngine's footprint, as a fresh ingest gives them
+    assert con.execute("SELECT count(flops), count(*) FROM nodes WHERE run_id = 'tf' AND op_type = 'MatMul'"
+                       ).fetchone() == (83, 83)
+    assert con.execute("SELECT sum(flops), min(flops_rule) FROM nodes WHERE run_id = 'megengine'").fetchone() == (
+        sum(f["computation"] or 0 for f in json.loads(MEGENGINE.read_text())["profiler"]["opr_footprint"].values()),
+        "reported")
 
 
 def test_report_gates_mfu_per_step_and_draws_the_roofline(fleet_warehouse):

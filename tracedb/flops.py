@@ -48,10 +48,15 @@ outer op still has fp32 inputs) and is the op its kernels link to. `flops_counte
 false for a row that encloses (same thread, within its start and end) another row of the
 batch with FLOPs, true for the others with FLOPs (untimed ones too).
 
+An execution trace's ops (rows with `parent_seq`) get their FLOPs too, for the per-op
+view, but never count in totals: the Kineto trace of the same program holds the same ops
+(joined by `rf_id`) and counts them. Using an execution trace's shapes for Kineto ops that
+recorded none is not done yet.
+
 Not covered yet: XLA's per-op FLOPs (XSpace): the profiles at hand carry no per-op `flops`
 / `bytes_accessed` stat (XLA's cost analysis lives in the HLO proto of `/host:metadata`,
 which tracedb does not parse); an XSpace run gives its GPU (name, memory bandwidth) to the
-peaks. Shapes from a PyTorch execution trace where the Kineto trace recorded none.
+peaks.
 
 The GPU's peak: `gpu_model` maps the device name a trace gives (Kineto
 `deviceProperties`, XSpace `gpu_device_name`) to a row of the datasheet table
@@ -469,8 +474,11 @@ def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:
         if r is not None:
             flops[j], b, rule[j] = r
             mem[j] = mem[j] if mem[j] is not None else b
-    out = {"flops": flops, "memory_bytes": mem, "flops_rule": rule, "flops_dtype": dtype,
-           "flops_counted": _counted(batch, take, flops, col["op_type"])}
+    counted = _counted(batch, take, flops, col["op_type"])
+    if "parent_seq" in names:  # an execution trace's op: its Kineto twin (same rf_id) counts it
+        et = batch.column("parent_seq").take(take).is_valid().to_pylist()
+        counted = [False if e and c is not None else c for e, c in zip(et, counted)]
+    out = {"flops": flops, "memory_bytes": mem, "flops_rule": rule, "flops_dtype": dtype, "flops_counted": counted}
     for name, values in out.items():  # the candidates' values into the column, in row order
         i = names.index(name)
         typ = batch.schema.field(i).type
