@@ -75,7 +75,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import etlink, formats, lake, rollups, schema, storage, timing
+from tracedb import etlink, flops, formats, lake, rollups, schema, storage, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks, not_a_trace)
 from tracedb.errors import NotATraceError, TracedbError, TraceFormatError, WarehouseError
@@ -272,6 +272,7 @@ def _read_one(job: _Job) -> FileResult:
             res.rows[w.table] += w.rows
         res.written = written
         res.metadata = ctx.metadata
+        res.metadata.update(flops.device_facts(ctx.metadata))  # the GPU model the peak queries look up
         res.warnings = dict(getattr(ctx, "warnings", None) or {})
         res.own_rank = ctx.metadata.get("rank")
         if job.rank is not None and "rank" not in ctx.metadata:

@@ -191,11 +191,13 @@ def apply(con: duckdb.DuckDBPyConnection, warehouse: Path, migration: Migration)
         raise
 
 
-def conform_lake_table(lake, table: str, derive=None) -> int:
+def conform_lake_table(lake, table: str, derive=None, every: bool = False) -> int:
     """Rewrite every live data file of `table` whose schema differs from the table's
     current one (new columns NULL or filled by `derive(table) -> table`, types cast), in
     one Delta commit that removes the old files and adds the new ones; returns how many
-    files changed. For a migration that adds columns (after `evolve_lake_table`)."""
+    files changed. For a migration that adds columns (after `evolve_lake_table`).
+    every=True: rewrite (and derive) every file, also those an earlier migration of the
+    same upgrade already gave the current schema (its new columns NULL)."""
     import time
 
     import pyarrow as pa
@@ -208,7 +210,7 @@ def conform_lake_table(lake, table: str, derive=None) -> int:
     now = int(time.time() * 1000)
     for r in lake.add_actions(table).to_pylist():
         old = pq.read_table(lake.root / r["path"])
-        if old.schema.equals(target_schema, check_metadata=False):
+        if old.schema.equals(target_schema, check_metadata=False) and not every:
             continue
         cols = [old.column(f.name).cast(f.type) if f.name in old.schema.names else pa.nulls(old.num_rows, f.type)
                 for f in target_schema]

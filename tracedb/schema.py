@@ -11,7 +11,9 @@ import pyarrow as pa
 SCHEMA_VERSION = 7  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
 # 5: rollup_collectives (0007); 6: interval rollups (0008); 7: PyTorch execution traces: nodes' rf_id, process_id,
 # op_schema, parent_seq; tensors' storage, strides, producer and consumers (0009);
-# host step time from the step markers (0010); `acceptances`, the report's accepted changes (0011)
+# host step time from the step markers (0010); `acceptances`, the report's accepted changes (0011);
+# FLOPs and bytes per op on `nodes` (0012: flops_rule, flops_dtype, flops_counted; flops / memory_bytes
+# filled for every format a rule of tracedb/flops.py covers)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -55,6 +57,8 @@ NODES = pa.schema(
         _f("input_dtypes", _STRS, "input dtypes"),
         _f("output_shapes", pa.list_(_SHAPE), "output shapes"),
         _f("output_dtypes", _STRS, "output dtypes"),
+        # the docs of flops / memory_bytes stay as schema 6 wrote them into the Delta log (a
+        # changed field doc fails the schema merge of migration 0010); flops_rule says more
         _f("flops", pa.int64(), "floating point operations (MegEngine footprint)"),
         _f("memory_bytes", pa.int64(), "memory traffic, bytes (MegEngine footprint)"),
         _f("temp_memory_bytes", pa.int64(), "temporary memory, bytes (TF)"),
@@ -67,6 +71,10 @@ NODES = pa.schema(
         _f("process_id", pa.int64(), "host process id (Kineto's pid, an execution trace's pid)"),
         _f("op_schema", pa.string(), "the op's schema, e.g. `aten::mm(Tensor self, Tensor mat2) -> Tensor`"),
         _f("parent_seq", pa.int64(), "`seq` of the enclosing node (an execution trace's parent node)"),
+        _f("flops_rule", pa.string(), "where `flops` (and `memory_bytes`: inputs + output x element size) came from: "
+           "matmul | conv | sdpa (rules of tracedb/flops.py) | reported (the source's own figure); NULL: unknown, counts zero"),
+        _f("flops_dtype", pa.string(), "precision of the op's inputs for the datasheet peak: fp32 | bf16 | fp16 | fp8 | fp64 | int8"),
+        _f("flops_counted", pa.bool_(), "true: totals count this op's FLOPs; false: an op inside it (same thread) carries them (aten::linear > aten::mm)"),
     ]
     + _TAIL
 )

@@ -255,6 +255,8 @@ class BatchBuilder:
             self.rows = []
             if self.table == "kernels":
                 batch = classify_kernels(batch)
+            elif self.table == "nodes":
+                batch = annotate_nodes(batch)
             yield self.table, batch
 
     def _bad_value(self, error: Exception) -> str:
@@ -290,6 +292,13 @@ class BatchBuilder:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+
+def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """FLOPs, bytes and their rule per op (`tracedb.flops`), where a rule or the source gives them."""
+    from tracedb.flops import annotate_nodes as annotate
+
+    return annotate(batch)
 
 
 def classify_kernels(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -113,7 +113,7 @@ import pyarrow.compute as pc
 from msgspec import UNSET
 
 from tracedb.errors import TraceFormatError
-from tracedb.formats.base import BatchBuilder, ReadContext, text_head
+from tracedb.formats.base import BatchBuilder, ReadContext, annotate_nodes, text_head
 from tracedb.formats.jsonstream import (DecodedTrace, EventStream, Ns, decode_structs, dumps_compact,
                                         gc_paused, located, need, num, plain, rows_decoded_once,
                                         us_to_ns)
@@ -841,9 +841,9 @@ def _node_batch(index: _Index, cols: dict[str, Any], base: int, rank: int | None
             "rank": pa.repeat(pa.scalar(rank, pa.int32()), n), "step": _steps_at(index, starts),
             "start_ns": pc.add_checked(_arrow(starts), pa.scalar(base, pa.int64()))}
     schema = BatchBuilder("nodes").schema
-    return pa.RecordBatch.from_arrays(
+    return annotate_nodes(pa.RecordBatch.from_arrays(
         [pa.array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema],
-        schema=schema)
+        schema=schema))
 
 
 def _steps_at(index: _Index, starts: array) -> pa.Array | list:

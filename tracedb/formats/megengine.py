@@ -246,6 +246,7 @@ def _operator_rows(g: _Graph, oid: str, op: dict) -> tuple[dict, list[dict]]:
         "device": normalize(dev_raw), "device_raw": dev_raw, "node_name": name, "op_type": typ,
         "seq": g.seq_of.get(oid), "inputs": [var_name(v) for v in ins],
         "outputs": [var_name(v) for v in outs],
+        "input_dtypes": [g.vars.get(v, _EMPTY_VAR)[3] for v in ins],  # the FLOPs' precision (tracedb.flops)
     }
     params: dict[str, Any] = {"id": oid, "input_vars": ins, "output_vars": outs}
     host = g.host.get(oid)
@@ -265,7 +266,7 @@ def _operator_rows(g: _Graph, oid: str, op: dict) -> tuple[dict, list[dict]]:
     kerns = [{
         "device": normalize(comp_node), "device_raw": comp_node, "kind": "kernel",
         "name": typ, "node_name": name, "start_ns": start, "duration_ns": dur, "kern_ns": kern,
-        "params": json.dumps({"operator_id": oid}),
+        "node_seq": row["seq"], "params": json.dumps({"operator_id": oid}),
     } for comp_node, start, dur, kern in timings]
     return row, kerns
 

@@ -156,6 +156,15 @@ def _host_bound(metrics: list[M.Metric], settings: Settings) -> None:
             m.impact_ns = grew
             if not settings.gate_host:
                 m.status = "host-bound"
+    # MFU divides by the device step time: when that grew only because the GPU waited for the
+    # host (and no device's step time regressed otherwise), a lower MFU is the host's too.
+    steps = [m for m in metrics if m.kind == M.DEVICE_STEP]
+    for m in metrics:
+        if m.kind == M.MFU and m.status == "regression" and any(s.status == "host-bound" for s in steps) \
+                and not any(s.status == "regression" for s in steps):
+            m.reason = "the device step time grew while the GPU waited for the host (host-side; gates with --gate-host)"
+            if not settings.gate_host:
+                m.status = "host-bound"
 
 
 def _stragglers(metrics: list[M.Metric]) -> None:

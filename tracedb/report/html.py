@@ -150,9 +150,22 @@ def document(rep) -> str:
             "practical minimum.</p>"]
     if rep.history:
         out += [f"<h2>History: {len(rep.baseline_runs) + len(rep.candidate_runs)} runs</h2>", _trends(rep)]
+    out.append(_roofline(rep))
     out.append(_details(rep))
     out.append("</body></html>")
     return "\n".join(x for x in out if x) + "\n"
+
+
+def _roofline(rep) -> str:
+    """The kernels of both sides on the roofline of the candidate's GPU (the `roofline` query)."""
+    m = next((m for m in rep.metrics if m.kind == M.MFU and m.extra.get("roofline")), None)
+    if m is None:
+        return ""
+    points = m.extra["roofline"]
+    ref = next((p for side in ("cand", "base") for p in points.get(side, []) if p["peak_tflops"]), None)
+    peak, bw = (ref["peak_tflops"], ref["peak_gbps"]) if ref else (None, None)
+    return "<h2>Roofline</h2>" + svg.roofline(points, peak, bw, "Kernels: achieved TFLOP/s against arithmetic "
+                                                  "intensity (line: the GPU's roofline; blue baseline, red candidate)")
 
 
 def _runs(rep) -> str:

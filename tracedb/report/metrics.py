@@ -37,6 +37,10 @@ DEVICE_STEP, KERNEL_TIME, KERNEL_SET, KERNEL, BUSY, BUSY_SHARE, COPY, PEAK, PEAK
     "device_step_time", "gpu_kernel_time", "kernel_set", "kernel", "gpu_busy_time", "gpu_busy_share",
     "copy_bytes", "peak_memory", "peak_memory_reported", "host_step_time", "cpu_op_type")
 RANK_KERNEL_TIME = "rank_kernel_time"
+# Model FLOPs utilization per step (the `mfu` query, issue 26): pct of the GPU's peak, worse
+# when lower; one sample per (rank, step) of the run, device "all" (a step spans its GPUs).
+MFU = "mfu"
+MFU_DEVICE = "all"
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ KINDS: dict[str, Kind] = {
     HOST_STEP: Kind("host step time", host=True),
     OP_TYPE: Kind("CPU op time per step", "many", host=True),
     RANK_KERNEL_TIME: Kind("compute kernel time per step of a rank", "many"),
+    MFU: Kind("MFU per step", "headline", worse_when_lower=True),
 }
 TITLES = {k: v.title for k, v in KINDS.items()}
 HOST_KINDS = tuple(k for k, v in KINDS.items() if v.host)
@@ -168,6 +173,7 @@ def collect(con: duckdb.DuckDBPyConnection, sides: dict[str, list[str]], setting
             _gpu(con, col, side, run, ignore)
             _memory(con, col, side, run)
             _host(con, col, side, run, ignore)
+            _mfu(con, col, side, run)
     return list(col.metrics.values())
 
 
@@ -227,6 +233,17 @@ def _gpu(con, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
             order = list(rank_steps[rank])
             col.add(side, run, RANK_KERNEL_TIME, rank_steps[rank][order[0]], f"rank {rank}", "ns",
                     [compute[rank][st] for st in order])
+
+
+def _mfu(con, col: _Collector, side: str, run: str) -> None:
+    """MFU per step (pct) where the run's FLOPs and its GPU's peak are known, and the run's
+    roofline points (the `roofline` query's kernels) for the HTML chart."""
+    rows = [r for r in _steps(_run(con, "mfu", run_id=run)) if r["mfu_pct"] is not None]
+    if not rows:
+        return
+    col.add(side, run, MFU, MFU_DEVICE, "", "pct", [r["mfu_pct"] for r in rows])
+    points = [r for r in _run(con, "roofline", run_id=run) if r["intensity_flop_per_byte"] and r["achieved_tflops"]]
+    col.metrics[(MFU_DEVICE, MFU, "")].extra.setdefault("roofline", {}).setdefault(side, []).extend(points)
 
 
 def _memory(con, col: _Collector, side: str, run: str) -> None:

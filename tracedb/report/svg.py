@@ -149,3 +149,43 @@ def distribution(base: dict[str, list[float]], cand: dict[str, list[float]], tit
     body.append(_text(left, height - 10, unit_fmt(lo + pad), size=11, fill="#555"))
     body.append(_text(width - right, height - 10, unit_fmt(hi - pad), anchor="end", size=11, fill="#555"))
     return _svg(width, height, body, title, "dist")
+
+
+def roofline(points: dict[str, list[dict]], peak_tflops: float | None, peak_gbps: float | None, title: str) -> str:
+    """Log-log roofline: x arithmetic intensity (FLOP/byte), y achieved TFLOP/s; the ceiling
+    min(peak, intensity x bandwidth) as a line; each kernel of the `roofline` query a dot
+    (baseline blue, candidate red), its title the kernel and figures."""
+    import math
+
+    width, height, left, right, top, bottom = 1100, 360, 80, 30, 30, 44
+    allp = [p for side in points.values() for p in side]
+    xs = [p["intensity_flop_per_byte"] for p in allp] + ([peak_tflops * 1000 / peak_gbps] if peak_tflops and peak_gbps else [])
+    ys = [p["achieved_tflops"] for p in allp] + ([peak_tflops] if peak_tflops else [])
+    x_lo, x_hi = math.floor(math.log10(min(xs))) - 0.5, math.ceil(math.log10(max(xs))) + 0.5
+    y_lo, y_hi = math.floor(math.log10(min(ys))) - 0.5, math.ceil(math.log10(max(ys))) + 0.3
+    sx = lambda v: left + (math.log10(v) - x_lo) / (x_hi - x_lo) * (width - left - right)  # noqa: E731
+    sy = lambda v: height - bottom - (math.log10(v) - y_lo) / (y_hi - y_lo) * (height - top - bottom)  # noqa: E731
+    body = [_text(10, 20, title, size=14, weight="bold"),
+            f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" fill="none" stroke="#999"/>']
+    for e in range(math.ceil(x_lo), math.floor(x_hi) + 1):
+        body.append(_text(sx(10 ** e), height - bottom + 16, f"{10 ** e:g}", anchor="middle", size=11, fill="#555"))
+    for e in range(math.ceil(y_lo), math.floor(y_hi) + 1):
+        body.append(_text(left - 6, sy(10 ** e) + 4, f"{10 ** e:g}", anchor="end", size=11, fill="#555"))
+    body.append(_text(width / 2, height - 6, "arithmetic intensity (FLOP/byte)", anchor="middle", size=11, fill="#555"))
+    body.append(_text(12, top + 12, "TFLOP/s", size=11, fill="#555"))
+    if peak_tflops and peak_gbps:
+        ridge = peak_tflops * 1000 / peak_gbps
+        a = 10 ** x_lo
+        y_a = max(a * peak_gbps / 1000, 10 ** y_lo)
+        a = y_a * 1000 / peak_gbps
+        body.append(f'<polyline class="ceiling" fill="none" stroke="#444" stroke-width="2" points="'
+                    f'{sx(a):.1f},{sy(y_a):.1f} {sx(ridge):.1f},{sy(peak_tflops):.1f} {sx(10 ** x_hi):.1f},{sy(peak_tflops):.1f}">'
+                    f'<title>ceiling: {peak_gbps:g} GB/s, {peak_tflops:g} TFLOP/s (ridge {ridge:.1f} FLOP/byte)</title></polyline>')
+    for side, color in (("base", BASE), ("cand", CAND)):
+        for p in points.get(side, []):
+            tip = (f"{p['kernel']} ({'baseline' if side == 'base' else 'candidate'}): "
+                   f"{p['intensity_flop_per_byte']:g} FLOP/byte, {p['achieved_tflops']:g} TFLOP/s, {p['bound']}-bound")
+            body.append(f'<circle class="kernel {side}" cx="{sx(p["intensity_flop_per_byte"]):.1f}" '
+                        f'cy="{sy(p["achieved_tflops"]):.1f}" r="4" fill="{color}" fill-opacity="0.6">'
+                        f'<title>{escape(tip)}</title></circle>')
+    return _svg(width, height, body, title, "roofline")
