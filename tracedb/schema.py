@@ -57,10 +57,8 @@ NODES = pa.schema(
         _f("input_dtypes", _STRS, "input dtypes"),
         _f("output_shapes", pa.list_(_SHAPE), "output shapes"),
         _f("output_dtypes", _STRS, "output dtypes"),
-        # the docs of flops / memory_bytes stay as schema 6 wrote them into the Delta log (a
-        # changed field doc fails the schema merge of migration 0010); flops_rule says more
-        _f("flops", pa.int64(), "floating point operations (MegEngine footprint)"),
-        _f("memory_bytes", pa.int64(), "memory traffic, bytes (MegEngine footprint)"),
+        _f("flops", pa.int64(), "floating point operations of the op (`flops_rule` says from what: a formula of tracedb/flops.py, the profiler, MegEngine footprint)"),
+        _f("memory_bytes", pa.int64(), "memory traffic, bytes (MegEngine footprint; else inputs + output x element size where a FLOPs rule knows the shapes)"),
         _f("temp_memory_bytes", pa.int64(), "temporary memory, bytes (TF)"),
         _f("persistent_memory_bytes", pa.int64(), "persistent memory, bytes (TF)"),
         _f("correlation_id", pa.int64(), "External id / correlation linking to kernels"),
