@@ -123,7 +123,7 @@ def cut(text: str, width: int, head_share: float = 0.5) -> str:
     return text[:head] + "…" + (text[len(text) - tail:] if tail else "")
 
 
-def _distinct_cut(values: list[str], width: int) -> tuple[int, dict[str, str]]:
+def distinct_cut(values: list[str], width: int) -> tuple[int, dict[str, str]]:
     """How each value prints in a column `width` wide, no two different values alike
     (seven `multi_tensor_apply_kernel<...>` must stay seven): cut in the middle, or at
     another place; values that still collide show, between head and tail, the part where
@@ -228,7 +228,7 @@ def text_table(table: Result, width: int | None = None) -> str:
     count = [f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})"]
     if widths is None:
         return "\n".join(_vertical(names, cells, width) + note + count) + "\n"
-    cut_to = {i: _distinct_cut(cells[i], widths[i])[1] for i in range(len(names)) if widths[i] < natural[i]}
+    cut_to = {i: distinct_cut(cells[i], widths[i])[1] for i in range(len(names)) if widths[i] < natural[i]}
     rows = [[cut_to[i][cells[i][r]] if i in cut_to else cells[i][r] for i in range(len(names))]
             for r in range(len(values))]
 
@@ -262,7 +262,7 @@ def _fit(names, cells, numeric, natural, width) -> tuple[list[int] | None, str]:
         over -= step
     for i, w in enumerate(widths):
         if w < natural[i]:
-            widths[i] = _distinct_cut(cells[i], w)[0]
+            widths[i] = distinct_cut(cells[i], w)[0]
     return (widths if sum(widths) + len(sep) * gaps <= width else None), sep
 
 
@@ -270,7 +270,7 @@ def _vertical(names: list[str], cells: list[list[str]], width: int) -> list[str]
     """One block per row, `column | value`, values cut to the width (never alike)."""
     key = max(map(len, names), default=0)
     room = max(width - key - 3, 8)
-    shown = [_distinct_cut(col, room)[1] for col in cells]
+    shown = [distinct_cut(col, room)[1] for col in cells]
     out = []
     for r in range(len(cells[0]) if cells else 0):
         out.append(f"-[ row {r + 1} ]".ljust(min(width, key + 3 + 8), "-"))

@@ -9,7 +9,8 @@ from html import escape as _escape
 from tracedb.report import metrics as M
 from tracedb.report import svg
 from tracedb.report.render import (acceptance_lines, change_text, clean, finding_sentence, fmt, headline,
-                                   left_out_text, noise_text, p_text, pct, row_label, rule_text, shorten, status_word)
+                                   left_out_text, noise_text, p_text, pct, row_label, rule_text, shorten, shorten_all,
+                                   status_word)
 
 CSS = (
     "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:1.5em auto;max-width:1300px;"
@@ -59,13 +60,13 @@ def _unit_fmt(unit: str):
     return lambda v: fmt(v, unit)
 
 
-def _finding(m: M.Metric) -> str:
+def _finding(m: M.Metric, names: dict[str, str] | None = None) -> str:
     t = m.test
     ev = (f"baseline {fmt(m.baseline, m.unit)} (spread {fmt(m.base.spread, m.unit)}, {len(m.base.means)} run(s), "
           f"{len(m.base.samples)} samples) → candidate {fmt(m.candidate, m.unit)}; change {change_text(m)}; "
           + ("no spread measured: the practical minimum decided" if t.p is None else p_text(t))
           + f"; practical minimum {fmt(m.practical, m.unit)}{left_out_text(m)}.")
-    out = [f"<li><strong>{escape(finding_sentence(m))}</strong>", f'<div class="evidence">{escape(ev)}</div>']
+    out = [f"<li><strong>{escape(finding_sentence(m, names=names))}</strong>", f'<div class="evidence">{escape(ev)}</div>']
     if m.name and len(m.name) > 40:
         out.append(f'<div class="full">{escape(m.name)}</div>')
     if m.kind == M.KERNEL_SET:
@@ -140,7 +141,8 @@ def document(rep) -> str:
                    + "</ul>")
     if found:
         out.append("<h2>Findings</h2><ol class=\"findings\">")
-        out += [_finding(m) for m in found[: rep.max_findings]]
+        names = shorten_all([m.name for m in found[: rep.max_findings] if m.name], 40)
+        out += [_finding(m, names) for m in found[: rep.max_findings]]
         out.append("</ol>")
         if len(found) > rep.max_findings:
             out.append(f"<p>… and {len(found) - rep.max_findings} more regressions in the tables below.</p>")

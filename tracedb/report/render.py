@@ -135,6 +135,21 @@ def shorten(name: str, width: int = NAME_WIDTH) -> str:
     return (name[:head].rstrip() + "…" + name[len(name) - (width - 1 - head):].lstrip()).strip()
 
 
+def shorten_all(names, width: int = NAME_WIDTH) -> dict[str, str]:
+    """Each name as `shorten` would print it, but no two different names alike (two
+    `sm80_xmma_gemm_…_cublas` kernels listed side by side must read as two): signatures
+    dropped where that keeps them apart, then cut where they differ (`output.distinct_cut`,
+    the terminal tables' rule)."""
+    from tracedb.output import distinct_cut
+
+    names = list(dict.fromkeys(names))
+    short = {n: _strip_signature(n) if len(n) > width else n for n in names}
+    if len(set(short.values())) < len(names):  # only the signature tells some apart
+        short = {n: n for n in names}
+    _, shown = distinct_cut(list(short.values()), width)
+    return {n: shown[s].strip() for n, s in short.items()}
+
+
 def noise_text(m: M.Metric) -> str:
     t = m.test
     if t is None:
@@ -161,13 +176,15 @@ def change_text(m: M.Metric) -> str:
 
 def kernel_names(m: M.Metric, key: str, n: int = 3, code=plain) -> str:
     listed = m.extra.get(key, [])
-    names = [code(shorten(k["name"], 40)) for k in listed[:n]]
+    short = shorten_all([k["name"] for k in listed[:n]], 40)
+    names = [code(short[k["name"]]) for k in listed[:n]]
     more = len(m.extra.get(key, [])) - len(names)
     return ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
 
-def finding_sentence(m: M.Metric, code=plain) -> str:
-    """One metric's change in words; `code` formats names (md_code in Markdown)."""
+def finding_sentence(m: M.Metric, code=plain, names: dict[str, str] | None = None) -> str:
+    """One metric's change in words; `code` formats names (md_code in Markdown); `names`:
+    how to print each name (`shorten_all` of the names listed together), else `shorten`."""
     if m.kind == M.KERNEL_SET:
         new, gone = m.extra.get("new", []), m.extra.get("vanished", [])
         parts = []
@@ -179,7 +196,8 @@ def finding_sentence(m: M.Metric, code=plain) -> str:
     if m.extra.get("straggler"):
         return (f"{m.device} {code(m.name)} is a straggler: its compute kernel time per step "
                 f"{change_text(m)}; {m.reason.split(': ', 1)[1]}")
-    return f"{m.device} {m.title}" + (f" {code(shorten(m.name, 40))}" if m.name else "") + f" {change_text(m)}"
+    name = (names or {}).get(m.name) or shorten(m.name, 40)
+    return f"{m.device} {m.title}" + (f" {code(name)}" if m.name else "") + f" {change_text(m)}"
 
 
 def _launches(rep, m: M.Metric) -> str:
@@ -360,8 +378,9 @@ def markdown(rep) -> str:
     notes: list[str] = []
     if found:
         out += ["## Findings", ""]
+        names = shorten_all([m.name for m in found[: rep.max_findings] if m.name], 40)
         for i, m in enumerate(found[: rep.max_findings], 1):
-            out += wrap(f"{i}. {finding_sentence(m, md_code)}", subsequent_indent="   ")
+            out += wrap(f"{i}. {finding_sentence(m, md_code, names)}", subsequent_indent="   ")
             out += wrap(md_text(_evidence(m)), initial_indent="   ", subsequent_indent="   ")
             if m.name and len(m.name) > 40:
                 out += wrap(f"full name: {md_code(m.name)}", initial_indent="   ", subsequent_indent="     ")
