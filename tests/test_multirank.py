@@ -123,7 +123,7 @@ def test_rank_from_file_name(tmp_path):
 
 def _raw_steps(doc) -> dict:
     """Per step of one file, from its raw JSON (rawtrace, no tracedb code): host step time
-    (span of the step's host ops), device step time (first GPU activity to the next step's
+    (the ProfilerStep#N marker's span, issue 24 item 3), device step time (first GPU activity to the next step's
     first; the last step: to its own last end), busy time (union of the step's GPU
     intervals), GPU kernel time, kernel and host op counts."""
     import rawtrace
@@ -147,7 +147,7 @@ def _raw_steps(doc) -> dict:
         # gpu_busy_idle's window: to the next step's first activity (the last: the device's last end)
         w = (first[s], first[steps[i + 1]] if i + 1 < len(steps) else last_end)
         windows[s] = (w[1] - w[0], rawtrace.intersect(w, islands))
-        out[s] = {"host_step_ns": max(e for _, e in host[s]) - min(b for b, _ in host[s]),
+        out[s] = {"host_step_ns": t.steps[s][1] - t.steps[s][0],
                   "device_step_ns": nxt - first[s],
                   "device_busy_ns": rawtrace.length(rawtrace.union(gpu[s])),
                   "gpu_kernel_ns": kernel_ns[s], "kernels": kernels[s], "nodes": len(host[s])}
@@ -190,7 +190,7 @@ def test_step_times_per_rank_equal_each_files_own(two_rank_wh):
     assert got == want
     # the numbers behind it: ~21 ms host steps, ~63 ms device steps; rank 1's kernels
     # last 10% longer (same starts, so the same device step time)
-    assert [round(want[0][s]["host_step_ns"] / 1e6) for s in (1, 2, 3)] == [21, 21, 20]
+    assert [round(want[0][s]["host_step_ns"] / 1e6) for s in (1, 2, 3)] == [22, 21, 21]
     assert [round(want[r][s]["device_step_ns"] / 1e6) for r in (0, 1) for s in (1, 2, 3)] == [63] * 6
     assert [want[1][s]["gpu_kernel_ns"] / want[0][s]["gpu_kernel_ns"] for s in (1, 2, 3)] == [
         pytest.approx(1.1, abs=1e-4)] * 3

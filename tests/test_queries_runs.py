@@ -176,8 +176,9 @@ def mean_step(trace):
 
 
 def mean_host_device_step(trace):
-    """Host step: span of the step's host ops; device step: the step's first GPU activity
-    to the next step's first one (the last step: to its own last end)."""
+    """Host step: the step marker's span (ProfilerStep#N) where the trace has one, else the
+    span of the step's host ops; device step: the step's first GPU activity to the next
+    step's first one (the last step: to its own last end)."""
     host, gpu = defaultdict(list), defaultdict(list)
     for n in trace.nodes:
         if n.step is not None:
@@ -185,7 +186,9 @@ def mean_host_device_step(trace):
     for k in trace.kernels:
         if k.step is not None:
             gpu[k.step].append((k.start, k.end))
-    hosts = [max(e for _, e in v) - min(b for b, _ in v) for v in host.values()]
+    marks = getattr(trace, "steps", {})  # Kineto traces: N -> (start, end) of ProfilerStep#N
+    hosts = [marks[s][1] - marks[s][0] if s in marks else max(e for _, e in v) - min(b for b, _ in v)
+             for s, v in host.items()]
     steps = sorted(gpu)
     firsts = [min(b for b, _ in gpu[s]) for s in steps]
     devs = [(firsts[i + 1] if i + 1 < len(steps) else max(e for _, e in gpu[s])) - firsts[i] for i, s in enumerate(steps)]
