@@ -7,7 +7,8 @@ costs (bench/bench_stream.py).
   readers run their row code on what protobuf itself parsed.
 - `whole_tf_text()`: while active, the TF text reader decodes the whole file into one
   string and hands it to `pbtext` at once, as it did before it read in chunks.
-- `megengine_whole`: the MegEngine reader before streaming, verbatim (`json.loads`).
+- `megengine_whole`: the MegEngine reader before streaming, verbatim (`json.loads`) but
+  for the two columns the FLOPs feature added since (input_dtypes, kernels.node_seq).
 """
 
 from __future__ import annotations
@@ -134,6 +135,9 @@ def megengine_whole(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.Reco
                 "device": dev, "device_raw": dev_raw, "node_name": name, "op_type": typ,
                 "seq": seq_of.get(oid), "inputs": [var_name.get(v, v) for v in ins],
                 "outputs": [var_name.get(v, v) for v in outs],
+                # Added with the FLOPs feature (tracedb.flops, after this reader was frozen):
+                # the inputs' dtypes, and the kernels' node_seq below.
+                "input_dtypes": [_var_dtype(variables.get(v) or {}) for v in ins],
             }
             params: dict[str, Any] = {"id": oid, "input_vars": ins, "output_vars": outs}
             host_t = host.get(oid) or {}
@@ -167,7 +171,7 @@ def megengine_whole(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.Reco
                     "device": normalize(comp_node), "device_raw": comp_node, "kind": "kernel",
                     "name": typ, "node_name": name, "start_ns": start,
                     "duration_ns": _ns(t["end"]) - start,
-                    "kern_ns": _ns(t["kern"]) if "kern" in t else None,
+                    "kern_ns": _ns(t["kern"]) if "kern" in t else None, "node_seq": row["seq"],
                     "params": json.dumps({"operator_id": oid}),
                 })
         yield from nodes.flush()

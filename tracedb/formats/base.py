@@ -219,8 +219,12 @@ class BatchBuilder:
     reader emitting millions of rows wants.
     """
 
-    def __init__(self, table: str, batch_rows: int = 65536, columns: tuple[str, ...] | None = None):
+    def __init__(self, table: str, batch_rows: int = 65536, columns: tuple[str, ...] | None = None,
+                 annotate: bool = True):
         self.table = table
+        # False: node rows already hold their FLOPs columns (tracedb's own export), which
+        # `annotate_nodes` must not derive again (a TF rule finds inputs' shapes in the batch).
+        self.annotate = annotate
         self.schema = schema.TABLES[table]
         self.batch_rows = batch_rows
         self.rows: list[Any] = []
@@ -255,7 +259,7 @@ class BatchBuilder:
             self.rows = []
             if self.table == "kernels":
                 batch = classify_kernels(batch)
-            elif self.table == "nodes":
+            elif self.table == "nodes" and self.annotate:
                 batch = annotate_nodes(batch)
             yield self.table, batch
 

@@ -54,7 +54,8 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     stream = EventStream(path, floats="decimal")
-    out = {t: BatchBuilder(t, BATCH_ROWS) for t in schema.SOURCE_TABLES}
+    # Nodes come back with the FLOPs columns that were exported, not derived again.
+    out = {t: BatchBuilder(t, BATCH_ROWS, annotate=False) for t in schema.SOURCE_TABLES}
     checked = False
     for i, ev in enumerate(stream):
         if not checked:
