@@ -39,7 +39,8 @@ ceilings AS (
 )
 SELECT
     run_id, device, name AS kernel, dtype, instances, CAST(total_ns AS BIGINT) AS total_ns,
-    CAST(flops AS BIGINT) AS flops, CAST(bytes AS BIGINT) AS bytes,
+    -- round first: the shares sum to a double, which Spark's CAST truncates and DuckDB's rounds
+    CAST(round(flops) AS BIGINT) AS flops, CAST(round(bytes) AS BIGINT) AS bytes,
     round(intensity, 3) AS intensity_flop_per_byte,
     round(flops / nullif(total_ns, 0) / 1000, 3) AS achieved_tflops,
     gpu_model, peak_tflops, peak_gbps,

@@ -6,7 +6,7 @@ right if the query reads nothing of other runs: every scoped query must return e
 what it returns against the snapshot's whole views, for every run of two warehouses (the
 seed warehouse: seven runs of five formats; fleet_dev: six runs of one program, where a
 query that mixed in other runs' rows would show it; two NCCL jobs, for the collective
-queries). Speed is in bench/bench_queries.py.
+queries; two PyTorch execution-trace runs with their Kineto traces, for tensor_flow). Speed is in bench/bench_queries.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_every_query_with_a_run_parameter_is_scoped():
     must say so here (and leave `-- scope:` out)."""
     run_params = set(q.RUN_PARAMS)
     with_runs = {cq.name for cq in q.list_queries() if run_params & {p.name for p in cq.params}}
-    assert set(SCOPED) == with_runs and len(SCOPED) == 30
+    assert set(SCOPED) == with_runs and len(SCOPED) == 35
     assert q.load("compare_runs").scope == ("baseline", "candidate")
     assert q.load("graph_diff").scope == ("run_a", "run_b")
 
@@ -53,12 +53,22 @@ def nccl_jobs(tmp_path_factory) -> Path:
     return wh
 
 
+@pytest.fixture(scope="module")
+def execution_traces(tmp_path_factory) -> Path:
+    """Two PyTorch execution-trace runs, each its ET beside its Kineto trace (tensor_flow
+    has rows only here)."""
+    wh = tmp_path_factory.mktemp("chakra") / "wh"
+    for run_id, folder in (("mlp", "chakra_mlp_h100"), ("linear", "chakra_linear_param")):
+        assert ingest([Path(__file__).parent / "data" / folder], wh, run_id=run_id).ok
+    return wh
+
+
 @pytest.mark.parametrize("name", SCOPED)
-def test_scoped_rows_equal_the_whole_views(name, seed_warehouse, fleet_warehouse, nccl_jobs):
+def test_scoped_rows_equal_the_whole_views(name, seed_warehouse, fleet_warehouse, nccl_jobs, execution_traces):
     cq = q.load(name)
     whole = dataclasses.replace(cq, scope=())
     nonempty = 0
-    for wh in (seed_warehouse, fleet_warehouse, nccl_jobs):
+    for wh in (seed_warehouse, fleet_warehouse, nccl_jobs, execution_traces):
         con = catalog.connect(wh)
         runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
         for given in _values_per_run(cq, runs):
@@ -67,7 +77,7 @@ def test_scoped_rows_equal_the_whole_views(name, seed_warehouse, fleet_warehouse
             got = q.execute(con, cq, values)
             assert got.schema == want.schema and got.equals(want), (name, wh, given)
             nonempty += got.num_rows > 0
-    assert nonempty >= 1  # real rows were compared (megengine_*, nccl_bandwidth: one run has them)
+    assert nonempty >= 1  # real rows were compared (megengine_*, nccl_bandwidth: one run has them; tensor_flow: the execution traces)
 
 
 @pytest.fixture
