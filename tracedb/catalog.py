@@ -374,7 +374,13 @@ def publish(lake: lake_mod.Lake, new: NewSnapshot | None = None, upload: bool = 
         if lake.remote and upload:
             lake._guard()  # a writer that lost its lease uploads nothing
             lake.storage.upload(new.path, CATALOG)  # for httpfs clients; one PUT
-        os.replace(new.path, snapshot_path(lake))
+        target = snapshot_path(lake)
+        # a WAL beside the file in place is that file's, never the new one's: DuckDB would
+        # replay it into the new snapshot (a fatal error; e.g. the schema-1 catalog's WAL
+        # that a `tracedb migrate` killed after its last commit, before the checkpoint of
+        # its close, left behind). Snapshots are opened read-only and write none.
+        Path(str(target) + ".wal").unlink(missing_ok=True)
+        os.replace(new.path, target)
     finally:
         new.discard()
     return state

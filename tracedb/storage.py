@@ -296,8 +296,19 @@ class ObjectStorage:
         self.protocol = url.split("://", 1)[0].lower()
         kwargs: dict = {"use_listings_cache": False}  # listings must see other writers' commits
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        if self.protocol in ("s3", "s3a") and region:
-            kwargs["client_kwargs"] = {"region_name": region}
+        if self.protocol in ("s3", "s3a"):
+            # fsspec caches one filesystem per set of arguments, not per environment: botocore
+            # would read AWS_ENDPOINT_URL once, for the first one, and a later ObjectStorage in
+            # the same process would reuse that client after the variable changed (another
+            # endpoint: the requests went to the old one). Named here, it keys the cache.
+            client: dict = {}
+            if region:
+                client["region_name"] = region
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            if endpoint:
+                client["endpoint_url"] = endpoint
+            if client:
+                kwargs["client_kwargs"] = client
         try:
             self.fs, self.base = fsspec.core.url_to_fs(url, **kwargs)
         except (ImportError, ValueError) as e:
