@@ -26,8 +26,12 @@ profiler's `with_flops`, MegEngine's footprint and XLA's cost analysis all count
   matmul     TF MatMul, BatchMatMul(V2, V3)        2*numel(out)*K           K = a[-2]*a[-1] / M (transpose-proof)
   conv       TF Conv2D, Conv3D                     2*numel(out)*kh*kw*Cin   filter [kh, kw, Cin, Cout] (any data_format)
              TF Conv2DBackpropInput / Filter       2*numel(dy)*kh*kw*Cin    the forward's FLOPs
+  matmul     XLA dot (HLO), cuBLAS GEMM calls      2*numel(out)*prod(lhs[c])  c: lhs contracting dims (= 2*M*N*K*batch)
+  conv       XLA convolution, cuDNN conv calls     2*numel(out)*prod(W[s])*W[i]  s: kernel spatial dims, i: kernel
+                                                                            input feature dim (= Cin/groups)
   reported   the source's own figure: MegEngine's footprint (`computation`, `memory`), the
-             PyTorch profiler's `flops` arg (`with_flops=True`)
+             PyTorch profiler's `flops` arg (`with_flops=True`), an XSpace op's `flops` /
+             `bytes_accessed` stats
 
 A TF node (StepStats / RunMetadata) records only its outputs' shapes: its inputs' shapes
 are its producers' outputs, found by name in the same batch (`inputs`, `name:k`).
@@ -53,10 +57,13 @@ view, but never count in totals: the Kineto trace of the same program holds the 
 (joined by `rf_id`) and counts them. Using an execution trace's shapes for Kineto ops that
 recorded none is not done yet.
 
-Not covered yet: XLA's per-op FLOPs (XSpace): the profiles at hand carry no per-op `flops`
-/ `bytes_accessed` stat (XLA's cost analysis lives in the HLO proto of `/host:metadata`,
-which tracedb does not parse); an XSpace run gives its GPU (name, memory bandwidth) to the
-peaks.
+XLA (XSpace): each op the device ran is a `nodes` row (device GPU:N), its FLOPs from the
+plane's own `flops` stat where the profiler wrote one, else from the HLO module of
+`/host:metadata` (`tracedb.formats.hlo`: dots, convolutions, cuDNN / cuBLAS calls, fusions
+of them); `xla_dot` / `xla_conv` are the formulas, as XLA's `HloCostAnalysis` counts them
+(a multiply-add is 2; its convolution count leaves out padded taps, the textbook one here
+counts them, like the PyTorch rule). Sources: XLA's `hlo_cost_analysis.cc` (HandleDot,
+HandleConvolution) and the operation semantics of DotGeneral / Conv.
 
 The GPU's peak: `gpu_model` maps the device name a trace gives (Kineto
 `deviceProperties`, XSpace `gpu_device_name`) to a row of the datasheet table
@@ -93,6 +100,26 @@ Shape = list  # list[int]
 
 def _numel(shape: Shape) -> int:
     return math.prod(shape) if shape else 1
+
+
+numel = _numel
+
+
+def xla_dot(out: Shape, lhs: Shape, lhs_contracting: list[int]) -> int | None:
+    """An XLA dot: each output element sums over the contracting dims of the lhs,
+    2 * numel(out) * prod(lhs[c]); None when a contracting dim is not in the lhs."""
+    if any(not 0 <= c < len(lhs) for c in lhs_contracting):
+        return None
+    return 2 * _numel(out) * _numel([lhs[c] for c in lhs_contracting])
+
+
+def xla_conv(out: Shape, kernel: Shape, spatial: list[int], input_feature: int) -> int | None:
+    """An XLA convolution: each output element (batch, spatial, output feature) sums over
+    the kernel window and the kernel's input features (Cin/groups),
+    2 * numel(out) * prod(kernel[spatial]) * kernel[input_feature]."""
+    if not 0 <= input_feature < len(kernel) or any(not 0 <= s < len(kernel) for s in spatial):
+        return None
+    return 2 * _numel(out) * _numel([kernel[s] for s in spatial]) * kernel[input_feature]
 
 
 def _concrete(params: dict | None, i: int) -> str | None:
@@ -448,9 +475,11 @@ def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:
     if len(take) == 0:
         return batch
     col = {c: batch.column(c).take(take).to_pylist()
-           for c in ("op_type", "input_shapes", "input_dtypes", "params", "flops", "memory_bytes", "flops_rule")}
+           for c in ("op_type", "input_shapes", "input_dtypes", "params", "flops", "memory_bytes", "flops_rule",
+                     "flops_dtype", "flops_counted")}
     flops, mem, rule = col["flops"], col["memory_bytes"], col["flops_rule"]
-    dtype = [precision(d) for d in col["input_dtypes"]]
+    # a reader that knows an op's precision (XLA: the dot's operands) sets flops_dtype itself
+    dtype = [d0 if d0 is not None else precision(d) for d0, d in zip(col["flops_dtype"], col["input_dtypes"])]
     tf_rows = [j for j, op in enumerate(col["op_type"]) if op in TF_RULES and flops[j] is None]
     if tf_rows:
         _tf_rows(batch, take, tf_rows, flops, mem, rule, dtype)
@@ -474,7 +503,9 @@ def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:
         if r is not None:
             flops[j], b, rule[j] = r
             mem[j] = mem[j] if mem[j] is not None else b
-    counted = _counted(batch, take, flops, col["op_type"])
+    # a reader whose ops never nest (XLA's device ops) sets flops_counted itself
+    counted = [c0 if c0 is not None else c
+               for c0, c in zip(col["flops_counted"], _counted(batch, take, flops, col["op_type"], col["flops_counted"]))]
     if "parent_seq" in names:  # an execution trace's op: its Kineto twin (same rf_id) counts it
         et = batch.column("parent_seq").take(take).is_valid().to_pylist()
         counted = [False if e and c is not None else c for e, c in zip(et, counted)]
@@ -482,7 +513,7 @@ def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:
     for name, values in out.items():  # the candidates' values into the column, in row order
         i = names.index(name)
         typ = batch.schema.field(i).type
-        base = batch.column(i) if name in ("flops", "memory_bytes", "flops_rule") else pa.nulls(n, typ)
+        base = batch.column(i)
         batch = batch.set_column(i, name, pc.replace_with_mask(base, cand, pa.array(values, typ)))
     return batch
 
@@ -505,7 +536,7 @@ def _tf_rows(batch: pa.RecordBatch, take: pa.Array, rows: list[int], flops: list
             dtype[j] = dtype[j] or precision(cols["output_dtypes"][r])
 
 
-def _counted(batch: pa.RecordBatch, take: pa.Array, flops: list, ops: list) -> list:
+def _counted(batch: pa.RecordBatch, take: pa.Array, flops: list, ops: list, preset: list) -> list:
     """Per candidate row: False when it encloses another row with FLOPs of the same thread
     (that inner op carries them), True otherwise; None where it has no FLOPs. TF nodes do
     not nest (an executor thread's nodes may overlap in time): always True."""
@@ -514,7 +545,7 @@ def _counted(batch: pa.RecordBatch, take: pa.Array, flops: list, ops: list) -> l
     durs = batch.column("duration_ns").take(take).to_pylist()
     out: list = [None if f is None else True for f in flops]
     timed = [j for j in range(len(flops)) if flops[j] is not None and starts[j] is not None
-             and durs[j] is not None and ops[j] not in TF_RULES]
+             and durs[j] is not None and ops[j] not in TF_RULES and preset[j] is None]
     # per thread, by start then longest first: a stack of the open rows enclosing the next
     timed.sort(key=lambda j: (tids[j] if tids[j] is not None else -1, starts[j], -durs[j]))
     stack: list[tuple[Any, int, int]] = []  # (thread, end, row)

@@ -205,6 +205,78 @@ def text_head(head: bytes) -> str:
         return ""
 
 
+# ---------------------------------------------------------------- protobuf wire format
+# The one varint decoder of the readers: sniffers (XSpace, TF binary) read their heads with
+# it, and `wire_fields` walks a small message held in memory (an XSpace `Hlo Proto` stat).
+# Files too big for memory are walked by `pbwire`, whose buffered reader decodes the same
+# encoding from a stream.
+
+WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = 0, 1, 2, 5
+
+
+def varint(buf: bytes, i: int) -> tuple[int, int]:
+    """The protobuf varint at `buf[i]` -> (value, index after it). IndexError when `buf`
+    ends inside it or it is longer than 10 bytes (what a sniffer treats as 'not this format')."""
+    value = shift = 0
+    for _ in range(10):
+        b = buf[i]  # IndexError past the end
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+    raise IndexError("varint longer than 10 bytes")
+
+
+def wire_fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of each field of one encoded message: an int for
+    a varint, bytes for a length-delimited field and for fixed 32/64-bit ones. Raises
+    ValueError on a truncated or corrupt encoding (groups are not supported)."""
+    i, n = 0, len(buf)
+    try:
+        while i < n:
+            key, i = varint(buf, i)
+            fn, wt = key >> 3, key & 7
+            if wt == WIRE_VARINT:
+                value, i = varint(buf, i)
+            elif wt == WIRE_LEN:
+                size, i = varint(buf, i)
+                if i + size > n:
+                    raise ValueError(f"field {fn} runs past the end of its message")
+                value, i = buf[i:i + size], i + size
+            elif wt in (WIRE_I64, WIRE_I32):
+                size = 8 if wt == WIRE_I64 else 4
+                if i + size > n:
+                    raise ValueError(f"field {fn} runs past the end of its message")
+                value, i = buf[i:i + size], i + size
+            else:
+                raise ValueError(f"unsupported wire type {wt} (field {fn})")
+            if fn == 0:
+                raise ValueError("field number 0")
+            yield fn, wt, value
+    except IndexError:
+        raise ValueError("truncated varint") from None
+
+
+def packed_ints(wt: int, value: Any) -> list[int]:
+    """A repeated integer field's occurrence as a list: packed (length-delimited) or one varint."""
+    if wt == WIRE_VARINT:
+        return [value]
+    out, i = [], 0
+    try:
+        while i < len(value):
+            v, i = varint(value, i)
+            out.append(v)
+    except IndexError:
+        raise ValueError("truncated packed varints") from None
+    return out
+
+
+def signed64(v: int) -> int:
+    """A varint read as int64 (negative numbers are encoded as 10-byte two's complement)."""
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
 def _short(value: Any, n: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= n else text[: n - 3] + "..."

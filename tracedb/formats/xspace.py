@@ -1,4 +1,5 @@
-"""TF2 / JAX XSpace (`*.xplane.pb`): GPU planes to `kernels`, host events to `nodes`.
+"""TF2 / JAX XSpace (`*.xplane.pb`): GPU planes to `kernels`, host events and the device's
+XLA ops to `nodes`.
 
 An XSpace holds planes (`/device:GPU:N`, `/host:CPU`, metadata planes); a plane holds
 lines (a GPU stream, a host thread) of events. Names and stat names live in per-plane
@@ -23,6 +24,16 @@ is the marked span that contains its start; a GPU activity takes the step of its
 the host event with the same `correlation_id` (asynchronous dispatch runs kernels after
 their step's host span ended). Only a trace whose host plane names a `step_num` stat pays
 for it: one more pass over the host lines, before the rows are read.
+
+XLA ops: each execution of an HLO instruction on a GPU stream is a `nodes` row on that
+device (`node_name` the instruction, `op_type` its opcode or custom-call target, its
+operands' and results' shapes and dtypes, FLOPs and bytes), and its kernels point to it
+with `node_seq` (`_DeviceOps`). The instructions come from the `Hlo Proto` stats of
+`/host:metadata` (`formats/hlo.py`), found by the kernels' `program_id` and `hlo_op`, or
+by the kernel's name inside a command buffer. XLA gives identical fusions one kernel
+(`gemm_fusion_dot_general.6` runs `gemm_fusion_dot_general_5`): such an op is named after
+the fusion whose kernel it ran, with the same FLOPs. Library kernels inside a command
+buffer (cuBLAS, cuDNN: named by the library) cannot be told apart and get no op row.
 """
 
 from __future__ import annotations
@@ -37,8 +48,9 @@ import pyarrow as pa
 
 from tracedb import devices
 from tracedb.errors import TraceFormatError
-from tracedb.formats import pbwire
-from tracedb.formats.base import BatchBuilder, ReadContext, open_trace
+from tracedb import flops as flop_rules
+from tracedb.formats import hlo, pbwire
+from tracedb.formats.base import BatchBuilder, ReadContext, open_trace, varint
 from tracedb.proto import xplane_pb2
 
 NAME = "xspace"
@@ -61,20 +73,6 @@ def _is_derived(line_id: int) -> bool:
     return any(0 <= line_id - base < _DERIVED_SPAN for base in (_DERIVED_MIN, _DERIVED_MIN - 2**32))
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    for _ in range(10):
-        if i >= len(buf):
-            raise IndexError
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return value, i
-    raise IndexError
-
-
 def sniff(head: bytes) -> bool:
     """XSpace field 1 (planes) whose XPlane starts with `id` (varint, field 1, often
     omitted when 0) then `name` (field 2) holding a printable plane name. TF StepStats /
@@ -83,13 +81,13 @@ def sniff(head: bytes) -> bool:
     try:
         if not head or head[0] != 0x0A:
             return False
-        plane_len, i = _varint(head, 1)
+        plane_len, i = varint(head, 1)
         end = i + plane_len
         if head[i] == 0x08:  # XPlane.id
-            _, i = _varint(head, i + 1)
+            _, i = varint(head, i + 1)
         if head[i] != 0x12:  # XPlane.name
             return False
-        name_len, i = _varint(head, i + 1)
+        name_len, i = varint(head, i + 1)
         if not 0 < name_len <= 256 or i + name_len > min(end, len(head)):
             return False
         name = head[i : i + name_len].decode("utf-8")
@@ -316,6 +314,9 @@ def _kernel_row(p: _Plane, line, ev, device: str, raw: str, stream: int) -> dict
         )
         occ = stats.pop("theoretical_occupancy_pct", None)
         row["occupancy"] = float(occ) if occ is not None else _float(det.get("occ_pct"))
+    row["_op"] = (stats.get("program_id"), stats.get("hlo_module"), stats.get("hlo_op"),
+                  stats.get("scope_range_id", row["correlation_id"]),
+                  _reported(stats.get("flops")), _reported(stats.get("bytes_accessed")))
     if stats.get("hlo_op"):  # the op that launched it
         row["node_name"] = stats.pop("hlo_op")
     elif (op := _tf_op(stats.get("tf_op"))) is not None:
@@ -338,8 +339,77 @@ def _gpu_stream(line: xplane_pb2.XLine) -> int | None:
     return int(m.group(1)) if m else line.id
 
 
+def _reported(v: Any) -> int | None:
+    """An op's own `flops` / `bytes_accessed` stat (XProf's XLA op stats), when a plane has one."""
+    f = _float(v)
+    return int(f) if f is not None and f >= 0 else None
+
+
+class _DeviceOps:
+    """The XLA ops a GPU stream ran, as `nodes` rows: one per execution of a launched HLO
+    instruction, its kernels linked by `node_seq`. A kernel names its program and op
+    (`program_id`, `hlo_op`); the kernels of one execution of a library call (cuDNN,
+    cuBLAS) share its `scope_range_id`; a kernel inside a command buffer (`hlo_op` names the
+    buffer, not an instruction) is found by its own name and is one execution by itself.
+    FLOPs: the op's own `flops` / `bytes_accessed` stats where the plane has them, else the
+    HLO module's (`hlo.Module`)."""
+
+    def __init__(self, modules: dict, nodes: BatchBuilder, seq: list[int]):
+        self.modules, self.nodes, self.seq = modules, nodes, seq
+        self.open: dict | None = None
+        self.key: Any = None
+
+    def kernel(self, row: dict) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """Link a kernel row to its op's node row (opened here, emitted when the op ends)."""
+        program, module_name, hlo_op, scope, flops, nbytes = row.pop("_op")
+        module = self.modules.get(_int(program)) if program is not None else None
+        module = module or self.modules.get(module_name) if module_name else module
+        op = key = None
+        if module is not None and hlo_op in module.ops:
+            op, key = module.ops[hlo_op], (program, module_name, hlo_op, scope)
+        elif module is not None and (name := module.by_kernel.get(row["name"])) is not None:
+            op, key = module.ops[name], object()  # one kernel of a command buffer: an execution by itself
+        if op is None and flops is None:
+            yield from self.close()
+            return
+        if key is None or key != self.key:
+            yield from self.close()
+            self.key = key
+            self.open = self._row(row, module, op, hlo_op, flops, nbytes)
+        else:
+            end = max(self.open["start_ns"] + self.open["duration_ns"], row["start_ns"] + row["duration_ns"])
+            self.open["duration_ns"] = end - self.open["start_ns"]
+            self.open["_kernels"] += 1
+        row["node_seq"] = self.open["seq"]
+
+    def _row(self, k: dict, module: Any, op: Any, hlo_op: Any, flops: int | None, nbytes: int | None) -> dict:
+        seq = self.seq[0]
+        self.seq[0] += 1
+        reported = flops is not None
+        row = {"device": k["device"], "device_raw": k["device_raw"], "step": k["step"],
+               "node_name": op.name if op else hlo_op or k["name"], "op_type": op.op_type if op else hlo_op,
+               "start_ns": k["start_ns"], "duration_ns": k["duration_ns"], "seq": seq,
+               "correlation_id": k["correlation_id"], "_kernels": 1,
+               "_params": {"hlo_module": module.name if module else None, "stream": k["stream"],
+                           **({"fusion_kind": op.fusion_kind} if op and op.fusion_kind else {})}}
+        if op is not None:
+            row.update(input_shapes=op.input_shapes, input_dtypes=op.input_dtypes,
+                       output_shapes=op.output_shapes, output_dtypes=op.output_dtypes)
+        f, b, rule = (flops, nbytes, flop_rules.REPORTED) if reported else (op.flops, op.bytes, op.rule)
+        if f is not None:
+            row.update(flops=f, memory_bytes=b, flops_rule=rule, flops_counted=True,
+                       flops_dtype=flop_rules.precision([op.dtype] if op and op.dtype else None))
+        return row
+
+    def close(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        if self.open is not None:
+            row, self.open, self.key = self.open, None, None
+            row["params"] = _params({**row.pop("_params"), "kernels": row.pop("_kernels")})
+            yield from self.nodes.append(row)
+
+
 def _gpu_events(p: _Plane, line: xplane_pb2.XLine, events: Any, device: str, stream: int,
-                kernels: BatchBuilder, steps: _Steps) -> Iterator[tuple[str, pa.RecordBatch]]:
+                kernels: BatchBuilder, steps: _Steps, ops: _DeviceOps) -> Iterator[tuple[str, pa.RecordBatch]]:
     raw = p.plane.name
     for ev in events:
         if ev.WhichOneof("data") == "num_occurrences":
@@ -347,6 +417,7 @@ def _gpu_events(p: _Plane, line: xplane_pb2.XLine, events: Any, device: str, str
         row = _kernel_row(p, line, ev, device, raw, stream)
         if row is not None:
             row["step"] = steps.of_launch(row["correlation_id"], row["start_ns"], row["duration_ns"])
+            yield from ops.kernel(row)
             yield from kernels.append(row)
 
 
@@ -411,6 +482,15 @@ def _metadata(tree: pbwire.Node, ctx: ReadContext) -> None:
     ctx.metadata["xspace"] = info
 
 
+def _hlo_modules(tree: pbwire.Node, ctx: ReadContext) -> dict:
+    """The HLO modules of the `/host:metadata` plane, by program id and name (`hlo.hlo_modules`)."""
+    out: dict = {}
+    for node in tree.children:
+        if node.header.name == "/host:metadata":
+            out.update(hlo.hlo_modules(node.header, ctx.warn))
+    return out
+
+
 def _line_kinds(tree: pbwire.Node) -> dict[int, tuple[_Plane, str | None, int | None]]:
     """id(line node) -> (its plane, its GPU device or None for the host, its stream), for
     the lines whose events become rows; other lines' events are skipped unparsed."""
@@ -439,14 +519,20 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     kinds = _line_kinds(tree)
     steps = _marked_steps(path, tree)
     kernels, nodes, allocs = BatchBuilder("kernels"), BatchBuilder("nodes"), BatchBuilder("allocations")
-    seq = [0]  # host events numbered across the host plane's lines
+    seq = [0]  # host events and device ops numbered in file order
+    modules = _hlo_modules(tree, ctx)
+    ops, last = _DeviceOps(modules, nodes, seq), None
     with open_trace(path) as f:
         for ln, events in pbwire.stream(f, _SPACE, tree, _WHAT, want=lambda n: id(n) in kinds):
+            if ln is not last:  # an op ends with its line
+                yield from ops.close()
+                last = ln
             p, device, stream = kinds[id(ln)]
             if device is not None:
-                yield from _gpu_events(p, ln.header, events, device, stream, kernels, steps)
+                yield from _gpu_events(p, ln.header, events, device, stream, kernels, steps, ops)
             else:
                 yield from _host_events(p, ln.header, events, nodes, allocs, seq, steps)
+    yield from ops.close()
     rows = BatchBuilder("steps")
     for row in steps.rows():
         yield from rows.append(row)
