@@ -10,6 +10,15 @@ sequence numbers) and rewrites that file's `nodes` parquet with the matched ET n
 `rf_id`: the same SQL join then serves both. Only a run holding both kinds of file pays
 for it (one read and write of the Kineto file's nodes, in the ingesting process).
 
+Shapes. A Kineto trace recorded without `record_shapes` has no `Input Dims`, so its
+matrix ops and convolutions have no FLOPs, while the execution trace of the same ops has
+every argument's shape, dtype and value. Once joined, each Kineto op without input shapes
+takes its ET twin's (`input_shapes`, `input_dtypes`, and the scalar arguments as the
+profiler's `Concrete Inputs`, which the convolution / attention rules read), `params`
+says `"shapes_from": "execution_trace"`, and the file's FLOPs are worked out again
+(`flops.annotate_nodes`): so `mfu`, `op_flops` and `roofline` count them like any op
+recorded with its shapes, once (the ET's own rows never count).
+
 Each file's `files.metadata` says how its ops were joined: `et_link` = {method
 (`record_function_id` | `name_order`), the other file, `linked` (ops paired), `ops` (its
 ops)}. A failure here costs the link, never the run: it is counted in the Kineto file's
@@ -67,6 +76,7 @@ def _link_kineto(k: FileResult, by_pid: dict, root: Path) -> None:
         have_rf = table.column("rf_id").null_count < table.num_rows
         new_rf = table.column("rf_id").to_pylist()
         changed = False
+        shapes = _Shapes(table)
         for pid in pids:
             et = by_pid.get(pid)
             if et is None:
@@ -77,18 +87,94 @@ def _link_kineto(k: FileResult, by_pid: dict, root: Path) -> None:
                 ids = set(pc.filter(table.column("rf_id"), mine).to_pylist())
                 linked = sum(1 for o in et_ops if o[4] in ids)
                 _note(k, et, "record_function_id", linked, int(pc.sum(mine).as_py()), len(et_ops))
-                continue
-            kin_ops = _kineto_ops(table, pid)
-            match = chakra_et.match_ops([o[:4] for o in et_ops], kin_ops)
-            rf_of = {o[0]: o[4] for o in et_ops}
-            for row, et_id in match.items():
-                new_rf[row] = rf_of[et_id]
-            changed = changed or bool(match)
-            _note(k, et, "name_order", len(match), len(kin_ops), len(et_ops))
+            else:
+                kin_ops = _kineto_ops(table, pid)
+                match = chakra_et.match_ops([o[:4] for o in et_ops], kin_ops)
+                rf_of = {o[0]: o[4] for o in et_ops}
+                for row, et_id in match.items():
+                    new_rf[row] = rf_of[et_id]
+                changed = changed or bool(match)
+                _note(k, et, "name_order", len(match), len(kin_ops), len(et_ops))
+            shapes.fill(pid, new_rf, _et_shapes(et, root))
         if changed:
             i = table.schema.get_field_index("rf_id")
             table = table.set_column(i, table.schema.field(i), pa.array(new_rf, pa.int64()))
+        if shapes.filled:
+            k.metadata.setdefault("et_link", {})["shapes_from_execution_trace"] = shapes.filled
+            table = shapes.apply(table)
+        if changed or shapes.filled:
             _rewrite(table, root, w)
+
+
+class _Shapes:
+    """The Kineto ops without input shapes take their ET twin's (module docstring)."""
+
+    def __init__(self, table):
+        self.pid = table.column("process_id").to_pylist()
+        self.shapes = table.column("input_shapes").to_pylist()
+        self.dtypes = table.column("input_dtypes").to_pylist()
+        self.params = table.column("params").to_pylist()
+        self.filled = 0
+
+    def fill(self, pid: int, rf: list, et: dict[int, tuple]) -> None:
+        for row, (p, r) in enumerate(zip(self.pid, rf)):
+            if p != pid or r is None or self.shapes[row] or r not in et:
+                continue
+            shapes, dtypes, values = et[r]
+            if not shapes or all(s is None for s in shapes):
+                continue
+            params = json.loads(self.params[row]) if self.params[row] else {}
+            params["shapes_from"] = "execution_trace"
+            params.setdefault("Concrete Inputs", [_concrete(v, d) for v, d in zip(values or (), dtypes or ())])
+            self.shapes[row], self.dtypes[row] = shapes, dtypes
+            self.params[row] = json.dumps(params, separators=(",", ":"))
+            self.filled += 1
+
+    def apply(self, table):
+        """The table with the filled columns and every op's FLOPs worked out again."""
+        import pyarrow as pa
+
+        from tracedb import flops
+
+        for name, values in (("input_shapes", self.shapes), ("input_dtypes", self.dtypes), ("params", self.params)):
+            i = table.schema.get_field_index(name)
+            table = table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+        for name in ("flops_counted", "flops_dtype"):  # worked out again from the new shapes
+            i = table.schema.get_field_index(name)
+            table = table.set_column(i, table.schema.field(i), pa.nulls(table.num_rows, table.schema.field(i).type))
+        batch = table.combine_chunks().to_batches()
+        return pa.Table.from_batches([flops.annotate_nodes(b) for b in batch], schema=table.schema) if batch else table
+
+
+def _concrete(value: str | None, dtype: str | None) -> str:
+    """An ET argument as the profiler's `Concrete Inputs` writes it: '' for a tensor, a
+    scalar or list as text (`True`, `2`, `[1, 1]`)."""
+    from tracedb import flops
+
+    if value is None or dtype in flops.ELEMENT_BYTES or (dtype or "").startswith(("Tensor", "GenericList[Tensor")):
+        return ""
+    try:
+        v = json.loads(value)
+    except ValueError:
+        return value
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, str):
+        return v
+    return json.dumps(v)
+
+
+def _et_shapes(et: FileResult, root: Path) -> dict[int, tuple]:
+    """rf_id -> (input shapes, input dtypes, input values) of the execution trace's ops."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for w in _nodes_files(et):
+        t = pq.read_table(root / w.rel, columns=["rf_id", "input_shapes", "input_dtypes", "inputs"])
+        for rf, shapes, dtypes, values in zip(*(t.column(c).to_pylist() for c in t.column_names)):
+            if rf is not None:
+                out[rf] = (shapes, dtypes, values)
+    return out
 
 
 def _note(k: FileResult, et: FileResult, method: str, linked: int, kineto_ops: int, et_ops: int) -> None:

@@ -54,8 +54,9 @@ batch with FLOPs, true for the others with FLOPs (untimed ones too).
 
 An execution trace's ops (rows with `parent_seq`) get their FLOPs too, for the per-op
 view, but never count in totals: the Kineto trace of the same program holds the same ops
-(joined by `rf_id`) and counts them. Using an execution trace's shapes for Kineto ops that
-recorded none is not done yet.
+(joined by `rf_id`) and counts them. A Kineto op recorded without shapes takes its ET
+twin's shapes, dtypes and scalar arguments at ingest (`tracedb.etlink`), and its FLOPs
+are worked out again with these rules.
 
 XLA (XSpace): each op the device ran is a `nodes` row (device GPU:N), its FLOPs from the
 plane's own `flops` stat where the profiler wrote one, else from the HLO module of
