@@ -41,7 +41,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -205,6 +205,47 @@ def text_head(head: bytes) -> str:
         return ""
 
 
+# ---------------------------------------------------------------- copy kinds
+# `kernels.copy_kind` values, and the one table of how traces spell them: CUPTI's
+# CUpti_ActivityMemcpyKind numbers (Nsight Systems' `copyKind`; 11-13 are unified-memory
+# migrations), names (`HtoD`, XSpace's `H2D`, MTIA's `HOST_TO_DEVICE`), and names inside a
+# label (Kineto `Memcpy HtoD (Pageable -> Device)`, TF `MEMCPYDtoH`, `memcpy_H2D`).
+
+COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA")
+CUPTI_COPY_KINDS = {0: None, 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
+                    8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+_COPY_SPELLINGS = {
+    **{k.lower(): k for k in COPY_KINDS},
+    "h2d": "HtoD", "d2h": "DtoH", "d2d": "DtoD", "h2h": "HtoH", "p2p": "PtoP",
+    "host_to_device": "HtoD", "device_to_host": "DtoH", "device_to_device": "DtoD", "host_to_host": "HtoH",
+    "peer_to_peer": "PtoP",
+}
+_COPY_IN_TEXT = re.compile("|".join(sorted((k for k in _COPY_SPELLINGS if "_" not in k), key=len, reverse=True)),
+                           re.IGNORECASE)
+_HOST_MEMORY = {"pageable", "pinned", "managed"}
+
+
+def copy_kind(text: Any) -> str | None:
+    """The copy kind (`HtoD`, ...) a name, a label or a CUPTI number spells; None if none."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return CUPTI_COPY_KINDS.get(text)
+    if not isinstance(text, str) or not text:
+        return None
+    exact = _COPY_SPELLINGS.get(text.strip().lower())
+    if exact is not None:
+        return exact
+    m = _COPY_IN_TEXT.search(text)
+    return _COPY_SPELLINGS[m[0].lower()] if m else None
+
+
+def copy_kind_of_sides(src: Any, dst: Any) -> str | None:
+    """A copy kind from its source and destination memory kinds (`pageable` -> `device`: HtoD)."""
+    if not isinstance(src, str) or not isinstance(dst, str) or not src or not dst:
+        return None
+    side = lambda k: "H" if k.lower() in _HOST_MEMORY else "D"  # noqa: E731
+    return f"{side(src)}to{side(dst)}"
+
+
 # ---------------------------------------------------------------- protobuf wire format
 # The one varint decoder of the readers: sniffers (XSpace, TF binary) read their heads with
 # it, and `wire_fields` walks a small message held in memory (an XSpace `Hlo Proto` stat).
@@ -308,14 +349,18 @@ class BatchBuilder:
                 raise ValueError(f"table {table} has no columns {sorted(unknown)}")
             self._slot = {name: i for i, name in enumerate(columns)}
 
-    def append(self, row: Any) -> Iterator[tuple[str, pa.RecordBatch]]:
-        """Add a row; yields a full batch when one is ready (use `yield from`)."""
-        self.rows.append(row)
-        if len(self.rows) >= self.batch_rows:
-            yield from self.flush()
+    def append(self, row: Any) -> Iterable[tuple[str, pa.RecordBatch]]:
+        """Add a row; the full batch when one is ready, else nothing: every reader's idiom is
+        `yield from builder.append(row)`, then `yield from flush(*builders)` at the end. A
+        plain call, not a generator: a row costs a list append and a length check."""
+        rows = self.rows
+        rows.append(row)
+        if len(rows) >= self.batch_rows:
+            return list(self.flush())
+        return ()
 
     def add(self, row: Any) -> None:
-        """Add a row without flushing (for readers that flush at the end)."""
+        """Add a row without flushing (kept for callers that flush themselves)."""
         self.rows.append(row)
 
     def flush(self) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -368,6 +413,12 @@ class BatchBuilder:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+
+def flush(*builders: BatchBuilder) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows the builders still hold, as batches: a reader's last step."""
+    for b in builders:
+        yield from b.flush()
 
 
 def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:

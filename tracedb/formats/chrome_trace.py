@@ -42,7 +42,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from tracedb.devices import canonical, match_tf_device
-from tracedb.formats.base import BatchBuilder, ReadContext, text_head
+from tracedb.formats.base import COPY_KINDS, BatchBuilder, ReadContext, copy_kind, flush, text_head
 from tracedb.formats.jsonstream import (DecodedTrace, EventStream, dumps_compact, gc_paused,
                                         located, need, num, rows_decoded_once, us_to_ns)
 
@@ -53,8 +53,6 @@ _EVENT = re.compile(r'"ph"\s*:\s*"[A-Za-z]"')
 _XPROF_STREAM = re.compile(r"^Stream #(\d+)")
 _STREAM = re.compile(r"\bstream\s*:?\s*#?(\d+)", re.IGNORECASE)
 _GPU = re.compile(r"\bGPU\b\s*:?\s*(\d+)?", re.IGNORECASE)
-_COPY = re.compile(r"(HtoD|DtoH|DtoD|HtoH|PtoP)", re.IGNORECASE)
-_COPY_KINDS = {k.lower(): k for k in ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP")}
 _BYTES = re.compile(r"(\d+) bytes")
 
 
@@ -190,8 +188,7 @@ def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[
                              threads, numbered, copies, nodes, kernels)
     if stream.meta:
         ctx.metadata["chrome_trace"] = json.loads(json.dumps(stream.meta))
-    yield from nodes.flush()
-    yield from kernels.flush()
+    yield from flush(nodes, kernels)
 
 
 def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, copies, nodes, kernels):
@@ -213,15 +210,15 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, copies, nodes
     params = dumps_compact(extra) if extra else None
     if lane.gpu:
         label = " ".join(str(v) for v in (name, *args.values()) if isinstance(v, str))
-        copy = _COPY.search(label) if re.search(r"memcpy|HtoD|DtoH|DtoD", label, re.IGNORECASE) else None
+        copy = copy_kind(label) if re.search(r"memcpy|HtoD|DtoH|DtoD", label, re.IGNORECASE) else None
         kind = args.get("kind")  # tracedb's own export says what each activity is
         if kind not in ("kernel", "memcpy", "memset"):
             kind = "memcpy" if copy or "memcpy" in label.lower() else (
                 "memset" if "memset" in label.lower() else "kernel")
             if kind == "kernel" and copies and _copy_key(lane.device, ev) in copies:
                 kind = "memcpy"  # TF timeline: repeated on the device's /memcpy lane
-        if args.get("copy_kind") in _COPY_KINDS.values():
-            copy = (None, args["copy_kind"])
+        if args.get("copy_kind") in COPY_KINDS:
+            copy = args["copy_kind"]
         nbytes = num(args.get("bytes")) if kind != "kernel" else None  # copies and sets only
         if nbytes is None and kind != "kernel":
             m = _BYTES.search(label)
@@ -229,7 +226,7 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, copies, nodes
         yield from kernels.append((
             lane.device, lane.device_raw, lane.stream, kind, name, node, start, dur,
             int(nbytes) if nbytes is not None else None,
-            _COPY_KINDS[copy[1].lower()] if copy else None,
+            copy,
             step, params,
         ))
     else:

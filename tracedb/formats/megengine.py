@@ -52,7 +52,7 @@ import pyarrow as pa
 from tracedb.devices import normalize
 from tracedb.errors import TraceFormatError
 from tracedb.formats import jsonstream
-from tracedb.formats.base import BatchBuilder, ReadContext, text_head
+from tracedb.formats.base import BatchBuilder, ReadContext, flush, text_head
 
 NAME = "megengine"
 DESCRIPTION = "MegEngine graph profile JSON (profiler + graph_exec)"
@@ -214,8 +214,7 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
         raise TraceFormatError("MegEngine profile: 'graph_exec.operator' is missing or not an object")
     for oid, op in pending:
         yield from _operator(g, oid, op, nodes, kernels)
-    yield from nodes.flush()
-    yield from kernels.flush()
+    yield from flush(nodes, kernels)
     yield from _tensors(g)
     yield from _allocations(g)
 

@@ -95,7 +95,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from tracedb.errors import TracedbError, TraceFormatError
-from tracedb.formats.base import GZIP_MAGIC, BatchBuilder, ReadContext, open_trace, read_head
+from tracedb.formats.base import CUPTI_COPY_KINDS, GZIP_MAGIC, BatchBuilder, ReadContext, open_trace, read_head
 
 NAME = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite): CUDA kernels, copies, API calls, NVTX"
@@ -127,8 +127,6 @@ _NVTX_START_END = (60, 71)
 _NVTX_DOMAIN = 75
 
 # Built-in enums (ENUM_* tables exist only from schema 3.x; those win where present).
-_COPY_KIND = {0: None, 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
-              8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 _UVM_COPY = {11, 12, 13}
 _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
              6: "Managed Static", 7: "Unknown"}
@@ -490,7 +488,7 @@ class _Reader:
                          ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "copyKind",
                           "srcKind", "dstKind", "srcDeviceId", "dstDeviceId", "contextId", "graphNodeId",
                           "migrationCause")):
-            copy = _COPY_KIND.get(r[7]) if r[7] in _COPY_KIND else None
+            copy = CUPTI_COPY_KINDS.get(r[7])
             src, dst = mem_kinds.get(r[8]), mem_kinds.get(r[9])
             name = f"Memcpy {copy or 'Unknown'}" + (f" ({src} -> {dst})" if src and dst else "")
             params = {k: v for k, v in (("copy_kind_label", copy_kinds.get(r[7])), ("src_kind", src),
@@ -499,7 +497,7 @@ class _Reader:
                                         ("migration_cause", r[14])) if v is not None}
             if r[7] in _UVM_COPY:
                 params["unified_memory"] = True
-            if r[7] not in _COPY_KIND:
+            if r[7] not in CUPTI_COPY_KINDS:
                 params["copy_kind_id"] = r[7]
             acts.append((r[0], r[1], r[2], r[3], r[4], r[5], "memcpy", name, r[6], copy, None, None, None, None,
                          params))
@@ -625,8 +623,9 @@ class _Reader:
         for pid, spans in self.steps.items():
             for start, end, n, name, gtid in spans:
                 w = work.get((pid, n))
-                steps.add(("CPU:0", "CPU", ranks.get(pid), n, name, base + start, end - start, pid_tid(gtid)[1],
-                           w[0] if w else None, w[1] if w else None, w[2] if w else 0))
+                yield from steps.append(("CPU:0", "CPU", ranks.get(pid), n, name, base + start, end - start,
+                                         pid_tid(gtid)[1], w[0] if w else None, w[1] if w else None,
+                                         w[2] if w else 0))
         yield from steps.flush()
 
 

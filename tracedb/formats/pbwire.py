@@ -45,6 +45,7 @@ from typing import IO, Any, Callable, Iterator
 from google.protobuf.message import DecodeError, Message
 
 from tracedb.errors import TraceFormatError
+from tracedb.formats.base import varint
 
 CHUNK_BYTES = 256 << 10  # streamed elements parsed per C call (bench/bench_stream.py)
 _READ_BYTES = 1 << 20
@@ -115,23 +116,15 @@ class _Reader:
         return self.i >= len(self.buf)
 
     def varint(self) -> int:
-        buf, i = self.buf, self.i
-        if i + 10 > len(buf) and not self.eof:
+        if self.i + 10 > len(self.buf) and not self.eof:
             self._fill(10)
-            buf, i = self.buf, self.i
-        start, value, shift = i, 0, 0
-        while True:
-            if i >= len(buf):
-                raise self.error("truncated varint", self.base + start)
-            b = buf[i]
-            i += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                self.i = i
-                return value
-            shift += 7
-            if shift >= 70:
-                raise self.error("varint longer than 10 bytes", self.base + start)
+        start = self.i
+        try:
+            value, self.i = varint(self.buf, start)
+        except IndexError:
+            what = "varint longer than 10 bytes" if start + 10 <= len(self.buf) else "truncated varint"
+            raise self.error(what, self.base + start) from None
+        return value
 
     def take(self, n: int) -> bytes:
         if self.i + n > len(self.buf):
@@ -153,6 +146,8 @@ class _Reader:
         lim = len(buf) if end is None else min(len(buf), end - self.base)
         start, count, cap = i, 0, i + max_bytes
         while i < cap and i < lim and buf[i] == key:
+            # the length varint decoded inline: this loop is the per-element cost of a streamed
+            # field (bench/bench_stream.py); everywhere else `base.varint` decodes
             j, n, shift, ok = i + 1, 0, 0, False
             while j < lim and shift < 64:
                 b = buf[j]
@@ -359,17 +354,8 @@ def _split(data: bytes) -> Iterator[bytes]:
     """The field encodings in `data` (well framed: `run` and `_fields` checked them)."""
     i = 0
     while i < len(data):
-        j = i + 1
-        while data[j - 1] >= 0x80:  # the key
-            j += 1
-        n = shift = 0
-        while True:
-            b = data[j]
-            j += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        _, j = varint(data, i)  # the key
+        n, j = varint(data, j)
         yield data[i:j + n]
         i = j + n
 

@@ -47,7 +47,8 @@ from google.protobuf import text_format
 from tracedb import devices
 from tracedb.errors import TraceFormatError
 from tracedb.formats import pbtext, pbwire
-from tracedb.formats.base import HEAD_BYTES, BatchBuilder, ReadContext, open_trace, read_all, read_head, text_head
+from tracedb.formats.base import (HEAD_BYTES, BatchBuilder, ReadContext, copy_kind, flush, open_trace, read_all,
+                                  read_head, text_head, varint)
 from tracedb.proto import run_metadata_pb2, step_stats_pb2, types_pb2
 
 NAME = "tf_stepstats"
@@ -69,16 +70,11 @@ _INT64_MAX = 2**63 - 1
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int] | None:
-    """Decode a protobuf varint at pos -> (value, next pos), None if cut or too long."""
-    value = shift = 0
-    while pos < len(buf) and shift < 64:
-        b = buf[pos]
-        value |= (b & 0x7F) << shift
-        pos += 1
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    return None
+    """The protobuf varint at pos -> (value, next pos), None if cut or too long."""
+    try:
+        return varint(buf, pos)
+    except IndexError:
+        return None
 
 
 def _binary_depth(head: bytes) -> int | None:
@@ -366,30 +362,24 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
             continue  # repeats of numbered-stream rows
         if sid is not None:
             for ns in node_stats:
-                kernels.add(_kernel_row(ns, dev, raw, step, sid))
-                if len(kernels) >= _BATCH_ROWS:
-                    yield from kernels.flush()
+                yield from kernels.append(_kernel_row(ns, dev, raw, step, sid))
             continue
         # Any other device (normally /job:...) holds framework ops.
         thread_names = dev_stats.thread_names  # complete: a node with a thread id comes with its closed device
         for ns in node_stats:
             name = ns.node_name
             outputs, memory = ns.output, ns.memory
-            nodes.add(_node_row(ns, name, outputs, memory, seq, thread_names, dev, raw, step))
+            yield from nodes.append(_node_row(ns, name, outputs, memory, seq, thread_names, dev, raw, step))
             seq += 1
             for out in outputs:
-                tensors.add(_tensor_row(name, out, dev, raw, step))
+                yield from tensors.append(_tensor_row(name, out, dev, raw, step))
             for mem in memory:
                 allocator = mem.allocator_name or None
                 for rec in mem.allocation_records:
                     size = rec.alloc_bytes
-                    allocs.add((dev, raw, step, allocator, name, rec.alloc_micros * 1000, size,
-                                "free" if size < 0 else "alloc"))
-            for b in (nodes, tensors, allocs):
-                if len(b) >= _BATCH_ROWS:
-                    yield from b.flush()
-    for b in (nodes, kernels, tensors, allocs):
-        yield from b.flush()
+                    yield from allocs.append((dev, raw, step, allocator, name, rec.alloc_micros * 1000, size,
+                                              "free" if size < 0 else "alloc"))
+    yield from flush(nodes, kernels, tensors, allocs)
 
 
 def _node_row(ns: Any, name: str, outputs: Any, memory: Any, seq: int, thread_names: dict,
@@ -446,7 +436,7 @@ def _kernel_row(ns: Any, dev: str, raw: str, step: int, stream: int) -> tuple:
         ns.all_start_nanos or ns.all_start_micros * 1000,
         ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000,
         int(nbytes.group(1)) if nbytes else None,
-        m["dir"] if m and kind == "memcpy" else None,
+        copy_kind(m["dir"]) if m and kind == "memcpy" else None,
         _label_json(label),
     )
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from tracedb import schema
 from tracedb.errors import TraceFormatError
-from tracedb.formats.base import BatchBuilder, ReadContext, text_head
+from tracedb.formats.base import BatchBuilder, ReadContext, flush, text_head
 from tracedb.formats.jsonstream import EventStream, gc_paused, located, need, plain, us_to_ns
 
 NAME = "tracedb_export"
@@ -69,14 +69,10 @@ def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
             raise TraceFormatError("args.tracedb is not an object")
         timed = ev.get("ph") != "M"
         for table, row in _rows(ev, tracedb, i, timed, base):
-            b = out[table]
-            b.add(row)
-            if len(b.rows) >= BATCH_ROWS:
-                yield from b.flush()
+            yield from out[table].append(row)
     if not checked:
         _check_version(stream.meta, ctx)
-    for b in out.values():
-        yield from b.flush()
+    yield from flush(*out.values())
 
 
 def _check_version(meta: dict, ctx: ReadContext) -> int:

@@ -50,7 +50,8 @@ from tracedb import devices
 from tracedb.errors import TraceFormatError
 from tracedb import flops as flop_rules
 from tracedb.formats import hlo, pbwire
-from tracedb.formats.base import BatchBuilder, ReadContext, open_trace, varint
+from tracedb.formats.base import (BatchBuilder, ReadContext, copy_kind, copy_kind_of_sides, flush, open_trace,
+                                  varint)
 from tracedb.proto import xplane_pb2
 
 NAME = "xspace"
@@ -64,8 +65,6 @@ _DERIVED_MIN = 0xDEADBEEF
 _DERIVED_SPAN = 1000
 _ALLOCATOR_DEVICE = re.compile(r"^([A-Za-z]+)_(\d+)_")  # GPU_0_bfc -> GPU:0
 _MEMORY_EVENTS = {"MemoryAllocation": 1, "MemoryDeallocation": -1}
-_COPY_KINDS = {"H2D": "HtoD", "D2H": "DtoH", "D2D": "DtoD", "P2P": "PtoP", "H2H": "HtoH"}
-_HOST_MEMORY = {"pageable", "pinned", "managed"}
 _STEP_STAT = "step_num"
 
 
@@ -187,14 +186,8 @@ def _params(d: dict[str, Any]) -> str | None:
 
 
 def _copy_kind(name: str, details: dict[str, str]) -> str | None:
-    for tag, kind in _COPY_KINDS.items():
-        if name.upper().endswith(tag):
-            return kind
-    src, dst = details.get("kind_src"), details.get("kind_dst")
-    if src and dst:
-        side = lambda k: "H" if k in _HOST_MEMORY else "D"  # noqa: E731
-        return f"{side(src)}to{side(dst)}"
-    return None
+    """By the event's name (`MemcpyH2D`), else by its memory kinds (CUPTI's memcpy details)."""
+    return copy_kind(name) or copy_kind_of_sides(details.get("kind_src"), details.get("kind_dst"))
 
 
 class _Steps:
@@ -536,5 +529,4 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     rows = BatchBuilder("steps")
     for row in steps.rows():
         yield from rows.append(row)
-    for b in (kernels, nodes, allocs, rows):
-        yield from b.flush()
+    yield from flush(kernels, nodes, allocs, rows)
