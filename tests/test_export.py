@@ -2,7 +2,8 @@
 
 The XSpace fixture's numbers (see tests/test_format_xspace.py for how they were derived):
 30 GPU kernels summing 3,910,125 ns on stream 14, 158 timed host nodes on threads 635 and
-"python3", 20 allocator events on GPU:0. The Kineto numbers come from the raw JSON
+"python3", 20 allocator events on GPU:0; and the 30 XLA ops the GPU ran (untimed nodes on
+GPU:0, tests/test_flops_xspace.py), which travel as metadata events like every untimed row. The Kineto numbers come from the raw JSON
 (`rawtrace`, plain `json`), never from tracedb's code.
 """
 
@@ -54,10 +55,10 @@ def test_export_events(warehouse, tmp_path):
     doc = json.loads(out.read_text())
     assert list(doc) == ["tracedbExport", "baseTimeNanoseconds", "displayTimeUnit", "traceEvents"]
     events = _load(out)
-    assert n == len(events) == 9 + 30 + 158 + 30 * 2 + 20 + 20
+    assert n == len(events) == 9 + 30 + 30 + 158 + 30 * 2 + 20 + 20
     counts = collections.Counter((e["ph"], e.get("cat")) for e in events)
     assert counts == {("X", "kernel"): 30, ("X", "cpu_op"): 158, ("s", "ac2g"): 30, ("f", "ac2g"): 30,
-                      ("i", "cpu_instant_event"): 20, ("C", None): 20, ("M", None): 9}
+                      ("i", "cpu_instant_event"): 20, ("C", None): 20, ("M", None): 9 + 30}
     procs, threads = _names(events)
     assert sorted(procs.values()) == ["CPU:0", "GPU:0"]
     assert set(map(lambda k: (procs[k[0]], threads[k]), threads)) == {
@@ -100,7 +101,7 @@ def test_export_device_filter(warehouse):
     buf = io.StringIO()
     n = export_chrome(warehouse, RUN, buf, devices=["gpu0"])
     events = json.loads(buf.getvalue())["traceEvents"]
-    assert n == len(events) == 30 + 20 + 20 + 5  # kernels, [memory], counters, metadata; no flows
+    assert n == len(events) == 30 + 20 + 20 + 5 + 30  # kernels, [memory], counters, metadata, XLA ops; no flows
     raw = io.BytesIO()
     assert export_chrome(warehouse, RUN, raw, devices=["CPU:0"]) == 158 + 4
     assert len(json.loads(raw.getvalue())["traceEvents"]) == 162
@@ -439,7 +440,8 @@ def test_perfetto_xspace_every_kernel_and_op_overlaps_kept(warehouse, tmp_path):
     assert kernels == _warehouse_rows(warehouse, "SELECT name, start_ns, duration_ns FROM kernels")
     assert len(kernels) == 30 and sum(k[2] for k in kernels) == 3_910_125
     ops = t.of("cpu_op")
-    assert ops == _warehouse_rows(warehouse, "SELECT node_name, start_ns, duration_ns FROM nodes")
+    # the timed nodes (the XLA ops on the GPU are untimed: their time is their kernels')
+    assert ops == _warehouse_rows(warehouse, "SELECT node_name, start_ns, duration_ns FROM nodes WHERE start_ns IS NOT NULL")
     assert len(ops) == 158 and sum(o[2] for o in ops) == 73_314_496
     # CUDA-graph kernels overlap on stream 14: the overlapping ones go to extra tracks of it
     streams = collections.Counter(t.track_name(s["track"]) for s in t.slices if s["cat"] == "kernel")

@@ -159,7 +159,7 @@ def wh(tmp_path_factory) -> Path:
 def _device_ops(wh: Path, run: str) -> list[dict]:
     con = catalog.connect(wh)
     cur = con.execute("SELECT node_name, op_type, flops, memory_bytes, flops_rule, flops_dtype, flops_counted, step, seq "
-                      "FROM nodes WHERE run_id = ? AND device = 'GPU:0' ORDER BY start_ns", [run])
+                      "FROM nodes WHERE run_id = ? AND device = 'GPU:0' ORDER BY seq", [run])
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r)) for r in cur.fetchall()]
 

@@ -25,8 +25,8 @@ the host event with the same `correlation_id` (asynchronous dispatch runs kernel
 their step's host span ended). Only a trace whose host plane names a `step_num` stat pays
 for it: one more pass over the host lines, before the rows are read.
 
-XLA ops: each execution of an HLO instruction on a GPU stream is a `nodes` row on that
-device (`node_name` the instruction, `op_type` its opcode or custom-call target, its
+XLA ops: each execution of an HLO instruction on a GPU stream is an untimed `nodes` row on
+that device, in its step (`node_name` the instruction, `op_type` its opcode or custom-call target, its
 operands' and results' shapes and dtypes, FLOPs and bytes), and its kernels point to it
 with `node_seq` (`_DeviceOps`). The instructions come from the `Hlo Proto` stats of
 `/host:metadata` (`formats/hlo.py`), found by the kernels' `program_id` and `hlo_op`, or
@@ -340,7 +340,8 @@ def _reported(v: Any) -> int | None:
 
 class _DeviceOps:
     """The XLA ops a GPU stream ran, as `nodes` rows: one per execution of a launched HLO
-    instruction, its kernels linked by `node_seq`. A kernel names its program and op
+    instruction, untimed (its time is its kernels', linked by `node_seq`: a command
+    buffer's kernels overlap, and the host op queries read timed nodes as host time). A kernel names its program and op
     (`program_id`, `hlo_op`); the kernels of one execution of a library call (cuDNN,
     cuBLAS) share its `scope_range_id`; a kernel inside a command buffer (`hlo_op` names the
     buffer, not an instruction) is found by its own name and is one execution by itself.
@@ -370,8 +371,6 @@ class _DeviceOps:
             self.key = key
             self.open = self._row(row, module, op, hlo_op, flops, nbytes)
         else:
-            end = max(self.open["start_ns"] + self.open["duration_ns"], row["start_ns"] + row["duration_ns"])
-            self.open["duration_ns"] = end - self.open["start_ns"]
             self.open["_kernels"] += 1
         row["node_seq"] = self.open["seq"]
 
@@ -381,8 +380,7 @@ class _DeviceOps:
         reported = flops is not None
         row = {"device": k["device"], "device_raw": k["device_raw"], "step": k["step"],
                "node_name": op.name if op else hlo_op or k["name"], "op_type": op.op_type if op else hlo_op,
-               "start_ns": k["start_ns"], "duration_ns": k["duration_ns"], "seq": seq,
-               "correlation_id": k["correlation_id"], "_kernels": 1,
+               "seq": seq, "_kernels": 1,
                "_params": {"hlo_module": module.name if module else None, "stream": k["stream"],
                            **({"fusion_kind": op.fusion_kind} if op and op.fusion_kind else {})}}
         if op is not None:
