@@ -50,7 +50,8 @@ Nesting (`flops_counted`): PyTorch records an op inside the op that called it
 once: at the innermost op with FLOPs, which runs in the dtype the kernels use (autocast's
 outer op still has fp32 inputs) and is the op its kernels link to. `flops_counted` is
 false for a row that encloses (same thread, within its start and end) another row of the
-batch with FLOPs, true for the others with FLOPs (untimed ones too).
+batch with FLOPs, true for the others with FLOPs (untimed ones too). A reader whose ops
+never nest (XLA's device ops) sets `flops_counted` and `flops_dtype` itself; they are kept.
 
 An execution trace's ops (rows with `parent_seq`) get their FLOPs too, for the per-op
 view, but never count in totals: the Kineto trace of the same program holds the same ops
@@ -58,7 +59,8 @@ view, but never count in totals: the Kineto trace of the same program holds the 
 twin's shapes, dtypes and scalar arguments at ingest (`tracedb.etlink`), and its FLOPs
 are worked out again with these rules.
 
-XLA (XSpace): each op the device ran is a `nodes` row (device GPU:N), its FLOPs from the
+XLA (XSpace): each op the device ran is an untimed `nodes` row (device GPU:N; its kernels
+point to it by `node_seq`), counted, its FLOPs from the
 plane's own `flops` stat where the profiler wrote one, else from the HLO module of
 `/host:metadata` (`tracedb.formats.hlo`: dots, convolutions, cuDNN / cuBLAS calls, fusions
 of them); `xla_dot` / `xla_conv` are the formulas, as XLA's `HloCostAnalysis` counts them
