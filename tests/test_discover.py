@@ -60,7 +60,7 @@ def test_jax_profile_folder_is_one_run_read_once(tmp_path):
     assert ingest([JAX_LOGDIR], wh).ok
     # one copy of the data: the XSpace's rows, not three times as many
     assert _q(wh, "SELECT count(*), sum(duration_ns), min(stream), max(stream) FROM kernels") == [(n_gpu, gpu_ns, 14, 14)]
-    assert _q(wh, "SELECT count(*) FROM nodes") == [(n_host,)]
+    assert _q(wh, "SELECT count(*) FROM nodes WHERE device = 'CPU:0'") == [(n_host,)]  # GPU:0: its XLA ops
     assert _q(wh, "SELECT source_files, formats FROM runs") == [(["vm.xplane.pb"], ["xspace"])]
 
 
