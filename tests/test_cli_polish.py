@@ -88,8 +88,9 @@ def test_ingest_not_on_a_terminal_prints_a_line_per_run_and_a_summary(tmp_path):
     assert r.exit_code == 0, r.output
     assert "found 2 run(s)" in r.output
     assert re.search(r"^dump: 1/1 files, 178 nodes", r.output, flags=re.M)
-    assert re.search(r"^jax/2026_11_26_04_20_26: 1/1 files, 128 nodes, 48 kernels, 16 allocations", r.output, flags=re.M)
-    assert re.search(r"^ingested 2 run\(s\), 2 file\(s\), 370 rows, 0 error\(s\) in ", r.output, flags=re.M)
+    # 128 host events and the 24 XLA ops the GPU ran (nodes on GPU:0)
+    assert re.search(r"^jax/2026_11_26_04_20_26: 1/1 files, 152 nodes, 48 kernels, 16 allocations", r.output, flags=re.M)
+    assert re.search(r"^ingested 2 run\(s\), 2 file\(s\), 394 rows, 0 error\(s\) in ", r.output, flags=re.M)
     q = runner.invoke(app, ["ingest", str(runs), "-q", "-w", str(tmp_path / "wh")])
     assert q.exit_code == 0 and q.output == ""
 
