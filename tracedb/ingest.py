@@ -452,7 +452,11 @@ def ingest(
         if on_plan:
             on_plan(runs)
         landing = _Landing(warehouse, on_run)
-        ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        # Ids sort in the order ingests started, to the microsecond (`Lake.live_file_rows`
+        # tells a crash's left-behind rows from a later failed attempt's by that order; with
+        # whole seconds, two ingests of one second were ordered by their random suffix).
+        # An older id of the same second ('...T080512-ab12cd') sorts before ('-' < '.').
+        ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f") + "-" + secrets.token_hex(3)
         planned = _queue(runs, warehouse, ingest_id, pool)
         _some_trace(paths, planned)  # before the lake is opened: no warehouse made for nothing
         # live from before its first file to its last commit: vacuum spares its files (`tracedb.storage`)
