@@ -80,7 +80,7 @@ from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, disc
                               fallback_ranks, not_a_trace)
 from tracedb.errors import NotATraceError, TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
-from tracedb.store import FileWriter
+from tracedb.store import FileResult, FileWriter  # noqa: F401 (FileResult re-exported)
 from tracedb.validate import Validator
 from tracedb import workers
 
@@ -100,32 +100,6 @@ COMMIT_EVERY_SECONDS = 10.0
 # where the ingest gets about one core, that CPU shows: see bench/RESULTS.md, "Session 6: jobscale").
 ROLLUP_EVERY_RUNS = 12
 ROLLUP_EVERY_ROWS = 30_000
-
-
-@dataclass
-class FileResult:
-    path: str  # as shown to the user
-    rel: str  # relative to the run root: recorded in the warehouse
-    size_bytes: int = 0
-    sha256: str = ""
-    format: str | None = None
-    rows: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
-    seconds: float = 0.0
-    written: list[lake.DataFile] = field(default_factory=list)
-    metadata: dict = field(default_factory=dict)
-    warnings: dict = field(default_factory=dict)
-    warning: str | None = None  # read, but something the user should know (e.g. a guessed rank)
-    skipped: str | None = None  # why it was not read: no reader claims it (a README, a log)
-    own_rank: int | None = None  # the rank the trace itself names (Kineto's distributedInfo)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def status(self) -> str:
-        return "error" if self.error else "skipped" if self.skipped else "ok"
 
 
 @dataclass
