@@ -46,17 +46,19 @@ def _counts(url: str, cache: Path) -> dict[str, tuple]:
     return {r["run_id"]: (r["nodes"], r["kernels"], r["tensors"], r["allocations"]) for r in json.loads(out)}
 
 
-@pytest.mark.xfail(strict=False, reason="issue 28: in the whole suite the writer sometimes loses its lease before "
-                   "its publish, so the message says 'stopped before its next write' without 'after publishing'")
 def test_a_writer_paused_past_its_lease_after_its_publish_stops_its_clean_up(s3, tmp_path):
     url = f"s3://{BUCKET}/paused"
-    env = {"TRACEDB_LOCK_LEASE_SECONDS": "3"}
+    # A lease long enough that a writer on a loaded machine still holds it when it reaches
+    # its publish (with 3 s, A sometimes lost it before, in the whole suite, and stopped
+    # "before publishing": not the case under test)
+    lease = 10
+    env = {"TRACEDB_LOCK_LEASE_SECONDS": str(lease)}
     assert tracedb.Warehouse(url).ingest(make_run(tmp_path / "v0" / "r", LSTM).parent).ok
     # A publishes r, reads which ingest is live, and stalls there, past its lease
     a = _cli(["ingest", make_run(tmp_path / "a" / "r", LSTM).parent, "-w", url],
              {**env, "TRACEDB_STOP_AT": "cleanup_after_published"})
     wait_stopped(a)
-    time.sleep(3.5)
+    time.sleep(lease + 0.5)
     # B takes the expired lease over and lands r again: the node dump
     b = _cli(["ingest", make_run(tmp_path / "b" / "r", DUMP).parent, "-w", url], env)
     _, err = b.communicate(timeout=300)

@@ -91,19 +91,19 @@ def is_legacy(warehouse: Path | str) -> bool:
 
 def open_lake(warehouse: Path, create: bool = False) -> lake_mod.Lake:
     """The warehouse's lake, refusing one that needs `tracedb migrate`."""
-    from tracedb import migrate
+    from tracedb import migrations
 
     lake = lake_mod.Lake(storage.location(warehouse))
     if is_legacy(lake.root):
         raise TracedbError(
             f"warehouse {warehouse} was made by an older tracedb (schema 1: pending migrations: "
-            f"{', '.join(migrate.pending_names(lake.root))}); run `tracedb migrate --warehouse {warehouse}`")
+            f"{', '.join(migrations.pending_names(lake.root))}); run `tracedb migrate --warehouse {warehouse}`")
     if not lake.exists:
         if not create:
             raise TracedbError(f"no warehouse at {warehouse} (no {lake_mod.LAKE_JSON}); run `tracedb ingest` first")
-        lake.create(migrate.all_records("created at schema version %d" % schema.SCHEMA_VERSION))
+        lake.create(migrations.all_records("created at schema version %d" % schema.SCHEMA_VERSION))
     else:
-        migrate.require_current(lake)
+        migrations.require_current(lake)
         if any(v < 0 for v in lake.versions().values()):  # a table this version added
             with lake.lock():
                 lake.ensure_tables()

@@ -29,12 +29,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 from tracedb import lake, storage
-
-if TYPE_CHECKING:
-    from tracedb.ingest import FileResult
+from tracedb.store import FileResult
 
 _MARKER = "[pytorch|profiler|execution_"
 

@@ -80,7 +80,7 @@ from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, disc
                               fallback_ranks, not_a_trace)
 from tracedb.errors import NotATraceError, TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
-from tracedb.store import FileWriter
+from tracedb.store import FileResult, FileWriter  # noqa: F401 (FileResult re-exported)
 from tracedb.validate import Validator
 from tracedb import workers
 
@@ -100,32 +100,6 @@ COMMIT_EVERY_SECONDS = 10.0
 # where the ingest gets about one core, that CPU shows: see bench/RESULTS.md, "Session 6: jobscale").
 ROLLUP_EVERY_RUNS = 12
 ROLLUP_EVERY_ROWS = 30_000
-
-
-@dataclass
-class FileResult:
-    path: str  # as shown to the user
-    rel: str  # relative to the run root: recorded in the warehouse
-    size_bytes: int = 0
-    sha256: str = ""
-    format: str | None = None
-    rows: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
-    seconds: float = 0.0
-    written: list[lake.DataFile] = field(default_factory=list)
-    metadata: dict = field(default_factory=dict)
-    warnings: dict = field(default_factory=dict)
-    warning: str | None = None  # read, but something the user should know (e.g. a guessed rank)
-    skipped: str | None = None  # why it was not read: no reader claims it (a README, a log)
-    own_rank: int | None = None  # the rank the trace itself names (Kineto's distributedInfo)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @property
-    def status(self) -> str:
-        return "error" if self.error else "skipped" if self.skipped else "ok"
 
 
 @dataclass
@@ -452,7 +426,11 @@ def ingest(
         if on_plan:
             on_plan(runs)
         landing = _Landing(warehouse, on_run)
-        ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        # Ids sort in the order ingests started, to the microsecond (`Lake.live_file_rows`
+        # tells a crash's left-behind rows from a later failed attempt's by that order; with
+        # whole seconds, two ingests of one second were ordered by their random suffix).
+        # An older id of the same second ('...T080512-ab12cd') sorts before ('-' < '.').
+        ingest_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%f") + "-" + secrets.token_hex(3)
         planned = _queue(runs, warehouse, ingest_id, pool)
         _some_trace(paths, planned)  # before the lake is opened: no warehouse made for nothing
         # live from before its first file to its last commit: vacuum spares its files (`tracedb.storage`)

@@ -17,92 +17,13 @@ with the new column as NULL (`conform_lake_table`).
 
 from __future__ import annotations
 
-import importlib.util
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from tracedb.errors import TracedbError
-from tracedb.resources import migrations_dir
-
-_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.(sql|py)$")
-
-
-@dataclass(frozen=True)
-class Migration:
-    number: int
-    name: str
-    path: Path
-
-
-def discover(folder: Path | None = None) -> list[Migration]:
-    folder = folder or migrations_dir()
-    found = []
-    for p in sorted(folder.iterdir()):
-        m = _NAME.match(p.name)
-        if m:
-            found.append(Migration(int(m[1]), m[2], p))
-    numbers = [m.number for m in found]
-    if numbers != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"migrations must be numbered 0001.. without gaps, found {numbers}")
-    return found
-
-
-def latest() -> int:
-    return len(discover())
-
-
-def _module(migration: Migration):
-    spec = importlib.util.spec_from_file_location(f"tracedb_migration_{migration.number}", migration.path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def target(migration: Migration) -> str:
-    """'catalog' (schema-1 catalog.duckdb) or 'lake'."""
-    if migration.path.suffix == ".sql":
-        return "catalog"
-    return getattr(_module(migration), "TARGET", "lake")
-
-
-def _now() -> str:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def all_records(note: str) -> list[dict]:
-    return [{"number": m.number, "name": m.name, "applied_at": _now(), "note": note} for m in discover()]
-
-
-def _label(m: Migration) -> str:
-    return f"{m.number:04d}_{m.name}"
-
-
-def pending_names(warehouse: Path) -> list[str]:
-    """Pending migrations of a schema-1 warehouse (its catalog read read-only)."""
-    try:
-        con = duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=True)
-    except duckdb.Error:
-        return [_label(m) for m in discover()]
-    try:
-        done = applied(con)
-    finally:
-        con.close()
-    return [_label(m) for m in discover() if m.number not in done]
-
-
-def require_current(lake) -> None:
-    done = {m["number"] for m in lake.read_meta().get("migrations", [])}
-    missing = [_label(m) for m in discover() if m.number not in done]
-    if missing:
-        raise TracedbError(
-            f"warehouse {lake.root} was made by an older tracedb (pending migrations: {', '.join(missing)}); "
-            f"run `tracedb migrate --warehouse {lake.root}`")
-
+from tracedb.migrations import (Migration, _now, all_records, applied, discover, label, latest, load,  # noqa: F401
+                                pending, pending_names, require_current, target)
 
 def migrate_warehouse(warehouse: Path | str) -> list[str]:
     """Apply pending migrations (schema-1 catalog ones, then lake ones); returns their names."""
@@ -125,16 +46,16 @@ def migrate_warehouse(warehouse: Path | str) -> list[str]:
             if m.number in have:
                 continue
             if target(m) != "lake":
-                raise TracedbError(f"migration {_label(m)} is for a schema-1 catalog, but {warehouse} is a lake")
+                raise TracedbError(f"migration {label(m)} is for a schema-1 catalog, but {warehouse} is a lake")
             if lake.remote:  # conform_lake_table rewrites files by local path
-                raise TracedbError(f"migration {_label(m)}: migrating a lake on object storage ({warehouse}) is not "
+                raise TracedbError(f"migration {label(m)}: migrating a lake on object storage ({warehouse}) is not "
                                    "supported yet; copy it to a folder, migrate, copy it back")
             for table in schema.ALL_TABLES:  # restated columns first: the migration may commit to them
                 refresh_column_docs(lake, table)
-            _module(m).up(lake)
+            load(m).up(lake)
             meta.setdefault("migrations", []).append({"number": m.number, "name": m.name, "applied_at": _now()})
             lake.write_meta(meta)
-            done.append(_label(m))
+            done.append(label(m))
         meta["schema_version"] = schema.SCHEMA_VERSION
         lake.write_meta(meta)
         catalog.publish(lake)
@@ -153,23 +74,10 @@ def _migrate_legacy(warehouse: Path) -> list[str]:
             if target(m) != "catalog":
                 break
             apply(con, warehouse, m)
-            done.append(_label(m))
+            done.append(label(m))
     finally:
         con.close()
     return done
-
-
-def applied(con: duckdb.DuckDBPyConnection) -> set[int]:
-    """Numbers of the applied migrations (none for a new catalog); works read-only."""
-    try:
-        return {r[0] for r in con.execute("SELECT number FROM tracedb_migrations").fetchall()}
-    except duckdb.CatalogException:
-        return set()
-
-
-def pending(con: duckdb.DuckDBPyConnection) -> list[Migration]:
-    done = applied(con)
-    return [m for m in discover() if m.number not in done]
 
 
 def apply(con: duckdb.DuckDBPyConnection, warehouse: Path, migration: Migration) -> None:
@@ -183,7 +91,7 @@ def apply(con: duckdb.DuckDBPyConnection, warehouse: Path, migration: Migration)
         if migration.path.suffix == ".sql":
             con.execute(migration.path.read_text())
         else:
-            _module(migration).up(con, warehouse)
+            load(migration).up(con, warehouse)
         con.execute("INSERT INTO tracedb_migrations (number, name) VALUES (?, ?)", [migration.number, migration.name])
         con.execute("COMMIT")
     except Exception:

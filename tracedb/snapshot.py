@@ -61,10 +61,10 @@ def lake_state(root: Path) -> dict:
 
 
 def _migrations_done(root: Path) -> bool:
-    from tracedb import migrate
+    from tracedb import migrations
 
     done = {m["number"] for m in json.loads((root / LAKE_JSON).read_text()).get("migrations", [])}
-    return all(m.number in done for m in migrate.discover())
+    return all(m.number in done for m in migrations.discover())
 
 
 def attach_fresh(con: duckdb.DuckDBPyConnection, warehouse: Path) -> bool:

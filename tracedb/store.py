@@ -148,3 +148,32 @@ class FileWriter:
             else:
                 self._store.unlink(rel)
         self._writers.clear()
+
+
+@dataclass
+class FileResult:
+    """What reading one source file gave: its record in `files`, its rows and the data
+    files the `FileWriter` wrote (ingest commits them; etlink adds to them)."""
+
+    path: str  # as shown to the user
+    rel: str  # relative to the run root: recorded in the warehouse
+    size_bytes: int = 0
+    sha256: str = ""
+    format: str | None = None
+    rows: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    seconds: float = 0.0
+    written: list[lake.DataFile] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)
+    warnings: dict = field(default_factory=dict)
+    warning: str | None = None  # read, but something the user should know (e.g. a guessed rank)
+    skipped: str | None = None  # why it was not read: no reader claims it (a README, a log)
+    own_rank: int | None = None  # the rank the trace itself names (Kineto's distributedInfo)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def status(self) -> str:
+        return "error" if self.error else "skipped" if self.skipped else "ok"
