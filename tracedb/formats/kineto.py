@@ -784,6 +784,10 @@ class _Out:
                   "events": BatchBuilder("events", BATCH_ROWS, _EVENT_COLS)}
 
     def flush_full(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """The builders holding BATCH_ROWS rows or more. Checked every 1024 events of any
+        kind: when it was checked only after events other than cpu_ops, a file whose
+        every 1024th event was a cpu_op (an op and its launch call alternating) held all
+        its runtime calls' rows to the end (~300 B an event)."""
         for b in self.b.values():
             if len(b.rows) >= BATCH_ROWS:
                 yield from b.flush()
@@ -870,6 +874,9 @@ def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[
     for i, ev in enumerate(stream):
         if p2 is None:  # header is complete once the first event arrives
             p2 = _Pass2(index, ctx, out)
+        elif not i & 1023:  # a table's rows wait for at most BATCH_ROWS + 1023 events
+            yield from out.flush_full()  # (checked for every kind of event: see _Out.flush_full)
+            node_rows = out.b["nodes"].rows
         ph = ev.get("ph")
         cat = ev.get("cat")
         cat = _OLD_CATS.get(cat, cat)  # _cat, inline
@@ -881,8 +888,6 @@ def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[
                 node_rows = out.b["nodes"].rows
             continue
         p2.add(i, ev, ph, cat)
-        if not i & 1023:  # a table's rows wait for at most BATCH_ROWS + 1023 events
-            yield from out.flush_full()
     yield from (p2 or _Pass2(index, ctx, out)).finish()  # (no events at all: metadata still)
 
 
