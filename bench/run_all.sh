@@ -35,6 +35,9 @@ LOG="$OUT/results-$(date -u +%Y%m%dT%H%M%SZ).txt"
   python bench/bench_kineto_hta.py --repeat "$((REPEAT > 5 ? REPEAT : 5))" --serial --existing
   echo; echo "## A 24-rank job, one process each (the fixed costs - start-up, lake, commit - spread over 3x the ranks)"
   python bench/bench_kineto_hta.py --repeat 2 --serial --ranks 24
+  echo; echo "## Kineto: the whole ingest against msgspec decoding into typed structs (Decimal times)"
+  python bench/bench_kineto_decode.py --file tests/data/hta_nccl_allreduce/rank-0.json.gz --rounds "$REPEAT"
+  python bench/bench_kineto_decode.py --mb 100 --rounds "$REPEAT"
   echo; echo "## A $KINETO_MB MB Kineto file: peak memory of the streaming reader and the ingest vs json.load"
   python bench/bench_kineto_memory.py --mb "$KINETO_MB"
   echo; echo "## Streaming TF binary / XSpace / MegEngine vs whole-document readers"; python bench/bench_stream.py --repeat "$REPEAT"

@@ -137,3 +137,29 @@ def megengine(src: Path, dst: Path, reps: int) -> int:
                                             "output": [shift(o, r) for o in v["output"]]}
     data = json.dumps(out).encode()
     return _write(dst, [data])
+
+
+def kineto_tiny(dst: Path, triples: int) -> int:
+    """A Kineto trace of `triples` x (a cpu_op, its `cudaLaunchKernel`, the kernel), ops and
+    calls first and the kernels at the end, as Kineto writes them: 3 x `triples` tiny
+    events whose links (kernel -> call -> op) span the whole file. Written plain (not
+    gzipped); returns the file's size."""
+    def host(i: int) -> str:
+        t = 10 * i
+        return (f'{{"ph":"X","cat":"cpu_op","name":"aten::op{i % 7}","pid":1,"tid":1,"ts":{t}.5,"dur":4,'
+                f'"args":{{"External id":{i}}}}},\n'
+                f'{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":{t + 1},'
+                f'"dur":2,"args":{{"correlation":{i},"External id":{i}}}}},\n')
+
+    def kernel(i: int) -> str:
+        return (f'{{"ph":"X","cat":"kernel","name":"k{i % 5}","pid":0,"tid":7,"ts":{10 * i + 3}.25,"dur":1,'
+                f'"args":{{"device":0,"stream":7,"correlation":{i}}}}}')
+
+    n = 0
+    with open(dst, "w") as f:
+        n += f.write('{"baseTimeNanoseconds":1000,"traceEvents":[\n')
+        for i in range(triples):
+            n += f.write(host(i))
+        n += f.write(",\n".join(map(kernel, range(triples))))
+        n += f.write("\n]}\n")
+    return n

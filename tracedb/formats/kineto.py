@@ -73,7 +73,8 @@ numbers as text (it needs only `ts`/`dur`), pass 2 as Decimal. Either way exact 
 decoded in C; pass 1 reads a fractional `size` / `device` arg as its text in both cases
 (`_text`), so the links are the same. Pass 2 takes a cpu_op's start and end from pass
 1's arrays (the same ops in the same order). Decimals become floats where they reach a
-row (`plain`, the params encoder). Rows are tuples in `_*_COLS` order, built into
+row (`plain`, the params encoder). Rows are named tuples (`NodeRow`, `KernelRow`, ...: one
+type a table, its fields the table's columns), built into
 batches column-wise.
 
 Measured on one rank of the H200 fixture (4.1 MB, 13,317 events, 7,245 of them cpu_ops;
@@ -105,7 +106,7 @@ import re
 from array import array
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import msgspec
 import pyarrow as pa
@@ -136,24 +137,155 @@ BATCH_ROWS = 16384
 # decode_structs`): each piece's events are read while they are in the CPU cache.
 CHUNK_BYTES = 32 << 10
 
-_NODE_COLS = ("device", "device_raw", "rank", "step", "node_name", "op_type", "start_ns",
-              "duration_ns", "thread_id", "seq", "input_shapes", "input_dtypes",
-              "correlation_id", "params", "rf_id", "process_id")
-_KERNEL_COLS = ("device", "device_raw", "rank", "step", "stream", "kind", "name", "node_name",
-                "start_ns", "duration_ns", "bytes", "copy_kind", "correlation_id",
-                "launch_start_ns", "grid", "block", "registers_per_thread",
-                "shared_memory_bytes", "occupancy", "params", "node_seq", "link", "external_id")
-_CALL_COLS = ("device", "device_raw", "rank", "step", "category", "name", "start_ns", "duration_ns",
-              "thread_id", "correlation_id", "external_id", "node_name", "node_seq", "kernel_name",
-              "kernel_count", "kernel_start_ns", "kernel_device", "seq", "params")
-_ANNOTATION_COLS = ("device", "device_raw", "rank", "step", "category", "name", "start_ns",
-                    "duration_ns", "thread_id", "stream", "external_id", "seq", "params")
-_STEP_COLS = ("device", "device_raw", "rank", "step", "name", "start_ns", "duration_ns", "thread_id",
-              "device_start_ns", "device_end_ns", "kernel_count")
-_EVENT_COLS = ("device", "device_raw", "rank", "step", "category", "name", "phase", "start_ns",
-               "duration_ns", "thread_id", "stream", "correlation_id", "external_id", "seq", "params")
-_ALLOC_COLS = ("device", "device_raw", "rank", "step", "ts_ns", "bytes", "kind", "address",
-               "total_allocated_bytes", "total_reserved_bytes", "params")
+class NodeRow(NamedTuple):
+    """A `nodes` row: one cpu_op."""
+
+    device: str
+    device_raw: str
+    rank: int | None
+    step: int | None
+    node_name: str
+    op_type: str
+    start_ns: int
+    duration_ns: int
+    thread_id: int | None
+    seq: int
+    input_shapes: list | None
+    input_dtypes: list | None
+    correlation_id: int | None  # the op's External id
+    params: str | None
+    rf_id: int | None
+    process_id: int | None
+
+
+class KernelRow(NamedTuple):
+    """A `kernels` row: one device activity (kernel, copy, set)."""
+
+    device: str
+    device_raw: str
+    rank: int | None
+    step: int | None
+    stream: int | None
+    kind: str
+    name: str
+    node_name: str | None  # the launching op (module docstring: kernel -> op link)
+    start_ns: int
+    duration_ns: int
+    bytes: int | None
+    copy_kind: str | None
+    correlation_id: int | None
+    launch_start_ns: int | None
+    grid: list | None
+    block: list | None
+    registers_per_thread: int | None
+    shared_memory_bytes: int | None
+    occupancy: float | None
+    params: str | None
+    node_seq: int | None
+    link: str | None
+    external_id: int | None
+
+
+class CallRow(NamedTuple):
+    """A `runtime_calls` row: one runtime or driver call, with its op and activity."""
+
+    device: str
+    device_raw: str
+    rank: int | None
+    step: int | None
+    category: str
+    name: str
+    start_ns: int
+    duration_ns: int
+    thread_id: int | None
+    correlation_id: int | None
+    external_id: int | None
+    node_name: str | None
+    node_seq: int | None
+    kernel_name: str | None
+    kernel_count: int
+    kernel_start_ns: int | None
+    kernel_device: str | None
+    seq: int
+    params: str | None
+
+
+class AnnotationRow(NamedTuple):
+    """An `annotations` row: a host (`user_annotation`) or device range."""
+
+    device: str
+    device_raw: str
+    rank: int | None
+    step: int | None
+    category: str
+    name: str
+    start_ns: int
+    duration_ns: int
+    thread_id: int | None
+    stream: int | None
+    external_id: int | None
+    seq: int
+    params: str | None
+
+
+class StepRow(NamedTuple):
+    """A `steps` row: one ProfilerStep#N span and the device work launched in it."""
+
+    device: str
+    device_raw: str
+    rank: int | None
+    step: int
+    name: str
+    start_ns: int
+    duration_ns: int
+    thread_id: int | None
+    device_start_ns: int | None
+    device_end_ns: int | None
+    kernel_count: int
+
+
+class EventRow(NamedTuple):
+    """An `events` row: any other event with a time, its args as JSON."""
+
+    device: str
+    device_raw: str
+    rank: int | None
+    step: int | None
+    category: str | None
+    name: str | None
+    phase: str | None
+    start_ns: int
+    duration_ns: int | None
+    thread_id: int | None
+    stream: int | None
+    correlation_id: int | None
+    external_id: int | None
+    seq: int
+    params: str | None
+
+
+class AllocRow(NamedTuple):
+    """An `allocations` row: one `[memory]` instant event."""
+
+    device: str
+    device_raw: str
+    rank: int | None
+    step: int | None
+    ts_ns: int
+    bytes: int
+    kind: str
+    address: int | None
+    total_allocated_bytes: int | None
+    total_reserved_bytes: int | None
+    params: str | None
+
+
+# Each table's row type (the builders take its fields as their columns).
+_ROWS = {"nodes": NodeRow, "kernels": KernelRow, "allocations": AllocRow, "runtime_calls": CallRow,
+         "annotations": AnnotationRow, "steps": StepRow, "events": EventRow}
+# A row built from its values in field order: `tuple.__new__` skips the named tuple's
+# Python-level `__new__` (~1 us a row of the 23-field KernelRow; a plain tuple's cost).
+_new = tuple.__new__
 
 _GPU_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
@@ -775,15 +907,13 @@ class _Out:
     """The builders of one read, flushed when full."""
 
     def __init__(self):
-        self.b = {"nodes": BatchBuilder("nodes", BATCH_ROWS, _NODE_COLS),
-                  "kernels": BatchBuilder("kernels", BATCH_ROWS, _KERNEL_COLS),
-                  "allocations": BatchBuilder("allocations", BATCH_ROWS, _ALLOC_COLS),
-                  "runtime_calls": BatchBuilder("runtime_calls", BATCH_ROWS, _CALL_COLS),
-                  "annotations": BatchBuilder("annotations", BATCH_ROWS, _ANNOTATION_COLS),
-                  "steps": BatchBuilder("steps", BATCH_ROWS, _STEP_COLS),
-                  "events": BatchBuilder("events", BATCH_ROWS, _EVENT_COLS)}
+        self.b = {table: BatchBuilder(table, BATCH_ROWS, row._fields) for table, row in _ROWS.items()}
 
     def flush_full(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """The builders holding BATCH_ROWS rows or more. Checked every 1024 events of any
+        kind: when it was checked only after events other than cpu_ops, a file whose
+        every 1024th event was a cpu_op (an op and its launch call alternating) held all
+        its runtime calls' rows to the end (~300 B an event)."""
         for b in self.b.values():
             if len(b.rows) >= BATCH_ROWS:
                 yield from b.flush()
@@ -870,6 +1000,9 @@ def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[
     for i, ev in enumerate(stream):
         if p2 is None:  # header is complete once the first event arrives
             p2 = _Pass2(index, ctx, out)
+        elif not i & 1023:  # a table's rows wait for at most BATCH_ROWS + 1023 events
+            yield from out.flush_full()  # (checked for every kind of event: see _Out.flush_full)
+            node_rows = out.b["nodes"].rows
         ph = ev.get("ph")
         cat = ev.get("cat")
         cat = _OLD_CATS.get(cat, cat)  # _cat, inline
@@ -881,8 +1014,6 @@ def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[
                 node_rows = out.b["nodes"].rows
             continue
         p2.add(i, ev, ph, cat)
-        if not i & 1023:  # a table's rows wait for at most BATCH_ROWS + 1023 events
-            yield from out.flush_full()
     yield from (p2 or _Pass2(index, ctx, out)).finish()  # (no events at all: metadata still)
 
 
@@ -936,18 +1067,18 @@ class _Pass2:
         rank, base = self.rank, self.base
         for start, end, n, tid, seq in self.index.steps:
             work = self.device_work.get(n)
-            self.out.b["steps"].rows.append((
+            self.out.b["steps"].rows.append(_new(StepRow, (
                 "CPU:0", "CPU", rank, n, f"ProfilerStep#{n}", base + start, end - start,
                 tid if type(tid) is int else None,
-                work[0] if work else None, work[1] if work else None, work[2] if work else 0))
+                work[0] if work else None, work[1] if work else None, work[2] if work else 0)))
         yield from self.out.flush()
 
 
-def _count_work(device_work: dict, row: tuple) -> None:
-    step = row[3]
+def _count_work(device_work: dict, row: KernelRow) -> None:
+    step = row.step
     if step is None:
         return
-    start, end = row[8], row[8] + row[9]
+    start, end = row.start_ns, row.start_ns + row.duration_ns
     w = device_work.get(step)
     if w is None:
         device_work[step] = [start, end, 1]
@@ -972,7 +1103,7 @@ def _metadata(index: _Index, ctx: ReadContext) -> tuple[int, int | None]:
     return base, rank
 
 
-def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index, k: int) -> tuple:
+def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index, k: int) -> NodeRow:
     """The row of the k-th cpu_op: pass 1 saw the same ops in the same order and kept
     their start and end (ns), so they are not converted again."""
     args = ev.get("args") or _NO_ARGS
@@ -986,11 +1117,12 @@ def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index, k: int) 
     if ext is None:
         ext = args.get("external id")
     pid = ev.get("pid")
-    return ("CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, dur,
-            tid if type(tid) is int else None, i, shapes, _dtypes(args.get("Input type")),
-            ext if type(ext) is int else _int(ext),
-            _params(args, known, None if type(tid) is int else {"tid": tid}), _rf_id(args),
-            pid if type(pid) is int else None)
+    return _new(NodeRow, (
+        "CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, dur,
+        tid if type(tid) is int else None, i, shapes, _dtypes(args.get("Input type")),
+        ext if type(ext) is int else _int(ext),
+        _params(args, known, None if type(tid) is int else {"tid": tid}), _rf_id(args),
+        pid if type(pid) is int else None))
 
 
 def _rf_id(args: dict) -> int | None:
@@ -1014,7 +1146,7 @@ def _launching_op(index: _Index, ext: Any, pos: int | None) -> tuple[tuple[str, 
     return None, None
 
 
-def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index) -> tuple:
+def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index) -> KernelRow:
     args = ev.get("args") or _NO_ARGS
     name, ts = ev.get("name"), ev.get("ts")
     if name is None or ts is None:
@@ -1050,7 +1182,7 @@ def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Ind
     grid, block = args.get("grid"), args.get("block")
     occ = num(args.get("est. achieved occupancy %"))
     stream = _int(args.get("stream"))
-    return (
+    return _new(KernelRow, (
         device, device_raw, rank, step,
         stream if stream is not None else _int(ev.get("tid")),
         kind, name, op[0] if op else None,
@@ -1064,10 +1196,10 @@ def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Ind
         float(occ) if occ is not None else None,
         _params(args, _KERNEL_ARGS),
         op[2] if op else None, link, _int(ext),
-    )
+    ))
 
 
-def _call(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index, pos: int) -> tuple:
+def _call(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index, pos: int) -> CallRow:
     args = ev.get("args") or _NO_ARGS
     start, end = index.calls.cols[0][pos], index.calls.cols[1][pos]
     corr = args.get("correlation")
@@ -1075,17 +1207,17 @@ def _call(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index
     lo, hi = index.acts.span(corr)
     first = (index.acts.cols[0][lo], index.acts.cols[1][lo], index.acts.cols[2][lo]) if hi > lo else None
     tid = ev.get("tid")
-    return (
+    return _new(CallRow, (
         "CPU:0", "CPU", rank, index.step_at(start), cat, _need(ev, "name", i), base + start,
         end - start, tid if type(tid) is int else None, _int(corr), _int(_ext(args)),
         index.op_at(seq)[0] if seq != _NONE else None, seq if seq != _NONE else None,
         index.names[first[0]] if first else None, hi - lo,
         base + first[1] if first else None, index.names[first[2]] if first else None,
         i, _params(args, _CALL_ARGS, None if type(tid) is int else {"tid": tid}),
-    )
+    ))
 
 
-def _annotation(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index) -> tuple:
+def _annotation(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index) -> AnnotationRow:
     args = ev.get("args") or _NO_ARGS
     name, ts, dur = ev.get("name"), ev.get("ts"), ev.get("dur")
     if name is None or ts is None or dur is None:
@@ -1101,11 +1233,12 @@ def _annotation(ev: dict, cat: str, i: int, base: int, rank: int | None, index: 
     else:
         device, device_raw, stream = "CPU:0", "CPU", None
         thread, step = tid if type(tid) is int else None, index.step_at(start)
-    return (device, device_raw, rank, step, cat, name, base + start, us_to_ns(dur), thread, stream,
-            _int(_ext(args)), i, _params(args, _ANNOTATION_ARGS, None if type(tid) is int else {"tid": tid}))
+    return _new(AnnotationRow, (
+        device, device_raw, rank, step, cat, name, base + start, us_to_ns(dur), thread, stream,
+        _int(_ext(args)), i, _params(args, _ANNOTATION_ARGS, None if type(tid) is int else {"tid": tid})))
 
 
-def _event(ev: dict, cat: Any, i: int, base: int, rank: int | None, index: _Index) -> tuple | None:
+def _event(ev: dict, cat: Any, i: int, base: int, rank: int | None, index: _Index) -> EventRow | None:
     ts = ev.get("ts")
     if ts is None:
         return None
@@ -1126,13 +1259,14 @@ def _event(ev: dict, cat: Any, i: int, base: int, rank: int | None, index: _Inde
     extra = {k: ev[k] for k in ("pid", "tid", "s", "bp") if k in ev and type(ev[k]) is not int}
     if args is not _NO_ARGS:
         extra = {**args, **extra}
-    return (device, device_raw, rank, step, cat if type(cat) is str else None,
-            str(ev.get("name")) if ev.get("name") is not None else None, ph if type(ph) is str else None,
-            base + start, us_to_ns(dur) if dur is not None else None, thread, stream, _int(corr),
-            _int(_ext(args)), i, dumps_compact(extra) if extra else None)
+    return _new(EventRow, (
+        device, device_raw, rank, step, cat if type(cat) is str else None,
+        str(ev.get("name")) if ev.get("name") is not None else None, ph if type(ph) is str else None,
+        base + start, us_to_ns(dur) if dur is not None else None, thread, stream, _int(corr),
+        _int(_ext(args)), i, dumps_compact(extra) if extra else None))
 
 
-def _allocation(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> tuple:
+def _allocation(ev: dict, i: int, base: int, rank: int | None, index: _Index) -> AllocRow:
     args = ev.get("args")
     if not isinstance(args, dict):
         raise TraceFormatError(f"[memory] event #{i} has no 'args'")
@@ -1147,7 +1281,7 @@ def _allocation(ev: dict, i: int, base: int, rank: int | None, index: _Index) ->
     idx = did if did is not None and did >= 0 else 0  # CPU events write Device Id -1
     tid = ev.get("tid")
     ts = us_to_ns(_need(ev, "ts", i))
-    return (
+    return _new(AllocRow, (
         f"{canon}:{idx}", f"{torch_name}:{did if did is not None else ''}", rank,
         index.step_at(ts), base + ts,
         size, "free" if size < 0 else "alloc",
@@ -1155,4 +1289,4 @@ def _allocation(ev: dict, i: int, base: int, rank: int | None, index: _Index) ->
         _int(args.get("Total Allocated")),
         _int(args.get("Total Reserved")),
         _params(args, _MEMORY_ARGS, {"tid": tid} if tid is not None else None),
-    )
+    ))
