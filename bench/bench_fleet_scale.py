@@ -230,13 +230,18 @@ def main() -> None:
     ap.add_argument("--empty-repeat", type=int, help="ingests of the batch into an empty lake (default --repeat)")
     ap.add_argument("--commit-every", type=int, default=1,
                     help="synthetic batches a commit (1: one Delta commit a table a batch, as nightly ingests)")
+    ap.add_argument("--nightly-repeat", type=int, help="nightly batches into the N-run lake (default --repeat)")
+    ap.add_argument("--code", type=Path, default=ROOT,
+                    help="the tracedb source tree measured (e.g. a checkout of main for the baseline)")
     ap.add_argument("--keep", action="store_true", help="keep the built lake")
     args = ap.parse_args()
+    sys.path.insert(0, str(args.code.resolve()))  # before any tracedb import: this process builds with it too
+    ENV["PYTHONPATH"] = str(args.code.resolve())
     args.work.mkdir(parents=True, exist_ok=True)
     tpl = template(args.work, args.kernels)
     t = time.perf_counter()
     wh = build_lake(args.work, tpl, args.runs, args.commit_every)
-    res: dict = {"runs": args.runs, "commit_every": args.commit_every, "build_s": round(time.perf_counter() - t, 1),
+    res: dict = {"runs": args.runs, "commit_every": args.commit_every, "code": str(args.code), "build_s": round(time.perf_counter() - t, 1),
                  "load_before": os.getloadavg()[0]}
     res.update(sizes(wh))
     run = "b00001-run00000"
@@ -247,7 +252,8 @@ def main() -> None:
         shutil.rmtree(empty, ignore_errors=True)
         base.append(nightly(args.work, tpl, empty, 100 + k)["wall"])
     shutil.rmtree(empty, ignore_errors=True)
-    nights = [nightly(args.work, tpl, wh, k) for k in range(args.repeat)]
+    nights = [nightly(args.work, tpl, wh, k) for k in range(args.repeat if args.nightly_repeat is None
+                                                             else args.nightly_repeat)]
     res.update({"nightly_empty_s": med(base) if base else None, "nightly_s": med([n["wall"] for n in nights]),
                 "commit_s": med([n["commit"] for n in nights]), "publish_s": med([n["publish"] for n in nights]),
                 "lock_s": med([n["commit"] + n["publish"] for n in nights])})

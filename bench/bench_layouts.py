@@ -19,6 +19,8 @@ code): connect + one run's kernel count, and the fleet-wide sum(duration_ns) by 
               by run_id, row groups of one run): what `optimize` would leave
   compacted_union  the compacted files as a UNION ALL with run_id ranges
 
+and the CPU of writing one batch's rows as one sorted file (the merge step of an ingest).
+
 Prints one JSON object per layout: files, view SQL bytes, DuckDB file bytes, and the two
 timings (median of --repeat) with the peak RSS of the one-run process.
 """
@@ -31,6 +33,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import duckdb
@@ -97,10 +100,14 @@ def main() -> None:
     run = "b00001-run00000"
     batch_of = pc.utf8_slice_codeunits(rows.column("run_id"), 0, 6)  # 'b00001' or 'run000' (the template)
     batches = []
+    t = time.perf_counter()
     for b in sorted(set(batch_of.to_pylist())):
         path = args.work / f"batch-{b}.parquet"
         lo, hi = write_sorted(rows.filter(pc.equal(batch_of, b)), path)
         batches.append((path, lo, hi))
+    # what merging a group's kernels into one sorted file costs (from rows in memory)
+    print(json.dumps({"merge_s_per_batch": round((time.perf_counter() - t) / len(batches), 3),
+                      "rows_per_batch": rows.num_rows // len(batches)}), flush=True)
     ordered = rows.sort_by([("run_id", "ascending")])
     compacted, start = [], 0
     while start < ordered.num_rows:  # cut at a run boundary past compact_rows
