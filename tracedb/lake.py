@@ -419,19 +419,31 @@ class Lake:
         return sorted(path for _run, path in files), mixed
 
     def live_files_by_run(self, table: str, published: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], bool]:
-        """`live_files` as (run_id, relative path) pairs, unsorted."""
+        """`live_files` as (run_id, relative path) pairs, unsorted: the files whose ingest_id
+        range holds their run's live ingest. Selected with Arrow (a join on `published`),
+        not row by row in Python: the snapshot asks it of every data table at each publish,
+        and a table lists a file a run and device (bench/RESULTS.md, "Session 9: scale")."""
+        import pyarrow.compute as pc
+
         published = self.published() if published is None else published
-        files, mixed = [], False
-        for r in self.add_actions(table).to_pylist():
-            live = published.get(r["run_id"])
-            if live is None or r["min_ingest"] is None:
-                continue
-            if r["min_ingest"] == r["max_ingest"] == live:
-                files.append((r["run_id"], r["path"]))
-            elif r["min_ingest"] <= live <= r["max_ingest"]:
-                files.append((r["run_id"], r["path"]))
-                mixed = True
-        return files, mixed
+        live = self._with_live(self.add_actions(table), published)
+        lo, hi, cur = live.column("min_ingest"), live.column("max_ingest"), live.column("live")
+        keep = pc.and_(pc.less_equal(lo, cur), pc.less_equal(cur, hi))  # null (no live run, no stats): dropped
+        live = live.filter(keep)
+        whole = pc.and_(pc.equal(live.column("min_ingest"), live.column("live")),
+                        pc.equal(live.column("max_ingest"), live.column("live")))
+        mixed = live.num_rows > 0 and not pc.all(whole).as_py()
+        return list(zip(live.column("run_id").to_pylist(), live.column("path").to_pylist())), mixed
+
+    @staticmethod
+    def _with_live(actions: pa.Table, published: dict[str, str | None]) -> pa.Table:
+        """`actions` with each file's run's live ingest_id as column `live` (null: the run
+        is not published)."""
+        import pyarrow.compute as pc
+
+        runs = pa.array(list(published), pa.string())
+        at = pc.index_in(actions.column("run_id"), value_set=runs)
+        return actions.append_column("live", pc.take(pa.array(list(published.values()), pa.string()), at))
 
     # -- committing ---------------------------------------------------------------------
     def commit(self, runs: list[RunCommit], beside: Callable[[], object] | None = None) -> None:
@@ -689,16 +701,8 @@ class Lake:
         crash_point("cleanup_after_published")
         removed = 0
         tables = list(schema.TABLES)
-        for table, actions in zip(tables, concurrently([lambda t=t: self.add_actions(t).to_pylist() for t in tables])):
-            whole, partial = [], set()
-            for r in actions:
-                if run_ids is not None and r["run_id"] not in run_ids:
-                    continue
-                live = published.get(r["run_id"])
-                if r["min_ingest"] == r["max_ingest"] and r["min_ingest"] != live:
-                    whole.append(r)
-                elif r["min_ingest"] != r["max_ingest"]:
-                    partial.add(r["run_id"])
+        for table, actions in zip(tables, concurrently([lambda t=t: self.add_actions(t) for t in tables])):
+            whole, partial = self._unpublished(actions, published, run_ids)
             removed += self._remove_files(table, whole)
             for run_id in sorted(partial):  # a compacted file that mixes ingests: rewrite it
                 live = published.get(run_id)
@@ -706,6 +710,33 @@ class Lake:
                 self._guard()
                 self.table(table).delete(pred)
         return removed
+
+    @classmethod
+    def _unpublished(cls, actions: pa.Table, published: dict[str, str],
+                     run_ids: set[str] | None) -> tuple[list[dict], set[str]]:
+        """Of these live files (of `run_ids`, or all): those wholly of an ingest that is not
+        their run's live one (rows, to remove), and the runs of files that mix ingests (to
+        rewrite). Selected with Arrow before any row becomes Python: a commit's clean-up
+        asks it of every data table for the runs it replaced."""
+        import pyarrow.compute as pc
+
+        if run_ids is not None:
+            actions = actions.filter(pc.is_in(actions.column("run_id"), value_set=pa.array(sorted(run_ids), pa.string())))
+        actions = cls._with_live(actions, published)
+        lo, hi, live = actions.column("min_ingest"), actions.column("max_ingest"), actions.column("live")
+        same = cls._py_equal(lo, hi)
+        other = pc.invert(cls._py_equal(lo, live))  # of no live ingest, or of another one
+        whole = actions.filter(pc.and_(same, other)).drop_columns(["live"]).to_pylist()
+        partial = set(actions.filter(pc.invert(same)).column("run_id").to_pylist())
+        return whole, partial
+
+    @staticmethod
+    def _py_equal(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
+        """a == b as Python compares values that may be None: None equals None only."""
+        import pyarrow.compute as pc
+
+        na, nb = pc.is_null(a), pc.is_null(b)
+        return pc.if_else(pc.or_(na, nb), pc.and_(na, nb), pc.equal(a, b))
 
     def _remove_files(self, table: str, rows: list[dict]) -> int:
         if rows:

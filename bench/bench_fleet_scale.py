@@ -1,0 +1,276 @@
+"""What a fleet's lake costs as it grows: the figures of issue 22, at N runs, in fresh processes.
+
+    nice python bench/bench_fleet_scale.py --runs 1000 [--work DIR] [--repeat 3] [--kernels 2000]
+
+A template batch of 50 runs is built once by `bench/build_fleet.py` (Kineto, NCCL jobs, TF,
+MegEngine and JAX traces, with variation) and ingested with real `tracedb ingest` into
+WORK/template/wh. The lake of N runs is that lake plus N/50 - 1 synthetic nightly batches:
+each batch's data files are the template's live files, hard-linked under the new runs'
+names (`b00001-run00000`, ...), committed the way an ingest commits a group (`Lake.commit`'s
+step 1 per table, then `ingest_log`, `files`, `checksums` and the `runs` rows of the
+batch: one Delta commit a table a batch), so the log, the live-file lists and the
+snapshot are those of N ingested runs, at a fraction of ingest's cost. The snapshot is
+published once at the end (`catalog.publish`, as the last commit does).
+
+Then, each in a fresh process, wall time (and peak RSS where it matters), median of
+--repeat:
+
+  nightly      `tracedb ingest` of a real 50-run batch into the N-run lake; of it the
+               commit (lock held, without the publish) and the publish (TRACEDB_TIMING
+               phases); the same batch into an empty lake, for the ratio
+  bi_one       plain DuckDB (no tracedb import): connect to catalog.duckdb read-only +
+               one run's kernel count; wall from connect, RSS of the process
+  bi_fleet     plain DuckDB: sum(duration_ns) by run over `kernels`; and the same
+               aggregation over the same rows copied into one Parquet file
+  q_one/q_fleet `tracedb query top_kernels` with --param run_id / fleet-wide
+  rm           `tracedb rm` of one run (wall, RSS)
+  vacuum       `tracedb vacuum` (default retention: what it reads, not what it deletes)
+  optimize     with --optimize: `tracedb optimize` once, then bi_one/bi_fleet/q_* again
+  sizes        catalog.duckdb bytes, its views' SQL bytes, live Parquet files (Delta log)
+
+Prints one JSON object (also written to WORK/result-<N>.json). Results: bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+BATCH = 50
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def timed(args: list[str], env: dict | None = None) -> tuple[float, float, str]:
+    """Wall and peak RSS (MB) of a fresh process, measured by a wrapper around it."""
+    wrap = ("import resource, subprocess, sys, time, json; t = time.perf_counter(); "
+            "p = subprocess.run(sys.argv[1:], capture_output=True); w = time.perf_counter() - t; "
+            "r = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024; "
+            "sys.stderr.write(p.stderr.decode()); sys.stdout.write(p.stdout.decode()); "
+            "print(json.dumps({'wall': w, 'rss': r, 'rc': p.returncode}))")
+    p = subprocess.run([sys.executable, "-c", wrap, *args], capture_output=True, env=env or ENV)
+    lines = p.stdout.decode().rstrip().splitlines()
+    meta = json.loads(lines[-1])
+    if meta["rc"] != 0:
+        raise RuntimeError(f"{args[:5]} failed ({meta['rc']}): {p.stderr.decode()[-2000:]}")
+    return meta["wall"], meta["rss"], "\n".join(lines[:-1])
+
+
+def med(values: list[float]) -> float:
+    return round(statistics.median(values), 3)
+
+
+# -- building the lake ----------------------------------------------------------------
+def template(work: Path, kernels: int) -> Path:
+    out = work / "template"
+    if not (out / "wh" / "_tracedb" / "lake.json").is_file():
+        subprocess.run([sys.executable, str(ROOT / "bench" / "build_fleet.py"), str(out), "--runs", str(BATCH),
+                        "--kernels", str(kernels), "--jobs", "1"], check=True, env=ENV)
+    return out
+
+
+def build_lake(work: Path, tpl: Path, runs: int, every: int = 1) -> Path:
+    """The template lake plus synthetic batches up to `runs` runs (see the docstring)."""
+    import pyarrow as pa
+
+    from tracedb import catalog, lake as lake_mod, schema
+
+    wh = work / f"wh_{runs}"
+    shutil.rmtree(wh, ignore_errors=True)
+    shutil.copytree(tpl / "wh", wh, copy_function=os.link)
+    src = lake_mod.Lake(tpl / "wh")
+    lk = lake_mod.Lake(wh)
+    tables = list(schema.TABLES)
+    actions = {t: src.add_actions(t).to_pylist() for t in tables}
+    meta = {t: src.read_table(t) for t in ("runs", "files", "ingest_log", "checksums")}
+    sums = {r["path"]: r["sha256"] for r in meta["checksums"].to_pylist()}
+    t0 = time.perf_counter()
+    files: list = []
+    rows: dict = {t: [] for t in ("ingest_log", "files", "runs")}
+    for b in range(1, runs // BATCH):
+        rename = {r: f"b{b:05d}-{r}" for r in meta["runs"].column("run_id").to_pylist()}
+        for table in tables:
+            for a in actions[table]:
+                run = rename[a["run_id"]]
+                rel = f"{lake_mod.partition_dir(table, run, a['device'])}/{a['path'].rsplit('/', 1)[1]}"
+                (wh / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.link(tpl / "wh" / a["path"], wh / rel)
+                files.append(lake_mod.DataFile(table, run, a["device"], rel, a["rows"] or 0, a["size"],
+                                               sums.get(a["path"], ""), a["max_ingest"]))
+        for t in rows:
+            rows[t].append(_renamed(meta[t], rename))
+        if b % every and b != runs // BATCH - 1:
+            continue
+        with lk.lock():
+            lk._add_files(files)
+            _append(lk, {t: pa.concat_tables(v) for t, v in rows.items()})
+        files, rows = [], {t: [] for t in rows}
+        if b % 20 == 0:
+            print(f"  batch {b}: {b * BATCH + BATCH} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    with lk.lock():
+        catalog.publish(lk)
+    return wh
+
+
+def _renamed(t, rename: dict):
+    import pyarrow as pa
+
+    col = t.schema.get_field_index("run_id")
+    return t.set_column(col, "run_id", pa.array([rename[r] for r in t.column("run_id").to_pylist()], pa.string()))
+
+
+def _append(lk, rows: dict) -> None:
+    from deltalake import write_deltalake
+
+    from tracedb import lake as lake_mod
+
+    lake_mod.concurrently([lambda t=t, d=d: write_deltalake(lk.table(t), d, mode="append", storage_options=lk._opts)
+                           for t, d in rows.items()])
+
+
+# -- measuring ------------------------------------------------------------------------
+BI = """
+import duckdb, json, sys, time
+t = time.perf_counter()
+con = duckdb.connect(sys.argv[1], read_only=sys.argv[1] != ":memory:")
+rows = con.execute(sys.argv[2], sys.argv[3:] or None).fetchall()
+print(json.dumps({"inner": time.perf_counter() - t, "rows": len(rows)}))
+"""
+
+
+def bi(cat: Path, sql: str, *params: str) -> tuple[float, float]:
+    """Plain DuckDB in a fresh process: (wall from connect to result, peak RSS MB)."""
+    _, rss, out = timed([sys.executable, "-c", BI, str(cat), sql, *params])
+    return json.loads(out.splitlines()[-1])["inner"], rss
+
+
+def tracedb(*args: str, env: dict | None = None) -> tuple[float, float, str]:
+    return timed([sys.executable, "-m", "tracedb", *args], env=env)
+
+
+def nightly(work: Path, tpl: Path, wh: Path, k: int) -> dict:
+    """One real 50-run batch into `wh`: whole ingest, commit and publish phases."""
+    night = work / f"night_{os.getpid()}_{k}"
+    shutil.rmtree(night, ignore_errors=True)
+    shutil.copytree(tpl / "traces", night / f"n{k}", copy_function=os.link)
+    tfile = work / f"timing_{k}.jsonl"
+    tfile.unlink(missing_ok=True)
+    wall, rss, _ = tracedb("ingest", str(night), "--warehouse", str(wh), env={**ENV, "TRACEDB_TIMING": str(tfile)})
+    from tracedb import timing
+
+    phases = timing.read(tfile)
+    main_pid = [p["pid"] for p in phases if p["phase"] == "commit"][0]
+    get = {p["phase"]: p["end"] - p["start"] for p in phases if p["pid"] == main_pid}
+    shutil.rmtree(night, ignore_errors=True)
+    return {"wall": wall, "rss": rss, "commit": get.get("commit", 0.0), "publish": get.get("publish", 0.0)}
+
+
+def live_files(wh: Path) -> int:
+    from tracedb import lake as lake_mod, schema
+
+    lk = lake_mod.Lake(wh)
+    return sum(lk.add_actions(t).num_rows for t in schema.ALL_TABLES)
+
+
+def sizes(wh: Path) -> dict:
+    import duckdb
+
+    cat = wh / "catalog.duckdb"
+    con = duckdb.connect(str(cat), read_only=True)
+    view_sql = con.execute("SELECT sum(length(sql)) FROM duckdb_views() WHERE NOT internal").fetchone()[0]
+    con.close()
+    return {"catalog_mb": round(cat.stat().st_size / 1e6, 2), "view_sql_mb": round(view_sql / 1e6, 2),
+            "live_files": live_files(wh)}
+
+
+def queries(wh: Path, run: str, repeat: int, work: Path) -> dict:
+    cat = wh / "catalog.duckdb"
+    one = [bi(cat, "SELECT count(*) FROM kernels WHERE run_id = ?", run) for _ in range(repeat)]
+    fleet_sql = "SELECT run_id, sum(duration_ns) FROM kernels GROUP BY run_id"
+    fleet = [bi(cat, fleet_sql) for _ in range(repeat)]
+    flat = work / "kernels_flat.parquet"
+    import duckdb
+
+    con = duckdb.connect(str(cat), read_only=True)
+    con.execute(f"COPY (SELECT * FROM kernels) TO '{flat}' (FORMAT parquet, COMPRESSION zstd)")
+    nrows = con.execute("SELECT count(*) FROM kernels").fetchone()[0]
+    con.close()
+    flat_t = [bi(Path(":memory:"), f"SELECT run_id, sum(duration_ns) FROM read_parquet('{flat}') GROUP BY run_id")[0]
+              for _ in range(repeat)]
+    flat.unlink()
+    q1 = [tracedb("query", "top_kernels", "--warehouse", str(wh), "--param", f"run_id={run}", "-f", "csv")
+          for _ in range(repeat)]
+    qf = [tracedb("query", "top_kernels", "--warehouse", str(wh), "-f", "csv") for _ in range(repeat)]
+    start = [tracedb("--version")[0] for _ in range(repeat)]
+    return {"kernel_rows": nrows,
+            "bi_one_s": med([w for w, _ in one]), "bi_one_rss_mb": med([r for _, r in one]),
+            "bi_fleet_s": med([w for w, _ in fleet]), "bi_fleet_rss_mb": med([r for _, r in fleet]),
+            "flat_parquet_fleet_s": med(flat_t),
+            "q_one_s": med([w for w, _, _ in q1]), "q_fleet_s": med([w for w, _, _ in qf]),
+            "tracedb_startup_s": med(start)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench_fleet_scale")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--kernels", type=int, default=2000, help="kernel rows per Kineto run of the template")
+    ap.add_argument("--optimize", action="store_true", help="also run `tracedb optimize` and measure again")
+    ap.add_argument("--empty-repeat", type=int, help="ingests of the batch into an empty lake (default --repeat)")
+    ap.add_argument("--commit-every", type=int, default=1,
+                    help="synthetic batches a commit (1: one Delta commit a table a batch, as nightly ingests)")
+    ap.add_argument("--nightly-repeat", type=int, help="nightly batches into the N-run lake (default --repeat)")
+    ap.add_argument("--code", type=Path, default=ROOT,
+                    help="the tracedb source tree measured (e.g. a checkout of main for the baseline)")
+    ap.add_argument("--keep", action="store_true", help="keep the built lake")
+    args = ap.parse_args()
+    sys.path.insert(0, str(args.code.resolve()))  # before any tracedb import: this process builds with it too
+    ENV["PYTHONPATH"] = str(args.code.resolve())
+    args.work.mkdir(parents=True, exist_ok=True)
+    tpl = template(args.work, args.kernels)
+    t = time.perf_counter()
+    wh = build_lake(args.work, tpl, args.runs, args.commit_every)
+    res: dict = {"runs": args.runs, "commit_every": args.commit_every, "code": str(args.code), "build_s": round(time.perf_counter() - t, 1),
+                 "load_before": os.getloadavg()[0]}
+    res.update(sizes(wh))
+    run = "b00001-run00000"
+    res.update(queries(wh, run, args.repeat, args.work))
+    empty = args.work / "wh_empty"
+    base = []
+    for k in range(args.repeat if args.empty_repeat is None else args.empty_repeat):
+        shutil.rmtree(empty, ignore_errors=True)
+        base.append(nightly(args.work, tpl, empty, 100 + k)["wall"])
+    shutil.rmtree(empty, ignore_errors=True)
+    nights = [nightly(args.work, tpl, wh, k) for k in range(args.repeat if args.nightly_repeat is None
+                                                             else args.nightly_repeat)]
+    res.update({"nightly_empty_s": med(base) if base else None, "nightly_s": med([n["wall"] for n in nights]),
+                "commit_s": med([n["commit"] for n in nights]), "publish_s": med([n["publish"] for n in nights]),
+                "lock_s": med([n["commit"] + n["publish"] for n in nights])})
+    rms = [tracedb("rm", f"b{2 + k:05d}-run00001", "--warehouse", str(wh)) for k in range(args.repeat)]
+    res.update({"rm_s": med([w for w, _, _ in rms]), "rm_rss_mb": med([r for _, r, _ in rms])})
+    vac = [tracedb("vacuum", "--warehouse", str(wh)) for _ in range(args.repeat)]
+    res.update({"vacuum_s": med([w for w, _, _ in vac]), "vacuum_rss_mb": med([r for _, r, _ in vac])})
+    if args.optimize:
+        w, r, _ = tracedb("optimize", "--warehouse", str(wh))
+        res.update({"optimize_s": round(w, 3), "optimize_rss_mb": round(r, 1)})
+        res.update({f"after_optimize_{k}": v for k, v in {**sizes(wh), **queries(wh, run, args.repeat, args.work)}.items()})
+    res["load_after"] = os.getloadavg()[0]
+    (args.work / f"result-{args.runs}.json").write_text(json.dumps(res, indent=1))
+    print(json.dumps(res))
+    if not args.keep:
+        shutil.rmtree(wh, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
