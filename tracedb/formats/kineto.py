@@ -77,24 +77,9 @@ row (`plain`, the params encoder). Rows are named tuples (`NodeRow`, `KernelRow`
 type a table, its fields the table's columns), built into
 batches column-wise.
 
-Measured on one rank of the H200 fixture (4.1 MB, 13,317 events, 7,245 of them cpu_ops;
-CPU time, best of 7-11, interleaved, on the shared 2-core machine at load 5-9,
-2026-11-26 11:00 UTC): the general path 142-153 ms (decode 28 + pass 1 35 + rows and
-batches ~85); the fast path 116-126 ms: decode into Structs 21, pass 1 with the node
-rows 47-52 (of which op params 7, op shapes 3), the other rows 21, the node batch 10,
-the other batches 5, freeing it all 12. On a 7.5 MB rank 288 -> 244 ms. Since (branch
-kinfast, load ~6-8): the node names converted once (a take of the interned names), node
-steps by one Arrow pass a step, op params encoded inline, the event Structs untracked by
-the GC: 118.3 -> 114.5 ms (medians of 6 interleaved processes, each best of 9). Since
-(branch kinread, load 6-8): decoded in 32 KB pieces, cpu_ops past the old-category
-lookup, a thread's run of ops sharing its thread key: 119.6 -> 112.6 ms (medians of 40
-reads alternating with the previous reader in one process). Tried and dropped: the op
-columns built a field at a time by C maps over all ops (`map(dict.get, ...)`, one
-joined params decode): 13 passes over 7,245 ops' dicts out of the cache, 53 -> 70 ms
-for pass 1 (the cache, again, more than the bytecode); the other events' params by
-msgspec as the ops' are: a kernel's two float args go through the encoder's Python hook
-(`_json_float`), 2.0 -> 2.4 us a kernel. The whole 8-rank job against HTA is in
-bench/RESULTS.md.
+What each path costs, and the designs tried and dropped (columns built a field at a
+time, params of every event through msgspec): bench/RESULTS.md, "The Kineto reader's two
+paths, measured (moved from this docstring)".
 """
 
 from __future__ import annotations
