@@ -12,12 +12,10 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -36,41 +34,22 @@ BUCKET = "tracedb-test"
 runner = CliRunner()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """moto's S3 server in its own process, the AWS variables pointing at it, one bucket."""
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("moto's S3 server did not start")
-        env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-               "AWS_ENDPOINT_URL": endpoint, "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-               "TRACEDB_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
-        with pytest.MonkeyPatch.context() as mp:
-            for k, v in env.items():
-                mp.setenv(k, v)
-            for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_S3_LOCKING_PROVIDER", "TRACEDB_WAREHOUSE"):
-                mp.delenv(k, raising=False)
-            storage.ObjectStorage(f"s3://{BUCKET}").fs.call_s3("create_bucket", Bucket=BUCKET)
-            yield env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+def s3(moto_server, tmp_path_factory):
+    """The AWS variables pointing at moto's S3 server (the session's), one bucket."""
+    endpoint = moto_server
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": endpoint, "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+           "TRACEDB_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_S3_LOCKING_PROVIDER", "TRACEDB_WAREHOUSE"):
+            mp.delenv(k, raising=False)
+        fs = storage.ObjectStorage(f"s3://{BUCKET}").fs
+        if not fs.exists(BUCKET):  # made by the first module of the session that uses it
+            fs.call_s3("create_bucket", Bucket=BUCKET)
+        yield env
 
 
 # -- the location of a warehouse -----------------------------------------------------------
