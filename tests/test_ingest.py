@@ -722,7 +722,7 @@ def test_runs_rolled_up_while_the_workers_read_match_their_raw_rows(tmp_path, mo
     assert ingest([runs], wh, jobs=2).ok
     phases = [x["phase"] for x in timing.read(log) if x["phase"] in ("rollups", "commit")]
     assert phases == ["rollups"] * 4 + ["commit"], phases  # 2 + 2 + 2 while reading, the last at the commit
-    before = Path(__file__).parent / "data" / "sql_before_issue12"
+    before = Path(__file__).parent / "data" / "sql_before_issue12"  # past SQL: a regression check (its README)
     con = catalog.connect(wh)
     try:
         for name in ("gpu_busy_idle", "stream_overlap"):

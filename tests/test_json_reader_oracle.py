@@ -2,8 +2,11 @@
 was made faster (issue 12 item 4: msgspec, each event decoded once), on every JSON trace
 in tests/data.
 
-Two oracles:
-- `data/json_reader_oracle.json`: a hash of every table (rows as Python values), the row
+Two regression checks (despite the file names, neither is an oracle from the raw file:
+both are the readers' own output, past or present; the independent oracles, plain `json`
+on the raw traces, are tests/rawtrace.py's `kineto()` and `load_json_trace()` in
+tests/test_format_kineto.py, tests/test_format_chrome_trace.py and the query tests):
+- `data/json_reader_oracle.json` (past output): a hash of every table (rows as Python values), the row
   counts, the file's metadata and warnings, computed with the readers of commit 8e74452
   (standard-library `json`, two streaming passes) before the change. A deliberate change
   of a reader's rows changes these; regenerate with
