@@ -104,8 +104,10 @@ def test_tables_identical_to_the_reader_before_the_change(path):
 
 
 def test_an_abandoned_read_unfreezes(monkeypatch):
-    from tracedb.formats import kineto
+    from tracedb.formats import jsonstream, kineto
     from tracedb.formats.base import ReadContext
+
+    monkeypatch.setattr(jsonstream, "_OWN_GC", True)  # as in `tracedb ingest` and its workers (`own_gc`)
 
     fixture = DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
     reader = kineto.read(fixture, ReadContext("r", "f"))
