@@ -104,10 +104,11 @@ def test_tables_identical_to_the_reader_before_the_change(path):
 
 
 def test_an_abandoned_read_unfreezes(monkeypatch):
-    from tracedb.formats import jsonstream, kineto
+    from tracedb import process
+    from tracedb.formats import kineto
     from tracedb.formats.base import ReadContext
 
-    monkeypatch.setattr(jsonstream, "_OWN_GC", True)  # as in `tracedb ingest` and its workers (`own_gc`)
+    monkeypatch.setattr(process, "OWN", True)  # as in `tracedb ingest` and its workers
 
     fixture = DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
     reader = kineto.read(fixture, ReadContext("r", "f"))

@@ -477,14 +477,14 @@ def ddl(
 def main() -> None:
     """The `tracedb` command. What only a tracedb process may do to itself happens here or
     in the commands, never in the library (`tracedb.Warehouse`): `tracedb ingest` lets its
-    reads pause and freeze the GC (`jsonstream.own_gc`), tells pyarrow that pandas is
+    reads pause and freeze the GC (`tracedb.process`), tells pyarrow that pandas is
     absent (`workers.arrow_without_pandas`) and exits without interpreter teardown."""
     if sys.argv[1:2] != ["ingest"]:
         app()
         return
-    from tracedb.formats import jsonstream
+    from tracedb import process
 
-    jsonstream.own_gc()  # this process is the CLI's: its reads may pause and freeze the GC
+    process.own()  # the CLI's process: its reads may pause and freeze the GC
     try:
         app()
     except SystemExit as e:

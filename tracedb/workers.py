@@ -150,9 +150,9 @@ def _worker_init(env: dict, caller: int) -> None:
     os.environ.clear()
     os.environ.update(env)
     threading.Thread(target=_exit_with, args=(caller,), daemon=True).start()
-    from tracedb.formats import jsonstream
+    from tracedb import process
 
-    jsonstream.own_gc()  # a worker process is tracedb's: its reads may pause and freeze the GC
+    process.own()  # a worker process is tracedb's: its reads may pause and freeze the GC
     if os.environ.get("TRACEDB_TIMING"):  # the worker's whole life (tasks, their transfer, waits)
         from multiprocessing import util
 

@@ -64,6 +64,7 @@ from typing import Any, Callable, Iterator
 
 import msgspec
 
+from tracedb import process
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import open_trace
 
@@ -267,22 +268,9 @@ else:  # pragma: no cover - CPython always has the C encoder
     dumps_compact = json.JSONEncoder(separators=(",", ":"), default=json_default).encode
 
 
-# Whether this process is tracedb's own (the CLI, an ingest worker: `own_gc`). The GC is
-# the process's, so only there may a read pause or freeze it; in a user's process (a
-# notebook's `Warehouse.ingest`) `gc_paused` and `gc_frozen` leave it alone.
-_OWN_GC = False
-
-
-def own_gc() -> None:
-    """Let this process's reads pause and freeze the GC (`gc_paused`, `gc_frozen`).
-    Called by the CLI's entry point and by each ingest worker, never by a library call."""
-    global _OWN_GC
-    _OWN_GC = True
-
-
 def gc_paused(items: Iterator[Any]) -> Iterator[Any]:
     """Run a generator with the cyclic GC paused while it computes, on while its consumer runs
-    (only where the process is tracedb's own, `own_gc`; elsewhere the generator as it is).
+    (only where the process is tracedb's own, `tracedb.process`; elsewhere the generator as it is).
 
     A reader holds a batch of rows (tuples of lists) for a while, long enough for the GC to
     promote them to the oldest generation; every full collection then walks the pending
@@ -290,7 +278,7 @@ def gc_paused(items: Iterator[Any]) -> Iterator[Any]:
     cycles, so nothing is lost by pausing; the GC is back (if it was on) at every yield and
     on any exception.
     """
-    if not _OWN_GC:
+    if not process.OWN:
         yield from items
         return
     it = iter(items)
@@ -315,8 +303,8 @@ def gc_frozen() -> Iterator[None]:
     collection walked the whole event list again, 45 of 245 ms of a 4.1 MB Kineto file's
     ingest. Frozen objects are still freed when unreferenced; nothing else changes. If
     something else froze objects already (a pre-fork server), or the process is not
-    tracedb's own (`own_gc`), the GC is left alone."""
-    if not _OWN_GC or gc.get_freeze_count():
+    tracedb's own (`tracedb.process`), the GC is left alone."""
+    if not process.OWN or gc.get_freeze_count():
         yield
         return
     gc.freeze()
