@@ -208,11 +208,6 @@ def _parquet_objects(st: storage.ObjectStorage, table: str) -> set[str]:
 def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_path, monkeypatch):
     url = f"s3://{BUCKET}/wh"
     srcs = _sources(tmp_path)
-    local = tracedb.Warehouse(tmp_path / "local")
-    for name, args in srcs.items():
-        if name not in ("day4_again", "crashed"):
-            assert local.ingest(*args).ok
-
     # Every writer at once, each a separate `tracedb ingest` process.
     env = {**s3, "TRACEDB_LOCK_LEASE_SECONDS": str(LEASE_SECONDS)}
     procs = {}
@@ -220,6 +215,11 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
         extra = {"TRACEDB_CRASH_AT": "ingest_after_add"} if name == "crashed" else {}
         jobs = "2" if name == "batch_b" else "1"  # batch_b's files are read by worker processes
         procs[name] = _cli(["ingest", *args, "--warehouse", url, "--jobs", jobs], {**env, **extra}, tmp_path)
+    # the local lake, the reference, meanwhile (the writers wait on the lease and the S3 server)
+    local = tracedb.Warehouse(tmp_path / "local")
+    for name, args in srcs.items():
+        if name not in ("day4_again", "crashed"):
+            assert local.ingest(*args).ok
     for name, p in procs.items():
         out, err = p.communicate(timeout=600)
         if name == "crashed":
