@@ -29,6 +29,9 @@ sys.path.insert(0, str(ROOT))
 from tracedb.formats import get_format  # noqa: E402
 from tracedb.formats.base import ReadContext, read_all  # noqa: E402
 from tracedb.ingest import ingest  # noqa: E402
+from tracedb import process  # noqa: E402
+
+process.own()  # read as `tracedb ingest` and its workers do: the GC paused and frozen around reads
 
 DATA = ROOT / "tests" / "data"
 

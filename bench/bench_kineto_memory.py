@@ -100,6 +100,7 @@ _CHILD = {
     "reader": (
         "import tracedb.formats.kineto as k, pyarrow\n"
         "from tracedb.formats.base import ReadContext\n"
+        "from tracedb import process; process.own()  # as `tracedb ingest` reads\n"
         "rows = {}\n"
         "for t, b in k.read(path, ReadContext(run_id='bench', source_file=str(path))):\n"
         "    rows[t] = rows.get(t, 0) + b.num_rows\n"
@@ -109,6 +110,7 @@ _CHILD = {
     "ingest": (
         "import tempfile, tracedb.formats.kineto, pyarrow\n"
         "from tracedb.ingest import ingest\n"
+        "from tracedb import process; process.own()  # as `tracedb ingest` reads\n"
         "wh = Path(tempfile.mkdtemp()) / 'wh'\n"
         "s = ingest([path], wh, run_id='bench')\n"
         "assert s.ok, s.errors\n"

@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,22 +34,9 @@ def make_runs(folder: Path, n: int, shards: int) -> list[Path]:
     return out
 
 
-def start_s3() -> tuple[subprocess.Popen, dict]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.1)
-    env = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": endpoint}
-    return proc, env
+def s3_env(endpoint: str) -> dict:
+    return {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint}
 
 
 def run_all(cmds: list[list[str]], env: dict) -> float:
@@ -69,10 +54,16 @@ def main() -> None:
     ap.add_argument("--writers", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
-    proc, s3env = start_s3()
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+    from s3server import moto_server  # the tests' loopback S3 server
+
+    with moto_server() as endpoint:
+        run(args, s3_env(endpoint))
+
+
+def run(args: argparse.Namespace, s3env: dict) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-s3-"))
     env = {**os.environ, **s3env, "PYTHONPATH": str(ROOT), "TRACEDB_CACHE_DIR": str(tmp / "cache")}
-    sys.path.insert(0, str(ROOT))
     os.environ.update(s3env)
     from tracedb import storage
 
@@ -101,7 +92,6 @@ def main() -> None:
             f, s = results["folder"][k], results["s3"][k]
             print(f"{k:28s} folder {f:6.2f} s   s3 {s:6.2f} s   ratio {s / f:5.2f}x")
     finally:
-        proc.terminate()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -26,6 +26,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from tracedb import rollups  # noqa: E402
 from tracedb.ingest import ingest  # noqa: E402
+from tracedb import process  # noqa: E402
+
+process.own()  # read as `tracedb ingest` and its workers do: the GC paused and frozen around reads
 
 
 def main() -> None:

@@ -36,6 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from tracedb import catalog  # noqa: E402
 from tracedb.ingest import ingest  # noqa: E402
+from tracedb import process  # noqa: E402
+
+process.own()  # read as `tracedb ingest` and its workers do: the GC paused and frozen around reads
 
 FIXTURE = ROOT / "tests" / "data" / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
 AGG = ("SELECT name, count(*) n, sum(duration_ns) total, avg(duration_ns) mean, min(duration_ns), "

@@ -22,6 +22,16 @@ def scenario(name: str) -> Path:
     return DATA / name / SCENARIOS[name]
 
 
+@pytest.fixture(scope="session")
+def moto_server() -> str:
+    """The endpoint URL of moto's S3 server, one process for the whole session (tests that
+    use it make their own bucket or prefix)."""
+    from s3server import moto_server
+
+    with moto_server() as endpoint:
+        yield endpoint
+
+
 @pytest.fixture
 def warehouse(tmp_path: Path) -> Path:
     return tmp_path / "wh"

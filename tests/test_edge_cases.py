@@ -29,8 +29,16 @@ def _run(tmp_path, labels: dict | None = None, name: str = "r1"):
     return tmp_path / "runs"
 
 
-def test_dump_seed_count():
+def test_dump_seed_count(tmp_path):
+    """The oracle above (a line count of the raw file) is what `tracedb ingest` reports and
+    lands: 178 nodes, one per non-empty line."""
     assert DUMP_NODES == 178
+    r = runner.invoke(app, ["ingest", str(scenario("node_shape_dump")), "-w", str(tmp_path / "wh")])
+    assert r.exit_code == 0, r.output
+    assert f": 1/1 files, {DUMP_NODES} nodes (" in r.output and f"{DUMP_NODES} rows, 0 error(s)" in r.output
+    con = catalog.connect(tmp_path / "wh")
+    assert con.execute("SELECT count(*), count(DISTINCT seq) FROM nodes").fetchone() == (DUMP_NODES, DUMP_NODES)
+    con.close()
 
 
 def test_run_whose_files_all_fail_is_recorded_in_files(tmp_path, warehouse):

@@ -260,7 +260,22 @@ def test_two_ingests_in_one_second_keep_their_order(tmp_path, warehouse, monkeyp
     test_odd_run_labels(tmp_path, warehouse)
 
 
-def test_many_runs_land_in_groups(tmp_path, warehouse):
+def _runs_per_commit(warehouse: Path) -> list[int]:
+    """Rows each Delta commit of the `runs` table added, read from its log with json and
+    pyarrow: one commit per group of runs."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for entry in sorted((warehouse / "runs" / "_delta_log").glob("*.json")):
+        adds = [json.loads(ln)["add"]["path"] for ln in entry.read_text().splitlines() if '"add"' in ln]
+        if adds:
+            out.append(sum(pq.read_metadata(warehouse / "runs" / a).num_rows for a in adds))
+    return out
+
+
+def test_many_runs_land_in_groups(tmp_path, warehouse, monkeypatch):
+    import tracedb.ingest as ingest_mod
+
     runs = tmp_path / "runs"
     runs.mkdir()
     n = 120  # more than one commit group (ingest.COMMIT_EVERY_RUNS)
@@ -268,8 +283,12 @@ def test_many_runs_land_in_groups(tmp_path, warehouse):
     for i in range(n):
         (runs / f"job{i:03d}.txt").write_bytes(data)
     landed = []
+    # groups by count alone: a loaded machine would otherwise also commit every 10 s
+    monkeypatch.setattr(ingest_mod, "COMMIT_EVERY_SECONDS", 3600.0)
     summary = ingest([runs], warehouse, on_run=lambda r: landed.append(r.run_id))
     assert summary.ok and landed == [f"job{i:03d}" for i in range(n)]
+    every = ingest_mod.COMMIT_EVERY_RUNS
+    assert _runs_per_commit(warehouse) == [every] * (n // every) + [n % every]  # 50, 50, 20: not 1, not 120
     con = catalog.connect(warehouse)
     assert con.execute("SELECT count(DISTINCT run_id), count(*) FROM nodes").fetchone() == (n, n * 178)
     assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == n
@@ -725,7 +744,7 @@ def test_runs_rolled_up_while_the_workers_read_match_their_raw_rows(tmp_path, mo
     assert ingest([runs], wh, jobs=2).ok
     phases = [x["phase"] for x in timing.read(log) if x["phase"] in ("rollups", "commit")]
     assert phases == ["rollups"] * 4 + ["commit"], phases  # 2 + 2 + 2 while reading, the last at the commit
-    before = Path(__file__).parent / "data" / "sql_before_issue12"
+    before = Path(__file__).parent / "data" / "sql_before_issue12"  # past SQL: a regression check (its README)
     con = catalog.connect(wh)
     try:
         for name in ("gpu_busy_idle", "stream_overlap"):

@@ -303,7 +303,6 @@ def test_sigkill_during_rm_and_optimize(tmp_path):
     assert len(Lake(wh).live_files("nodes")[0]) == 2  # three step files compacted into one per device
 
 
-@pytest.mark.slow
 def wait_for_session_to_end(sid: int, timeout: float = 30.0) -> None:
     """Wait until no process of the killed ingest's session is left: its reader workers
     notice the caller's death within ~0.5 s (`workers._exit_with`) and until then may
@@ -319,6 +318,7 @@ def wait_for_session_to_end(sid: int, timeout: float = 30.0) -> None:
     raise AssertionError(f"processes of the killed ingest (session {sid}) still run after {timeout} s")
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments(tmp_path):
     """Kill `tracedb ingest`, `rm` and `optimize` after random delays (seeded): every run is
     old or new, whole; a rerun completes; vacuum leaves no orphan."""

@@ -208,7 +208,7 @@ def test_schema2_lake_gains_the_pytorch_tables_and_columns(tmp_path):
 
 
 FROZEN_SCHEMA3 = DATA / "frozen_warehouse_schema3"
-BEFORE_ISSUE12 = DATA / "sql_before_issue12"
+BEFORE_ISSUE12 = DATA / "sql_before_issue12"  # past SQL: a regression check, not an oracle (its README)
 
 
 # Columns whose meaning changed on purpose since the texts of before issue 12: schema 7's

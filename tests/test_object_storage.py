@@ -12,12 +12,10 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -36,41 +34,22 @@ BUCKET = "tracedb-test"
 runner = CliRunner()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """moto's S3 server in its own process, the AWS variables pointing at it, one bucket."""
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("moto's S3 server did not start")
-        env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
-               "AWS_ENDPOINT_URL": endpoint, "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-               "TRACEDB_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
-        with pytest.MonkeyPatch.context() as mp:
-            for k, v in env.items():
-                mp.setenv(k, v)
-            for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_S3_LOCKING_PROVIDER", "TRACEDB_WAREHOUSE"):
-                mp.delenv(k, raising=False)
-            storage.ObjectStorage(f"s3://{BUCKET}").fs.call_s3("create_bucket", Bucket=BUCKET)
-            yield env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+def s3(moto_server, tmp_path_factory):
+    """The AWS variables pointing at moto's S3 server (the session's), one bucket."""
+    endpoint = moto_server
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": endpoint, "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+           "TRACEDB_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_S3_LOCKING_PROVIDER", "TRACEDB_WAREHOUSE"):
+            mp.delenv(k, raising=False)
+        fs = storage.ObjectStorage(f"s3://{BUCKET}").fs
+        if not fs.exists(BUCKET):  # made by the first module of the session that uses it
+            fs.call_s3("create_bucket", Bucket=BUCKET)
+        yield env
 
 
 # -- the location of a warehouse -----------------------------------------------------------
@@ -229,11 +208,6 @@ def _parquet_objects(st: storage.ObjectStorage, table: str) -> set[str]:
 def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_path, monkeypatch):
     url = f"s3://{BUCKET}/wh"
     srcs = _sources(tmp_path)
-    local = tracedb.Warehouse(tmp_path / "local")
-    for name, args in srcs.items():
-        if name not in ("day4_again", "crashed"):
-            assert local.ingest(*args).ok
-
     # Every writer at once, each a separate `tracedb ingest` process.
     env = {**s3, "TRACEDB_LOCK_LEASE_SECONDS": str(LEASE_SECONDS)}
     procs = {}
@@ -241,6 +215,11 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
         extra = {"TRACEDB_CRASH_AT": "ingest_after_add"} if name == "crashed" else {}
         jobs = "2" if name == "batch_b" else "1"  # batch_b's files are read by worker processes
         procs[name] = _cli(["ingest", *args, "--warehouse", url, "--jobs", jobs], {**env, **extra}, tmp_path)
+    # the local lake, the reference, meanwhile (the writers wait on the lease and the S3 server)
+    local = tracedb.Warehouse(tmp_path / "local")
+    for name, args in srcs.items():
+        if name not in ("day4_again", "crashed"):
+            assert local.ingest(*args).ok
     for name, p in procs.items():
         out, err = p.communicate(timeout=600)
         if name == "crashed":

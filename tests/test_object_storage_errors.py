@@ -6,25 +6,20 @@ once per process, and fsspec caches filesystems."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from conftest import scenario
+from s3server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "tracedb-errors"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(tmp, **extra):
@@ -35,37 +30,24 @@ def _env(tmp, **extra):
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """moto's S3 server, a bucket, and a warehouse with one run in it."""
+def s3(moto_server, tmp_path_factory):
+    """A bucket on moto's S3 server (the session's), and a warehouse with one run in it."""
     tmp = tmp_path_factory.mktemp("s3errors")
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("moto's S3 server did not start")
-        good = _env(tmp, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_ENDPOINT_URL=endpoint)
-        setup = (f"from tracedb import storage, Warehouse; storage.ObjectStorage('s3://{BUCKET}').fs.call_s3("
-                 f"'create_bucket', Bucket='{BUCKET}'); assert Warehouse('s3://{BUCKET}/wh').ingest("
-                 f"{str(scenario('tf_stepstats_gpu_streams'))!r}, run_id='lstm').ok")
-        subprocess.run([sys.executable, "-c", setup], env=good, check=True, timeout=300)
-        yield tmp, endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    endpoint = moto_server
+    good = _env(tmp, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_ENDPOINT_URL=endpoint)
+    setup = (f"from tracedb import storage, Warehouse; storage.ObjectStorage('s3://{BUCKET}').fs.call_s3("
+             f"'create_bucket', Bucket='{BUCKET}'); assert Warehouse('s3://{BUCKET}/wh').ingest("
+             f"{str(scenario('tf_stepstats_gpu_streams'))!r}, run_id='lstm').ok")
+    subprocess.run([sys.executable, "-c", setup], env=good, check=True, timeout=300)
+    return tmp, endpoint
 
 
 CASES = {
     "no credentials": ({}, "no S3 credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
     "bad profile": ({"AWS_PROFILE": "nosuch"}, "The config profile (nosuch) could not be found: set AWS_PROFILE"),
-    "unreachable": ({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_ENDPOINT_URL": "http://127.0.0.1:{dead}"},
+    # one attempt (botocore's AWS_MAX_ATTEMPTS): its default retries only delay the same message by ~7 s
+    "unreachable": ({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_ENDPOINT_URL": "http://127.0.0.1:{dead}",
+                     "AWS_MAX_ATTEMPTS": "1"},
                     "cannot reach the object store"),
 }
 
@@ -75,7 +57,7 @@ CASES = {
 def test_one_line_naming_what_to_set(s3, case, command):
     tmp, endpoint = s3
     extra, message = CASES[case]
-    extra = {"AWS_ENDPOINT_URL": endpoint, **{k: v.format(dead=_free_port()) for k, v in extra.items()}}
+    extra = {"AWS_ENDPOINT_URL": endpoint, **{k: v.format(dead=free_port()) for k, v in extra.items()}}
     args = [a.format(trace=scenario("tf_stepstats_gpu_streams")) for a in command]
     r = subprocess.run([sys.executable, "-m", "tracedb", *args, "-w", f"s3://{BUCKET}/wh"], env=_env(tmp, **extra),
                        capture_output=True, text=True, timeout=300)

@@ -1,5 +1,10 @@
 """Canned queries rewritten for fleet scale (issue 12) give the rows of their old text.
 
+A regression check against the queries' own past text, not an oracle: each of these
+queries also has a test whose expected rows are worked out from the raw trace (plain
+`json`/`sqlite3`, tests/rawtrace.py) or by HTA (tests/test_queries_*.py,
+tests/test_multirank.py, tests/test_format_nsys.py).
+
 `data/sql_before_issue12/` holds the queries as they were: top_kernels with an exact
 median from row_number() windows, top_ops and kernel_summary with a window total that
 DuckDB turns into a self-join reading every run's files, megengine_op_types joining

@@ -107,3 +107,34 @@ def test_graph_diff(warehouse):
     assert run_query("graph_diff", {"run_a": "names", "run_b": "names"}, warehouse).num_rows == 0
     with pytest.raises(TracedbError, match="run_b"):
         run_query("graph_diff", {"run_a": "dump_a"}, warehouse)
+
+
+def _op_types_from_the_raw_profile() -> dict[str, tuple]:
+    """megengine_op_types worked out with plain `json`: per operator type, the executions
+    over profiler.device, their ns (round(end*1e9) - round(start*1e9)), the longest, and the
+    operators' FLOPs and bytes from profiler.opr_footprint (None where no operator has one)."""
+    import json
+
+    doc = json.loads(MGE.read_text())
+    ops, prof = doc["graph_exec"]["operator"], doc["profiler"]
+    out: dict[str, list] = {}
+    for op_id, devices in prof["device"].items():
+        for t in devices.values():
+            ns = round(t["end"] * 1e9) - round(t["start"] * 1e9)
+            foot = prof["opr_footprint"].get(op_id, {})
+            a = out.setdefault(ops[op_id]["type"], [0, 0, 0, None, None])
+            a[0], a[1], a[2] = a[0] + 1, a[1] + ns, max(a[2], ns)
+            for i, key in ((3, "computation"), (4, "memory")):
+                if foot.get(key) is not None:
+                    a[i] = (a[i] or 0) + foot[key]
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def test_op_types_equal_the_raw_profile(warehouse):
+    """Every row, not only the top two: an oracle from the raw file beside the constants."""
+    want = _op_types_from_the_raw_profile()
+    t = run_query("megengine_op_types", {"limit": 1000, "run_id": "mge"}, warehouse).to_pylist()
+    got = {r["op_type"]: (r["executions"], r["total_ns"], r["max_ns"], r["total_flops"], r["total_memory_bytes"])
+           for r in t}
+    assert got == want
+    assert [r["op_type"] for r in t] == sorted(want, key=lambda k: -want[k][1])  # by time, the default

@@ -1,6 +1,7 @@
 """Issue 13, "every reader streams": the TF binary and text, XSpace and MegEngine readers,
 which parsed the whole document at once, now stream. Checked here against the whole-document
-readers they replaced (tests/whole_readers.py, the oracle): identical Arrow tables on
+readers they replaced (tests/whole_readers.py: a regression check, past code, not an
+oracle from the raw file; those are in the tests/test_format_*.py files): identical Arrow tables on
 every seed and fixture in those formats (plain and gzipped, and with runs cut small so
 every boundary case is met); errors that name the field path and the byte offset; a
 gzip bomb stopped by TRACEDB_MAX_DECOMPRESSED_BYTES; and peak memory that does not grow

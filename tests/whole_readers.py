@@ -1,6 +1,11 @@
-"""Oracles: the whole-document readers the streaming ones replaced (issue 13), kept to
-check that streaming changed nothing (tests/test_streaming.py) and to measure what it
-costs (bench/bench_stream.py).
+"""Regression check, not an oracle: the whole-document readers the streaming ones
+replaced (issue 13), tracedb's own past code, kept to check that streaming changed nothing
+(tests/test_streaming.py) and to measure what it costs (bench/bench_stream.py). They share
+the readers' row code, so they cannot catch a wrong row both compute. The oracles from
+the raw files are elsewhere: tests/rawtrace.py's text parser and grep counts for the TF
+text and binary traces (tests/test_format_tf_stepstats.py, tests/test_pbtext*.py), a
+hand wire-format walk for XSpace (tests/test_format_xspace.py), plain `json` for
+MegEngine (tests/test_format_megengine.py, tests/test_queries_megengine.py).
 
 - `whole_protobuf()`: while active, `pbwire.index` / `pbwire.stream` parse the whole
   file with `ParseFromString` and hand out its messages, so the TF binary and XSpace

@@ -52,6 +52,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from tracedb import faults
 from tracedb import lake as lake_mod
 from tracedb import schema, storage
 from tracedb.errors import TracedbError
@@ -370,7 +371,7 @@ def publish(lake: lake_mod.Lake, new: NewSnapshot | None = None, upload: bool = 
         wal = Path(str(new.path) + ".wal")
         if wal.is_file() and wal.stat().st_size:
             raise OSError(f"{new.path}: the snapshot was not all written (its WAL remains)")
-        lake_mod.crash_point("snapshot_before_rename")
+        faults.step("snapshot_before_rename")
         if lake.remote and upload:
             lake._guard()  # a writer that lost its lease uploads nothing
             lake.storage.upload(new.path, CATALOG)  # for httpfs clients; one PUT

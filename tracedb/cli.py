@@ -475,9 +475,16 @@ def ddl(
 
 
 def main() -> None:
+    """The `tracedb` command. What only a tracedb process may do to itself happens here or
+    in the commands, never in the library (`tracedb.Warehouse`): `tracedb ingest` lets its
+    reads pause and freeze the GC (`tracedb.process`), tells pyarrow that pandas is
+    absent (`workers.arrow_without_pandas`) and exits without interpreter teardown."""
     if sys.argv[1:2] != ["ingest"]:
         app()
         return
+    from tracedb import process
+
+    process.own()  # the CLI's process: its reads may pause and freeze the GC
     try:
         app()
     except SystemExit as e:

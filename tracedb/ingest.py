@@ -75,7 +75,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tracedb import etlink, flops, formats, lake, rollups, schema, storage, timing
+from tracedb import etlink, faults, flops, formats, lake, rollups, schema, storage, timing
 from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, discover_runs, display,  # noqa: F401 (re-exported)
                               fallback_ranks, not_a_trace)
 from tracedb.errors import NotATraceError, TracedbError, TraceFormatError, WarehouseError
@@ -682,7 +682,7 @@ def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], 
     def beside() -> None:
         lake.concurrently([lambda: made.append(catalog.new_snapshot(store, duck.con)), *([roll_up] if roll_up else [])])
 
-    lake.crash_point("ingest_before_commit")
+    faults.step("ingest_before_commit")
     with store.lock():
         try:
             try:

@@ -87,7 +87,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 import urllib.parse
 from contextlib import contextmanager
@@ -97,7 +96,7 @@ from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from tracedb import schema, storage
+from tracedb import faults, schema, storage
 from tracedb.errors import TracedbError, WarehouseError
 from tracedb.storage import sql_str  # noqa: F401  (lake.sql_str: callers quote with it)
 
@@ -112,17 +111,6 @@ META_WRITTEN = ("runs", "files", "ingest_log", "checksums")
 INGEST_ID = pa.field("ingest_id", pa.string(), metadata={"doc": "ingest that wrote the row; a run's live ingest is runs.ingest_id"})
 # Files removed from the log stay on disk this long, so open snapshots keep working.
 DEFAULT_RETENTION_HOURS = 168
-
-
-def crash_point(name: str) -> None:
-    """Fault injection for the SIGKILL tests: TRACEDB_CRASH_AT=<name> kills this process
-    at that step of the protocol, as a power cut or the OOM killer would;
-    TRACEDB_STOP_AT=<name> stops it there (SIGSTOP, until the test sends SIGCONT), as a
-    paused VM or a writer stalled past its lease would be."""
-    if os.environ.get("TRACEDB_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if os.environ.get("TRACEDB_STOP_AT") == name:
-        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 # How a lost commit lease is reported, by where the writer was (`Lake._guard`)
@@ -481,17 +469,17 @@ class Lake:
         # Step 2 writes the ingest log and the `files` rows of runs that keep their version
         # (their failed files' errors); a replaced run's `files` rows follow its publish, so
         # a crash or a lost lease before it leaves `files` describing the live version.
-        crash_point("ingest_after_add")
+        faults.step("ingest_after_add")
         self._guard()
         self._write_file_rows(runs)
-        crash_point("ingest_after_files")
+        faults.step("ingest_after_files")
         if replaced:
             rows = [{**r.run_row, "ingest_id": r.ingest_id} for r in replaced]
             data = pa.Table.from_pylist(rows, schema=delta_schema("runs"))
             pred = f"run_id IN ({', '.join(sql_str(r.run_row['run_id']) for r in replaced)})"
             self._guard()  # object storage: the lease ran out under us
             write_deltalake(self.table("runs"), data, mode="overwrite", predicate=pred, storage_options=self._opts)
-            crash_point("ingest_after_publish")
+            faults.step("ingest_after_publish")
             self._phase = _AFTER_PUBLISH
             try:  # one step after the other, each guarded: a writer paused here stops at the next
                 self._guard()
@@ -500,7 +488,7 @@ class Lake:
             except (DeltaError, OSError) as e:
                 raise WarehouseError(f"the runs were published to {self.root}, but their clean-up failed "
                                      f"(`tracedb vacuum` finishes it): {' '.join(str(e).split())}") from e
-            crash_point("ingest_after_cleanup")
+            faults.step("ingest_after_cleanup")
 
     def _guard(self, when: str | None = None) -> None:
         """Stop before a write once the commit lease is lost (object storage: a writer
@@ -698,7 +686,7 @@ class Lake:
         """Remove data of ingests that are not their run's live one (superseded, crashed or
         deleted runs), for `run_ids` or every run; call under `lock()`. Returns files removed."""
         published = self.published()
-        crash_point("cleanup_after_published")
+        faults.step("cleanup_after_published")
         removed = 0
         tables = list(schema.TABLES)
         for table, actions in zip(tables, concurrently([lambda t=t: self.add_actions(t) for t in tables])):
@@ -754,7 +742,7 @@ class Lake:
         pred = f"run_id IN ({', '.join(sql_str(r) for r in found)})"
         self._guard()
         self.table("runs").delete(pred)  # the publish point: the runs are gone for readers
-        crash_point("rm_after_unpublish")
+        faults.step("rm_after_unpublish")
         self._guard()
         self.table("files").delete(pred)
         self.remove_unpublished(set(found))
@@ -792,7 +780,7 @@ class Lake:
                     DataFile(table, r["run_id"], r["device"], r["path"], r["rows"] or 0,
                              *self.storage.size_and_hash(r["path"]), ingest_id=r["max_ingest"] or "")
                     for r in self.add_actions(table).to_pylist() if r["path"] not in before])
-            crash_point(f"optimize_after_{table}")
+            faults.step(f"optimize_after_{table}")
         return out
 
     def check(self) -> list[tuple[str, str, str]]:

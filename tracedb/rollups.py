@@ -204,16 +204,10 @@ class Writer:
     parsing cost ~50-100 ms under load, as much as the metrics themselves on a small run)."""
 
     def __init__(self) -> None:
-        import warnings
-
         import duckdb
 
         from tracedb import query as q
 
-        # `_run` takes Arrow from a DB-API result on purpose (a metric's rows are few): only
-        # DuckDB's note about that, and only where this module asks, is silenced.
-        warnings.filterwarnings("ignore", message="Arrow output on a DB-API result", category=UserWarning,
-                                module=re.escape(__name__))
         self.con = duckdb.connect()
         # a few thousand rows a run: one thread (the ingest's workers have the other cores)
         self.con.execute("SET enable_progress_bar = false")
@@ -316,11 +310,17 @@ class Writer:
         relation API DuckDB binds each statement once more to make the relation; the nine
         metrics' fixed cost, on empty inputs, 78-89 -> 29-41 ms of CPU at load ~4)."""
         import duckdb
+        import pyarrow as pa
 
         from tracedb import query as q
 
         try:
-            return q.plain_numbers(m.cursor.execute(m.statement, m.values).to_arrow_table())
+            cur = m.cursor.execute(m.statement, m.values)
+            # Python rows, not Arrow from this DB-API result: DuckDB warns on that, and a
+            # filter against the warning would change the process's. A metric's rows are
+            # few; the file writer casts them to the table's types (`store.conform`).
+            names, rows = [d[0] for d in cur.description], cur.fetchall()
+            return q.plain_numbers(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}))
         except duckdb.Error as e:
             raise TracedbError(f"{m.query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
 

@@ -150,6 +150,9 @@ def _worker_init(env: dict, caller: int) -> None:
     os.environ.clear()
     os.environ.update(env)
     threading.Thread(target=_exit_with, args=(caller,), daemon=True).start()
+    from tracedb import process
+
+    process.own()  # a worker process is tracedb's: its reads may pause and freeze the GC
     if os.environ.get("TRACEDB_TIMING"):  # the worker's whole life (tasks, their transfer, waits)
         from multiprocessing import util
 
@@ -185,9 +188,9 @@ def _in_worker(fn, arg, marker: str):
     try:
         path = getattr(arg, "path", None)
         if path is not None:  # TRACEDB_CRASH_AT="reading <file name>": a worker dying mid-read
-            from tracedb.lake import crash_point
+            from tracedb import faults
 
-            crash_point(f"reading {path.name}")
+            faults.step(f"reading {path.name}")
         with timing.phase(fn.__name__.strip("_")):
             return fn(arg)
     finally:

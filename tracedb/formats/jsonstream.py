@@ -64,6 +64,7 @@ from typing import Any, Callable, Iterator
 
 import msgspec
 
+from tracedb import process
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import open_trace
 
@@ -268,7 +269,8 @@ else:  # pragma: no cover - CPython always has the C encoder
 
 
 def gc_paused(items: Iterator[Any]) -> Iterator[Any]:
-    """Run a generator with the cyclic GC paused while it computes, on while its consumer runs.
+    """Run a generator with the cyclic GC paused while it computes, on while its consumer runs
+    (only where the process is tracedb's own, `tracedb.process`; elsewhere the generator as it is).
 
     A reader holds a batch of rows (tuples of lists) for a while, long enough for the GC to
     promote them to the oldest generation; every full collection then walks the pending
@@ -276,6 +278,9 @@ def gc_paused(items: Iterator[Any]) -> Iterator[Any]:
     cycles, so nothing is lost by pausing; the GC is back (if it was on) at every yield and
     on any exception.
     """
+    if not process.OWN:
+        yield from items
+        return
     it = iter(items)
     while True:
         was = gc.isenabled()
@@ -297,8 +302,9 @@ def gc_frozen() -> Iterator[None]:
     its last row, and its consumer (parquet writing) runs with the GC on: every full
     collection walked the whole event list again, 45 of 245 ms of a 4.1 MB Kineto file's
     ingest. Frozen objects are still freed when unreferenced; nothing else changes. If
-    something else froze objects already (a pre-fork server), the GC is left alone."""
-    if gc.get_freeze_count():
+    something else froze objects already (a pre-fork server), or the process is not
+    tracedb's own (`tracedb.process`), the GC is left alone."""
+    if not process.OWN or gc.get_freeze_count():
         yield
         return
     gc.freeze()
