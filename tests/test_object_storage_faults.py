@@ -92,10 +92,12 @@ def test_a_reader_with_no_cache_never_waits_for_a_stalled_writer_nor_writes(s3, 
     url = f"s3://{BUCKET}/stalled"
     wh = tracedb.Warehouse(url)
     assert wh.ingest(make_run(tmp_path / "v0" / "r", DUMP).parent).ok
-    # the writer commits r's new version, then stalls holding the lease (default: 60 s)
-    # before it uploads the new snapshot: the lake's catalog.duckdb is stale
+    # the writer commits r's new version, then stalls holding the lease (600 s here, so a
+    # reader that waited for it could not finish within the bound below even on a loaded
+    # machine, where the read alone took ~59 s) before it uploads the new snapshot: the
+    # lake's catalog.duckdb is stale
     w = _cli(["ingest", make_run(tmp_path / "v1" / "r", LSTM).parent, "-w", url],
-             {"TRACEDB_STOP_AT": "snapshot_before_rename"})
+             {"TRACEDB_STOP_AT": "snapshot_before_rename", "TRACEDB_LOCK_LEASE_SECONDS": "600"})
     try:
         wait_stopped(w)
         st = lake.Lake(url).storage
@@ -103,7 +105,7 @@ def test_a_reader_with_no_cache_never_waits_for_a_stalled_writer_nor_writes(s3, 
         snap = st.fs.info(st._p(catalog.CATALOG))["ETag"]
         start = time.monotonic()
         assert _counts(url, tmp_path / "new_reader") == {"r": LSTM}  # the lake as committed
-        assert time.monotonic() - start < 40  # it never waited for the lease
+        assert time.monotonic() - start < 300  # it never waited for the lease
         assert st.read_bytes(lake.LOCK_FILE) == lease  # the lease untouched
         assert st.fs.info(st._p(catalog.CATALOG))["ETag"] == snap  # nothing uploaded
     finally:
