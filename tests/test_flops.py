@@ -295,11 +295,40 @@ def test_unknown_op_types_are_listed(wh):
     the roofline leaves out; the ones with a rule are not."""
     from tracedb import flops
     rows = run_query("flops_unknown_ops", {"run_id": "fp32", "limit": 10_000}, wh).to_pylist()
-    listed = {r["op_type"] for r in rows}
+    listed = {r["op_type"] for r in rows} - {"(no op)"}
     raw = {e["name"] for e in _ops(FP32)}
     assert listed == raw - set(flops.RULES)
     assert "aten::copy_" in listed and "aten::mm" not in listed
     assert sum(r["kernels"] for r in rows) > 0
+
+
+def test_every_kernels_time_is_under_known_flops_or_listed(wh, tmp_path):
+    """MFU leaves nothing out unseen: the kernel time of ops with known FLOPs (op_flops) and
+    the time flops_unknown_ops lists (unknown op types and '(no op)': kernels linked to no
+    op) add up to the run's whole kernel time. Kineto: the raw trace's `kernel` events;
+    XSpace: the kernels table (the JAX MLP's cuBLAS calls run in a command buffer under
+    library names, so they link to no XLA op and are the '(no op)' row)."""
+    import rawtrace
+
+    def listed(run: str, at: Path) -> int:
+        unknown = run_query("flops_unknown_ops", {"run_id": run, "limit": 10_000}, at).to_pylist()
+        known = run_query("op_flops", {"run_id": run}, at).to_pylist()
+        return sum(r["kernel_ns"] for r in unknown) + sum(r["kernel_ns"] or 0 for r in known)
+
+    with gzip.open(FP32) as f:
+        raw = sum(rawtrace.us_ns(e["dur"]) for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel")
+    assert listed("fp32", wh) == raw
+    shutil.copytree(DATA / "jax_profile_folder", tmp_path / "runs" / "mlp")
+    assert ingest([tmp_path / "runs"], tmp_path / "wh").ok
+    con = catalog.connect(tmp_path / "wh")
+    total, unlinked = con.execute("SELECT sum(duration_ns), count(*) FILTER (WHERE node_seq IS NULL) FROM kernels "
+                                  "WHERE kind = 'kernel'").fetchone()
+    [run] = con.execute("SELECT run_id FROM runs").fetchone()
+    con.close()
+    assert listed(run, tmp_path / "wh") == total
+    no_op = [r for r in run_query("flops_unknown_ops", {"run_id": run, "limit": 10_000}, tmp_path / "wh").to_pylist()
+             if r["op_type"] == "(no op)"]
+    assert unlinked > 0 and [r["kernels"] for r in no_op] == [unlinked]
 
 
 def test_roofline_attributes_op_flops_to_kernels(wh):
