@@ -128,7 +128,7 @@ class CannedQuery:
     reads: tuple[str, ...] = ()  # `-- reads:` source tables
     needs: tuple[tuple[str, ...], ...] = ()  # `-- needs:` each entry: rows of one of these tables
     text: str = ""  # the file as written (includes not expanded)
-    _variants: dict = field(default_factory=dict, repr=False, compare=False)
+    _variants: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # texts by choice
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
