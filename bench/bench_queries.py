@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from tracedb import catalog  # noqa: E402
 from tracedb import query as q  # noqa: E402
+from tracedb import sqllib  # noqa: E402
 
 BEFORE = ROOT / "tests" / "data" / "sql_before_issue12"
 
@@ -71,7 +72,7 @@ def params_for(cq, run: str | None, runs: list[str], extra: dict | None = None) 
             values[p.name] = run if run and not values.get("_first") else next(others)
             values["_first"] = True
     values.pop("_first", None)
-    return q.bind(cq, values)
+    return sqllib.bind(cq, values)
 
 
 def rss_of(warehouse: Path, sql_path: Path, params: dict | None = None) -> tuple[float, float]:
@@ -123,13 +124,15 @@ def main() -> None:
     print("| query | fleet s | one run s | one run unscoped s | old fleet s | old one run s | fleet ratio | one-run ratio |")
     print("|---|---|---|---|---|---|---|---|")
     within = {"fleet": 0, "one": 0}
-    queries = q.list_queries()
+    queries = sqllib.list_queries()
     if args.queries:
         queries = [c for c in queries if c.name in args.queries.split(",")]
     for cq in queries:
         row = {}
         olds = before / f"{cq.name}.sql"
-        old = q.load(olds) if olds.is_file() and not args.no_old else None
+        old = sqllib.load(olds) if olds.is_file() and not args.no_old else None
+        if old is not None and args.old == "raw":  # the metric on raw rows, never its rollup
+            old = dataclasses.replace(old, rollup=None, text="")
         for scope, r in (("fleet", None), ("one", run)):
             if scope == "fleet" and args.one_run_only:
                 row["fleet"] = None
@@ -161,14 +164,14 @@ def main() -> None:
 
     print()
     for name in args.rss.split(",") if args.rss else ():
-        params = {k: v for k, v in args.params.items() if any(p.name == k for p in q.load(name).params)}
+        params = {k: v for k, v in args.params.items() if any(p.name == k for p in sqllib.load(name).params)}
         new_s, new_mb = rss_of(wh, ROOT / "sql" / f"{name}.sql", params)
         old_s, old_mb = rss_of(wh, before / f"{name}.sql", params)
         print(f"{name} fleet-wide, fresh process: new {new_s:.2f} s peak RSS {new_mb:.0f} MB; "
               f"old {old_s:.2f} s {old_mb:.0f} MB (ratio old/new: time {old_s / new_s:.2f}, memory {old_mb / new_mb:.2f})")
 
     one = best(lambda: con.execute("SELECT count(*) FROM kernels WHERE run_id = ?", [run]).fetchall(), args.repeat)
-    count = q.parse("-- param: run_id VARCHAR REQUIRED run\n-- scope: run_id\n"
+    count = sqllib.parse("-- param: run_id VARCHAR REQUIRED run\n-- scope: run_id\n"
                     "SELECT count(*) AS n FROM kernels WHERE run_id = $run_id", "count")
     scoped = best(lambda: q.execute(con, count, {"run_id": run}), args.repeat)
     print(f"open warehouse (catalog + views): {connect_s * 1e3:.0f} ms; one-run count(*): {one * 1e3:.1f} ms "

@@ -8,19 +8,20 @@
 -- param: launch_delay_cutoff_ns BIGINT>=0 100000 A launch delay longer than this is flagged (HTA: 100 us)
 -- scope: run_id
 -- One row per launch, so no summary shrinks it; but every row is one run's, and its
--- parameters filter rows (rank, steps) or flag them (the cutoffs): the ingest stores each
--- run's launches joined with their activities (sql/metrics/kernel_launches.sql, the one
--- definition of the join; tracedb.rollups), and this filters, flags and orders them. At
--- 1,000 runs (924 k launches, 10.4 M kernel rows) the join from raw rows took 1.47 s.
+-- parameters filter rows (rank, steps) or flag them (the cutoffs): the launches joined with
+-- their activities are the metric sql/metrics/kernel_launches.sql, always read from its
+-- per-run rollup, and this filters, flags and orders them.
+WITH launches AS (
+-- include: metrics/kernel_launches.sql
+)
 SELECT run_id, rank, device, step, correlation_id, launch_call, kernel, activity_kind AS kind,
        cpu_duration_ns, gpu_duration_ns, launch_delay_ns,
        gpu_duration_ns < cpu_duration_ns AS short_kernel,
        cpu_duration_ns > $runtime_cutoff_ns AS long_launch_call,
        launch_delay_ns > $launch_delay_cutoff_ns AS long_launch_delay,
        kernel_start_ns
-FROM rollup_kernel_launches
-WHERE ($run_id IS NULL OR run_id = $run_id)
-  AND ($rank IS NULL OR rank = $rank)
+FROM launches
+WHERE ($rank IS NULL OR rank = $rank)
   AND ($step_from IS NULL OR step >= $step_from)
   AND ($step_to IS NULL OR step <= $step_to)
 ORDER BY run_id, rank, kernel_start_ns, correlation_id

@@ -1,26 +1,14 @@
 -- title: Kernel type breakdown
 -- description: Per run, rank and device: GPU time by the set of kernel types running at once (computation, communication, memory, and their overlaps such as 'computation overlapping communication'), each instant counted once, with its share of the device's busy time, as Holistic Trace Analysis' get_gpu_kernel_breakdown kernel-type table (HTA sums it over ranks). kernel_type comes from the name rules in tracedb/kernel_types.py.
--- param: run_id VARCHAR NULL Only this run (NULL: every run)
--- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
--- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
 -- scope: run_id
--- raw-if: step_from step_to
--- Fleet-wide, the seven unions would order every activity row (7.9 s at 10.4 M kernel rows,
--- 1,000 runs): whole runs read the per-run rollup `rollup_device_time` instead, which the
--- ingest computes from each run's own rows with the one definition of these unions,
--- sql/metrics/device_time.sql (tracedb.rollups); a step range computes them from the raw
--- rows with that same definition, included below (DuckDB drops the branch it does not need).
-WITH raw AS (
+-- The seven unions are the metric sql/metrics/device_time.sql: whole runs read its per-run
+-- rollup, a step range computes them from raw rows.
+WITH device_time AS (
 -- include: metrics/device_time.sql
 ),
 unions AS (  -- u<set>: length of the union of the set's types (bits: computation 1, communication 2, memory 4)
     SELECT run_id, rank, device, u1_ns AS u1, u2_ns AS u2, u3_ns AS u3, u4_ns AS u4, u5_ns AS u5, u6_ns AS u6, u7_ns AS u7
-    FROM rollup_device_time
-    WHERE $step_from IS NULL AND $step_to IS NULL AND ($run_id IS NULL OR run_id = $run_id)
-    UNION ALL
-    SELECT run_id, rank, device, u1_ns, u2_ns, u3_ns, u4_ns, u5_ns, u6_ns, u7_ns
-    FROM raw
-    WHERE $step_from IS NOT NULL OR $step_to IS NOT NULL
+    FROM device_time
 ),
 by_state AS (  -- time in exactly each set of types, by inclusion-exclusion over the unions
     SELECT run_id, rank, device, state,

@@ -11,6 +11,9 @@ WITH datasheet AS (
 run_gpu AS (
 -- include: metrics/run_gpu.sql
 ),
+step_times AS (
+-- include: metrics/step_times.sql
+),
 op_flops AS (
     SELECT run_id, rank, step, coalesce(flops_dtype, 'fp32') AS dtype, sum(flops) AS flops
     FROM nodes
@@ -31,12 +34,11 @@ step_flops AS (
     FROM op_flops
     GROUP BY run_id, rank, step
 ),
-steps AS (
+step_rows AS (
     SELECT s.run_id, s.rank, s.step, s.device_step_ns, coalesce(f.flops, 0) AS flops
-    FROM rollup_step_times AS s
+    FROM step_times AS s
     LEFT JOIN step_flops AS f
       ON f.run_id = s.run_id AND f.rank IS NOT DISTINCT FROM s.rank AND f.step IS NOT DISTINCT FROM s.step
-    WHERE $run_id IS NULL OR s.run_id = $run_id
 ),
 peaks AS (
     SELECT g.run_id, g.gpu_model, g.gpu_name, coalesce($dtype, d.dtype) AS dtype,
@@ -47,7 +49,7 @@ peaks AS (
 ),
 runs_total AS (
     SELECT run_id, sum(flops) AS flops, sum(device_step_ns) AS device_ns
-    FROM steps
+    FROM step_rows
     WHERE step IS NOT NULL
     GROUP BY run_id
 )
@@ -65,7 +67,7 @@ SELECT
     round(s.flops / nullif(s.device_step_ns, 0) / 1000, 3) AS achieved_tflops,
     round(100.0 * s.flops / nullif(s.device_step_ns * p.peak_tflops * 1000, 0), 3) AS mfu_pct,
     round(100.0 * t.flops / nullif(t.device_ns * p.peak_tflops * 1000, 0), 3) AS run_mfu_pct
-FROM steps AS s
+FROM step_rows AS s
 LEFT JOIN peaks AS p ON p.run_id = s.run_id
 LEFT JOIN runs_total AS t ON t.run_id = s.run_id
 ORDER BY s.run_id, s.rank NULLS LAST, s.step NULLS LAST

@@ -17,10 +17,12 @@ from sqlglot import exp
 from typer.testing import CliRunner
 
 from tracedb import catalog
+from tracedb import dialects
 from tracedb import query as q
+from tracedb import sqllib
 from tracedb.cli import app
 
-QUERIES = q.list_queries()
+QUERIES = sqllib.list_queries()
 NAMES = [c.name for c in QUERIES]
 ENGINES = ["spark", "trino", "clickhouse", "postgres", "bigquery", "snowflake"]
 REQUIRED_RUNS = ["tf_runmetadata_text", "tf_stepstats_gpu_streams"]
@@ -49,7 +51,7 @@ def markers(tree: exp.Expression) -> list[exp.Expression]:
 @pytest.mark.parametrize("cq", QUERIES, ids=NAMES)
 def test_placeholders_parse_back_in_the_engines_syntax(cq, dialect, caplog):
     with caplog.at_level(logging.WARNING, logger="sqlglot"):
-        out = q.transpile(cq, dialect)
+        out = dialects.transpile(cq, dialect)
     assert not [r for r in caplog.records if r.name.startswith("sqlglot")], caplog.text
     (tree,) = parse_back(out, dialect)
     found = markers(tree)
@@ -62,7 +64,7 @@ def test_placeholders_parse_back_in_the_engines_syntax(cq, dialect, caplog):
     elif dialect in ("postgres", "snowflake"):  # numbered in header order, each number reused
         numbers = {int(m.name) for m in found}
         assert numbers == set(range(1, len(names) + 1))
-        mark = q.NUMBERED[dialect]
+        mark = dialects.NUMBERED[dialect]
         assert f"-- placeholders: {', '.join(f'{mark}{i} {p.name}' for i, p in enumerate(cq.params, 1))}" in out
     else:  # named
         assert {m.name for m in found} == names
@@ -75,7 +77,7 @@ def test_placeholders_parse_back_in_the_engines_syntax(cq, dialect, caplog):
 @pytest.mark.parametrize("dialect", ENGINES)
 @pytest.mark.parametrize("cq", QUERIES, ids=NAMES)
 def test_inlined_parameters_parse_back_with_no_placeholder(cq, dialect):
-    out = q.transpile(cq, dialect, required(cq))
+    out = dialects.transpile(cq, dialect, required(cq))
     (tree,) = parse_back(out, dialect)
     assert markers(tree) == []
     for run in required(cq).values():
@@ -84,8 +86,8 @@ def test_inlined_parameters_parse_back_with_no_placeholder(cq, dialect):
 
 @pytest.mark.parametrize("dialect", ENGINES + ["duckdb", "databricks"])
 def test_values_are_quoted_safely(dialect):
-    cq = q.load("top_ops")
-    out = q.transpile(cq, dialect, {"run_id": NASTY, "device": "GPU:0", "limit": "7"})
+    cq = sqllib.load("top_ops")
+    out = dialects.transpile(cq, dialect, {"run_id": NASTY, "device": "GPU:0", "limit": "7"})
     (tree,) = parse_back(out, dialect)
     strings = [s.this for s in tree.find_all(exp.Literal) if s.is_string]
     assert strings.count(NASTY) == 2 and strings.count("GPU:0") == 2
@@ -94,8 +96,8 @@ def test_values_are_quoted_safely(dialect):
 
 
 def test_null_and_typed_values():
-    cq = q.load("kernel_duration_histogram")
-    out = q.transpile(cq, "trino", {"bucket_ns": "1000"})
+    cq = sqllib.load("kernel_duration_histogram")
+    out = dialects.transpile(cq, "trino", {"bucket_ns": "1000"})
     assert "-- inlined: run_id=NULL, device=NULL, kind='kernel', bucket_ns=1000" in out
     (tree,) = parse_back(out, "trino")
     casts = {c.to.sql("trino") for c in tree.find_all(exp.Cast) if isinstance(c.this, exp.Null)}
@@ -104,16 +106,16 @@ def test_null_and_typed_values():
 
 
 def test_window_null_order_spelled_out_for_bigquery():
-    out = q.transpile(q.load("stream_overlap"), "bigquery")  # its windows: the included metric's
+    out = dialects.transpile(sqllib.load("stream_overlap"), "bigquery")  # its windows: the included metric's
     assert not re.search(r"OVER \([^)]*NULLS", out)  # BigQuery has none inside a window
     assert "ORDER BY CASE WHEN start_ns IS NULL THEN 1 ELSE 0 END ASC, start_ns," in out
 
 
 def test_cte_materialization_hint_kept_only_where_the_engine_has_it():
-    cq = q.load("collectives")  # `k AS NOT MATERIALIZED`: scanned per use, never held whole
+    cq = sqllib.load("collectives")  # `k AS NOT MATERIALIZED`: scanned per use, never held whole
     assert "AS NOT MATERIALIZED" in cq.sql
     for dialect in ENGINES:
-        out = q.transpile(cq, dialect)
+        out = dialects.transpile(cq, dialect)
         assert ("MATERIALIZED" in out) == (dialect == "postgres"), dialect
         assert "k AS (" in out or dialect == "postgres", dialect
 
@@ -123,8 +125,8 @@ def test_inlined_duckdb_sql_gives_the_bound_querys_rows(seed_warehouse):
     try:
         for cq in QUERIES:
             params = required(cq)
-            bound = q.execute(con, cq, q.bind(cq, params))
-            inlined = q.execute(con, q.parse(q.transpile(cq, "duckdb", params), cq.name), {})
+            bound = q.execute(con, cq, sqllib.bind(cq, params))
+            inlined = q.execute(con, sqllib.parse(dialects.transpile(cq, "duckdb", params), cq.name), {})
             assert inlined.equals(bound), cq.name
     finally:
         con.close()

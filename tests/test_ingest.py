@@ -727,6 +727,7 @@ def test_runs_rolled_up_while_the_workers_read_match_their_raw_rows(tmp_path, mo
     (ROLLUP_EVERY_RUNS), not all at the commit: each run's rollup rows still equal the
     metric computed from its raw kernel rows (the queries' text before the rollups)."""
     from tracedb import query as q
+    from tracedb import sqllib
     from tracedb import timing, workers
     from tracedb import ingest as ing
 
@@ -748,8 +749,8 @@ def test_runs_rolled_up_while_the_workers_read_match_their_raw_rows(tmp_path, mo
     con = catalog.connect(wh)
     try:
         for name in ("gpu_busy_idle", "stream_overlap"):
-            new, old = q.load(name), q.load(before / f"{name}.sql")
-            values = q.bind(new, {})
+            new, old = sqllib.load(name), sqllib.load(before / f"{name}.sql")
+            values = sqllib.bind(new, {})
             got, want = q.execute(con, new, values), q.execute(con, old, values)
             assert got.equals(want), name
             assert set(got.column("run_id").to_pylist()) == {f"r{i}" for i in range(7)}, name  # every trace has GPU activity

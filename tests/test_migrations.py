@@ -221,13 +221,14 @@ def _rows_as_before(con, name: str, runs, variations) -> int:
     """Query `name` gives the same rows (and schema) as its text from before issue 12 for
     every run and parameter variation (a dict of values besides run_id); the rows seen."""
     from tracedb import query as q
+    from tracedb import sqllib
 
-    new, old = q.load(name), q.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
+    new, old = sqllib.load(name), sqllib.load(str(BEFORE_ISSUE12 / f"{name}.sql"))
     changed = CHANGED_SINCE_ISSUE12.get(name, [])
     seen = 0
     for run in runs:
         for extra in variations:
-            values = q.bind(new, {"run_id": run, **extra})
+            values = sqllib.bind(new, {"run_id": run, **extra})
             want, got = (t.drop_columns(changed) for t in (q.execute(con, old, values), q.execute(con, new, values)))
             assert got.schema == want.schema and got.equals(want), (name, run, extra)
             seen += got.num_rows
@@ -390,6 +391,7 @@ def test_schema5_lake_gains_stream_rollup(tmp_path):
     step range and another threshold; other tables' files are untouched; migrating again
     does nothing; a re-ingest replaces a run's rollups."""
     from tracedb import query as q
+    from tracedb import sqllib
 
     wh = tmp_path / "wh"
     shutil.copytree(FROZEN_SCHEMA5, wh)
@@ -418,7 +420,7 @@ def test_schema5_lake_gains_stream_rollup(tmp_path):
     def same(con) -> int:
         seen = 0
         for name in ("idle_time_breakdown", "queue_length", "memory_bandwidth"):
-            extras = [{}, {"step_to": 551}] + ([{"rank": 0}, {"rank": 1}] if q.load(name).param("rank") else [])
+            extras = [{}, {"step_to": 551}] + ([{"rank": 0}, {"rank": 1}] if sqllib.load(name).param("rank") else [])
             extras += [{"kernel_wait_ns": 30000, "rank": 1}, {"kernel_wait_ns": 5000}] if name == "idle_time_breakdown" else []
             seen += _rows_as_before(con, name, (None, "allreduce", "nccl", "streams", "torch"), extras)
         return seen
@@ -477,6 +479,7 @@ def test_schema5_lake_gains_device_time_rollup(tmp_path):
     with a step range, too); the other tables' files are untouched; migrating again does
     nothing; a re-ingest replaces a run's rollup."""
     from tracedb import query as q
+    from tracedb import sqllib
 
     wh = tmp_path / "wh"
     shutil.copytree(FROZEN_SCHEMA5, wh)
@@ -513,8 +516,8 @@ def test_schema5_lake_gains_device_time_rollup(tmp_path):
                    for name in DEVICE_TIME_QUERIES)
 
     def comm_runs(con) -> list:
-        cq = q.load("comm_comp_overlap")
-        return sorted({r["run_id"] for r in q.execute(con, cq, q.bind(cq, {})).to_pylist()})
+        cq = sqllib.load("comm_comp_overlap")
+        return sorted({r["run_id"] for r in q.execute(con, cq, sqllib.bind(cq, {})).to_pylist()})
 
     assert same(con) > 50
     assert comm_runs(con) == ["allreduce", "nccl"]

@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 import tracedb
 from tracedb import catalog, lake, snapshot, storage
 from tracedb import query as q
+from tracedb import sqllib
 from tracedb.cli import app
 from tracedb.errors import TracedbError, WarehouseError
 
@@ -186,7 +187,7 @@ def _plain(v):
 
 
 def _query_rows(con, cq, params: dict) -> list[tuple]:
-    t = q.execute(con, cq, q.bind(cq, params))
+    t = q.execute(con, cq, sqllib.bind(cq, params))
     # ingested_at is when each lake got the run: the only column that differs by design
     cols = [c for c in t.column_names if c != "ingested_at"]
     return [tuple(_plain(r[c]) for c in cols) for r in t.to_pylist()]
@@ -246,7 +247,7 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
     # as `tracedb query` opens)
     nonempty = 0
     con_remote, con_local = q.sandbox(remote.connect(), url), q.sandbox(local.connect(), local.path)
-    for cq in q.list_queries():
+    for cq in sqllib.list_queries():
         runs = iter(["day3", "day4"])
         params = {p.name: next(runs) for p in cq.params if p.required}
         # and one run: the query then reads views over that run's objects alone (`-- scope:`)

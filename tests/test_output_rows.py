@@ -17,9 +17,10 @@ import pytest
 from tracedb import catalog
 from tracedb import output as out
 from tracedb import query as q
+from tracedb import sqllib
 
 TEXT_FORMATS = ("table", "csv", "json", "ndjson")
-QUERIES = q.list_queries()
+QUERIES = sqllib.list_queries()
 # Required VARCHAR parameters (baseline/candidate, run_a/run_b) get these runs, in order.
 RUNS = {"seed": ["tf_runmetadata_text", "tf_stepstats_gpu_streams"], "fleet": ["day1", "slow_extra2"]}
 
@@ -30,7 +31,7 @@ def printed(result, fmt: str) -> str:
     return buf.getvalue()
 
 
-def both_ways(con: duckdb.DuckDBPyConnection, cq: q.CannedQuery, values: dict):
+def both_ways(con: duckdb.DuckDBPyConnection, cq: sqllib.CannedQuery, values: dict):
     return q.execute(con, cq, values, rows=True), q.execute(con, cq, values)
 
 
@@ -41,7 +42,7 @@ def test_every_canned_query_prints_the_same_without_arrow(which, seed_warehouse,
     as_rows = 0
     for cq in QUERIES:
         runs = iter(RUNS[which])
-        values = q.bind(cq, {p.name: next(runs) for p in cq.params if p.required})
+        values = sqllib.bind(cq, {p.name: next(runs) for p in cq.params if p.required})
         rows, table = both_ways(con, cq, values)
         assert rows.num_rows == table.num_rows, cq.name
         as_rows += isinstance(rows, out.Rows)
@@ -76,7 +77,7 @@ tab	end', 'nan'::DOUBLE, false, NULL, [], [], NULL, 0::UBIGINT),
 ])
 def test_edge_values_print_the_same(sql):
     con = duckdb.connect()
-    cq = q.parse(sql, "edge")
+    cq = sqllib.parse(sql, "edge")
     rows, table = both_ways(con, cq, {})
     assert isinstance(rows, out.Rows)
     for fmt in TEXT_FORMATS:
@@ -91,7 +92,7 @@ def test_edge_values_print_the_same(sql):
     "SELECT {'a': 1} AS s",
 ])
 def test_other_types_take_the_arrow_path(sql):
-    rows = q.execute(duckdb.connect(), q.parse(sql, "other"), {}, rows=True)
+    rows = q.execute(duckdb.connect(), sqllib.parse(sql, "other"), {}, rows=True)
     assert isinstance(rows, pa.Table)
 
 

@@ -25,8 +25,8 @@ def test_wheel_carries_sql_and_migrations(tmp_path):
     # Unpacked away from the checkout, the package finds its own copies.
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("from tracedb import query, migrate, resources;"
-            "print(resources.sql_dir()); print(len(query.list_queries())); print(migrate.latest())")
+    code = ("from tracedb import sqllib, migrate, resources;"
+            "print(resources.sql_dir()); print(len(sqllib.list_queries())); print(migrate.latest())")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(site)},
                          check=True, capture_output=True, text=True).stdout.split()
     assert out[0] == str(site / "tracedb" / "_sql")

@@ -30,7 +30,9 @@ import pytest
 import sqlglot
 
 from tracedb import catalog, rollups
+from tracedb import dialects
 from tracedb import query as q
+from tracedb import sqllib
 from tracedb.ingest import ingest
 
 from conftest import scenario
@@ -92,12 +94,12 @@ def param_sets(cq, runs):
 @pytest.mark.parametrize("name", NAMES)
 def test_rows_identical_to_the_old_query(name, where, seed_warehouse, fleet):
     wh = seed_warehouse if where == "seed" else fleet
-    new, old = q.load(name), q.load(BEFORE / f"{name}.sql")
+    new, old = sqllib.load(name), sqllib.load(BEFORE / f"{name}.sql")
     con = catalog.connect(wh)
     runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
     nonempty = 0
     for values in param_sets(new, runs):
-        values = q.bind(new, values)
+        values = sqllib.bind(new, values)
         want, got = (t.drop_columns(CHANGED.get(name, [])) for t in (q.execute(con, old, values), q.execute(con, new, values)))
         assert got.schema == want.schema, (name, values)
         assert got.equals(want), (name, values)
@@ -107,13 +109,20 @@ def test_rows_identical_to_the_old_query(name, where, seed_warehouse, fleet):
     needed = 0 if (name, where) == ("comm_comp_overlap", "seed") else 3 if new.param("run_id") else 1
     assert nonempty >= needed
     if name == "collectives" and where == "fleet":  # collectives partly overlapped by compute
-        rows = q.execute(con, new, q.bind(new, {})).to_pylist()
+        rows = q.execute(con, new, sqllib.bind(new, {})).to_pylist()
         assert {r["run_id"] for r in rows} == set(NCCL)
         assert any(0 < r["overlapped_ns"] < r["total_ns"] for r in rows)
 
 
+def _text(cq, values) -> str:
+    """The query's text for these values (a metric's rollup where it serves them), and its values."""
+    sql = cq.sql_for(values)
+    return "\n".join(ln for ln in sql.splitlines() if not ln.startswith("-- ")), {
+        k: v for k, v in values.items() if k in sqllib.bound_names(sql)}
+
+
 def _files_read(con, cq, values) -> list[int]:
-    body = "\n".join(ln for ln in cq.sql.splitlines() if not ln.startswith("-- "))
+    body, values = _text(cq, values)
     plan = con.execute("EXPLAIN ANALYZE " + body, values).fetchall()[0][1]
     return [int(n) for n in re.findall(r"Total Files Read: (\d+)", plan)]
 
@@ -126,25 +135,25 @@ def test_one_run_reads_only_that_runs_files(name, run, seed_warehouse, fleet):
     """Files read per scan for one run are the same in the seed warehouse (7 runs) and in
     the fleet (6 other runs, this trace under another run id): no scan reads other runs."""
     seed, other = catalog.connect(seed_warehouse), catalog.connect(fleet)
-    cq = q.load(name)
-    counts = _files_read(seed, cq, q.bind(cq, {"run_id": run}))
+    cq = sqllib.load(name)
+    counts = _files_read(seed, cq, sqllib.bind(cq, {"run_id": run}))
     if not counts:
         pytest.skip("this DuckDB's plan does not report files read")
-    assert counts == _files_read(other, cq, q.bind(cq, {"run_id": run + "_1"}))
+    assert counts == _files_read(other, cq, sqllib.bind(cq, {"run_id": run + "_1"}))
     if name in ("top_ops", "kernel_summary"):  # the old text read every run's files in one of its scans
-        old = q.load(BEFORE / f"{name}.sql")
-        assert (_files_read(seed, old, q.bind(old, {"run_id": run}))
-                != _files_read(other, old, q.bind(old, {"run_id": run + "_1"})))
+        old = sqllib.load(BEFORE / f"{name}.sql")
+        assert (_files_read(seed, old, sqllib.bind(old, {"run_id": run}))
+                != _files_read(other, old, sqllib.bind(old, {"run_id": run + "_1"})))
 
 
 def test_trino_median_is_exact():
     """Trino has no exact median; the rewrite sorts the values and takes the middle one or
     two. Checked by reading the Trino SQL back into DuckDB (Trino's `/` on BIGINTs is
     integer division: `//` in DuckDB) and comparing with DuckDB's median()."""
-    out = q.transpile(q.load("top_kernels"), "trino", {"limit": "10"})  # run_id: its default, NULL
+    out = dialects.transpile(sqllib.load("top_kernels"), "trino", {"limit": "10"})  # run_id: its default, NULL
     assert "ELEMENT_AT(ARRAY_SORT(ARRAY_AGG(duration_ns))" in out
     assert not re.search(r"\b(MEDIAN|PERCENTILE_CONT|APPROX_PERCENTILE)\(", out)
-    assert "MEDIAN(duration_ns)" in q.transpile(q.load("top_kernels"), "spark")
+    assert "MEDIAN(duration_ns)" in dialects.transpile(sqllib.load("top_kernels"), "spark")
     body = "\n".join(ln for ln in out.splitlines() if not ln.startswith("-- "))
     back = sqlglot.transpile(body, read="trino", write="duckdb")[0]
     back = back.replace(") / 2]", ") // 2]").replace("/ 2 + 1]", "// 2 + 1]")
@@ -164,7 +173,7 @@ def test_trino_median_is_exact():
 
 
 def _scanned(con, cq, values) -> str:
-    body = "\n".join(ln for ln in cq.sql.splitlines() if not ln.startswith("-- "))
+    body, values = _text(cq, values)
     return con.execute("EXPLAIN ANALYZE " + body, values).fetchall()[0][1]
 
 
@@ -173,11 +182,11 @@ def test_fleet_wide_reads_the_rollup_not_the_activity_rows(name, fleet):
     """Fleet-wide (and per run, device, kind), the query reads `rollup_<name>`, written at
     ingest, and no `kernels` file; stream_overlap over a step range reads the raw rows."""
     con = catalog.connect(fleet)
-    cq = q.load(name)
+    cq = sqllib.load(name)
     for values in ({}, {"kind": "memcpy"}, {"run_id": "kineto_h200_fp32_1", "device": "GPU:0"}):
-        plan = _scanned(con, cq, q.bind(cq, values))
+        plan = _scanned(con, cq, sqllib.bind(cq, values))
         assert f"/rollup_{name}/" in plan and "/kernels/" not in plan, values
-    ranged = _scanned(con, cq, q.bind(cq, {"step_from": 1}))
+    ranged = _scanned(con, cq, sqllib.bind(cq, {"step_from": 1}))
     assert ("/kernels/" in ranged) == (name == "stream_overlap")
 
 
@@ -185,13 +194,13 @@ def test_collectives_fleet_wide_reads_the_rollup_not_the_kernels(fleet):
     """Without name_like or a step range (the fleet, a run, a device) `collectives` reads
     `rollup_collectives` and no `kernels` file; with either it reads the raw rows."""
     con = catalog.connect(fleet)
-    cq = q.load("collectives")
+    cq = sqllib.load("collectives")
     for values in ({}, {"device": "GPU:1"}, {"run_id": "hta_nccl_two_ranks", "device": "GPU:0"}):
-        plan = _scanned(con, cq, q.bind(cq, values))
+        plan = _scanned(con, cq, sqllib.bind(cq, values))
         assert "/rollup_collectives/" in plan and "/kernels/" not in plan, values
     for values in ({"name_like": "%gemm%"}, {"step_from": 1}, {"run_id": "hta_nccl_allreduce", "step_to": 3}):
-        assert "/kernels/" in _scanned(con, cq, q.bind(cq, values)), values
-    assert q.execute(con, cq, q.bind(cq, {})).num_rows == 4  # the NCCL runs' four (device, name) pairs
+        assert "/kernels/" in _scanned(con, cq, sqllib.bind(cq, values)), values
+    assert q.execute(con, cq, sqllib.bind(cq, {})).num_rows == 4  # the NCCL runs' four (device, name) pairs
 
 
 # Runs with gaps between timed activities on a stream (every one); those with launch times
@@ -207,7 +216,7 @@ def test_interval_queries_read_their_rollup_not_the_kernels(name, fleet):
     queries read their rollup (`rollup_stream_time`, `rollup_memory_bandwidth`) and no
     `kernels` file; a step range or another threshold reads the raw rows."""
     con = catalog.connect(fleet)
-    cq = q.load(name)
+    cq = sqllib.load(name)
     table = "rollup_memory_bandwidth" if name == "memory_bandwidth" else "rollup_stream_time"
     defaults = [{}, {"run_id": "hta_nccl_two_ranks"}]
     if cq.param("rank"):
@@ -215,14 +224,14 @@ def test_interval_queries_read_their_rollup_not_the_kernels(name, fleet):
     if name == "idle_time_breakdown":
         defaults.append({"kernel_wait_ns": 30000})
     for values in defaults:
-        plan = _scanned(con, cq, q.bind(cq, values))
+        plan = _scanned(con, cq, sqllib.bind(cq, values))
         assert f"/{table}/" in plan and "/kernels/" not in plan, values
     raw = [{"step_from": 1}, {"run_id": "hta_nccl_two_ranks", "step_to": 551}]
     if name == "idle_time_breakdown":
         raw += [{"kernel_wait_ns": 1000}, {"kernel_wait_ns": None}]
     for values in raw:
-        assert "/kernels/" in _scanned(con, cq, q.bind(cq, values)), values
-    got = {r["run_id"] for r in q.execute(con, cq, q.bind(cq, {})).to_pylist()}
+        assert "/kernels/" in _scanned(con, cq, sqllib.bind(cq, values)), values
+    got = {r["run_id"] for r in q.execute(con, cq, sqllib.bind(cq, {})).to_pylist()}
     assert got == WITH_STREAMS[name], got
 
 
@@ -231,12 +240,12 @@ def test_interval_queries_read_the_device_time_rollup(name, fleet):
     """Without a step range (the fleet, a run) the three interval queries read
     `rollup_device_time` and no `kernels` file; with one they read the raw rows."""
     con = catalog.connect(fleet)
-    cq = q.load(name)
+    cq = sqllib.load(name)
     for values in ({}, {"run_id": "hta_nccl_two_ranks"}):
-        plan = _scanned(con, cq, q.bind(cq, values))
+        plan = _scanned(con, cq, sqllib.bind(cq, values))
         assert "/rollup_device_time/" in plan and "/kernels/" not in plan, values
     for values in ({"step_from": 1}, {"run_id": "hta_nccl_two_ranks", "step_to": 551}):
-        plan = _scanned(con, cq, q.bind(cq, values))
+        plan = _scanned(con, cq, sqllib.bind(cq, values))
         assert "/kernels/" in plan and "/rollup_device_time/" not in plan, values
 
 
@@ -245,12 +254,12 @@ def test_rollup_only_queries_read_no_raw_rows(name, fleet):
     """step_times, kernel_launch_config and kernel_launch_stats read only their rollups
     (fleet, run, device, rank, steps): no `nodes`, `kernels` or `runtime_calls` file."""
     con = catalog.connect(fleet)
-    cq = q.load(name)
+    cq = sqllib.load(name)
     table = {"kernel_launch_stats": "rollup_kernel_launches"}.get(name, f"rollup_{name}")
     for values in ({}, {"run_id": "kineto_h200_fp32_1"}, {"device": "GPU:0"},
                    {"rank": 0, "step_from": 1, "runtime_cutoff_ns": 1}):
         values = {k: v for k, v in values.items() if cq.param(k)}
-        plan = _scanned(con, cq, q.bind(cq, values))
+        plan = _scanned(con, cq, sqllib.bind(cq, values))
         assert f"/{table}/" in plan, values
         assert not any(f"/{t}/" in plan for t in ("kernels", "nodes", "runtime_calls")), values
 
@@ -272,9 +281,9 @@ def test_rollups_follow_the_runs_live_version(tmp_path):
     con = catalog.connect(wh)
     assert con.execute(sql).fetchall()[0] == (None, 3)  # the TF trace's three streams
     assert con.execute("SELECT count(DISTINCT kind IS NULL) FROM rollup_stream_overlap WHERE run_id = 'r'").fetchall() == [(2,)]
-    new = q.load("stream_overlap")
-    assert q.execute(con, new, q.bind(new, {"run_id": "r"})).equals(
-        q.execute(con, q.load(str(BEFORE / "stream_overlap.sql")), q.bind(new, {"run_id": "r"})))
+    new = sqllib.load("stream_overlap")
+    assert q.execute(con, new, sqllib.bind(new, {"run_id": "r"})).equals(
+        q.execute(con, sqllib.load(str(BEFORE / "stream_overlap.sql")), sqllib.bind(new, {"run_id": "r"})))
     con.close()
     bad = tmp_path / "bad.json"
     bad.write_text('{"traceEvents": [')
@@ -309,16 +318,16 @@ def test_sweeps_equal_islands_on_dense_overlaps(seed):
                CAST(CASE WHEN random() < 0.1 THEN 0 ELSE floor(random() * 60) * 5 END AS BIGINT) AS duration_ns
         FROM range(3000) t(i)""")
     # whole runs read the rollup: what the ingest writes, the metric's rows (it keeps runs apart)
-    metric = q.load(str(rollups.metric_path("device_time")))
-    rollup = q.execute(con, metric, q.bind(metric, {}))
+    metric = rollups.metrics()["rollup_device_time"]
+    rollup = q.execute(con, metric, sqllib.bind(metric, {}), rollups=False)
     assert rollup.num_rows == 2 * 3  # r0 on GPU:0 and r1 on GPU:1, three ranks each
     con.register("rollup_arrow", rollup)
     con.execute("CREATE TABLE rollup_device_time AS SELECT * FROM rollup_arrow")
     states = set()
     for name in SWEPT:
-        new, old = q.load(name), q.load(BEFORE / f"{name}.sql")
+        new, old = sqllib.load(name), sqllib.load(BEFORE / f"{name}.sql")
         for extra in ({}, {"step_from": 1}, {"step_from": 1, "step_to": 2}, {"run_id": "r1"}):
-            values = q.bind(new, extra)
+            values = sqllib.bind(new, extra)
             want, got = q.execute(con, old, values), q.execute(con, new, values)
             assert got.schema == want.schema and got.equals(want), (name, extra)
             assert got.num_rows > 0

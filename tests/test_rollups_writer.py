@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from conftest import scenario
-from tracedb import catalog, query, rollups, schema
+from tracedb import catalog, query, rollups, schema, sqllib
 from tracedb.errors import TracedbError
 from tracedb.ingest import ingest
 from tracedb.lake import Lake
@@ -69,9 +69,10 @@ def test_a_commit_group_rolls_up_each_run_and_kind_as_its_raw_rows_do(tmp_path):
                 paths = [str(wh / f.rel) for f in written if (f.run_id, f.table) == (run, table)]
                 cur = con.execute("SELECT * EXCLUDE (ingest_id) FROM read_parquet(?, hive_partitioning = true)", [paths])
                 got = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
-                metric = query.load(str(rollups.metric_path(schema.ROLLUPS[table])))
-                for kind in (None, *kinds[run]):
-                    want = query.execute(con, metric, query.bind(metric, {"run_id": run, "kind": kind})).to_pylist()
+                metric = rollups.metrics()[table]
+                for kind in (None, *kinds[run]):  # the metric from raw rows
+                    want = query.execute(con, metric, sqllib.bind(metric, {"run_id": run, "kind": kind}),
+                                         rollups=False).to_pylist()
                     mine = [{c: r[c] for c in want[0]} for r in got if r["kind"] == kind]
                     assert len(want) > 0 and sorted(map(repr, mine)) == sorted(map(repr, want)), (table, run, kind)
     finally:

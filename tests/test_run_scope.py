@@ -20,22 +20,23 @@ import pytest
 
 from tracedb import catalog
 from tracedb import query as q
+from tracedb import sqllib
 from tracedb.errors import TracedbError
 from tracedb.ingest import ingest
 
 from conftest import scenario
 
-SCOPED = [cq.name for cq in q.list_queries() if cq.scope]
+SCOPED = [cq.name for cq in sqllib.list_queries() if cq.scope]
 
 
 def test_every_query_with_a_run_parameter_is_scoped():
     """The library's queries all read only the runs they name; a new one that does not
     must say so here (and leave `-- scope:` out)."""
     run_params = set(q.RUN_PARAMS)
-    with_runs = {cq.name for cq in q.list_queries() if run_params & {p.name for p in cq.params}}
+    with_runs = {cq.name for cq in sqllib.list_queries() if run_params & {p.name for p in cq.params}}
     assert set(SCOPED) == with_runs and len(SCOPED) == 35
-    assert q.load("compare_runs").scope == ("baseline", "candidate")
-    assert q.load("graph_diff").scope == ("run_a", "run_b")
+    assert sqllib.load("compare_runs").scope == ("baseline", "candidate")
+    assert sqllib.load("graph_diff").scope == ("run_a", "run_b")
 
 
 def _values_per_run(cq, runs: list[str]):
@@ -65,14 +66,14 @@ def execution_traces(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("name", SCOPED)
 def test_scoped_rows_equal_the_whole_views(name, seed_warehouse, fleet_warehouse, nccl_jobs, execution_traces):
-    cq = q.load(name)
+    cq = sqllib.load(name)
     whole = dataclasses.replace(cq, scope=())
     nonempty = 0
     for wh in (seed_warehouse, fleet_warehouse, nccl_jobs, execution_traces):
         con = catalog.connect(wh)
         runs = [r for (r,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall()]
         for given in _values_per_run(cq, runs):
-            values = q.bind(cq, given)
+            values = sqllib.bind(cq, given)
             want = q.execute(con, whole, values)
             got = q.execute(con, cq, values)
             assert got.schema == want.schema and got.equals(want), (name, wh, given)
@@ -92,11 +93,11 @@ def test_a_scoped_query_binds_only_its_runs_files(two_runs):
     """Run b's kernels file gone behind the snapshot's back: the whole `kernels` view can
     no longer be bound, yet run a's scoped query reads only run a's files and answers."""
     con = catalog.connect(two_runs)
-    want = q.execute(con, q.load("kernel_summary"), q.bind(q.load("kernel_summary"), {"run_id": "a"}))
+    want = q.execute(con, sqllib.load("kernel_summary"), sqllib.bind(sqllib.load("kernel_summary"), {"run_id": "a"}))
     assert want.num_rows > 0
     con.close()
     shutil.rmtree(two_runs / "kernels" / "run_id=b")
-    cq = q.load("kernel_summary")
+    cq = sqllib.load("kernel_summary")
     got = q.run_query(cq, {"run_id": "a"}, two_runs)
     assert got.equals(want)
     with pytest.raises(TracedbError, match="kernel_summary: IOException"):
@@ -105,11 +106,11 @@ def test_a_scoped_query_binds_only_its_runs_files(two_runs):
 
 def test_scoped_views_are_dropped_after_the_query(two_runs):
     con = catalog.connect(two_runs)
-    cq = q.load("kernel_summary")
-    one = q.execute(con, cq, q.bind(cq, {"run_id": "a"}))
+    cq = sqllib.load("kernel_summary")
+    one = q.execute(con, cq, sqllib.bind(cq, {"run_id": "a"}))
     assert set(one.column("run_id").to_pylist()) == {"a"}
     assert con.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND NOT internal").fetchall() == [(0,)]
-    both = q.execute(con, cq, q.bind(cq, {}))
+    both = q.execute(con, cq, sqllib.bind(cq, {}))
     assert set(both.column("run_id").to_pylist()) == {"a", "b"}
 
 
@@ -117,8 +118,8 @@ def test_a_snapshot_without_its_live_files_runs_unscoped(two_runs):
     """A snapshot written before run scoping (no tracedb_live_files) gives the same rows
     through the whole views."""
     con = catalog.connect(two_runs, read_only=False)  # a private copy of the snapshot
-    cq = q.load("kernel_summary")
-    values = q.bind(cq, {"run_id": "b"})
+    cq = sqllib.load("kernel_summary")
+    values = sqllib.bind(cq, {"run_id": "b"})
     want = q.execute(con, cq, values)
     con.execute("DROP TABLE tracedb_live_files")
     assert q.execute(con, cq, values).equals(want) and want.num_rows > 0
@@ -132,7 +133,7 @@ def test_scope_must_name_run_parameters(line, error):
     text = ("-- title: t\n-- param: run_id VARCHAR NULL r\n-- param: limit BIGINT 5 l\n"
             f"{line}\nSELECT * FROM kernels WHERE run_id = $run_id LIMIT $limit")
     with pytest.raises(TracedbError, match=f"^mine.sql: {error}"):
-        q.parse(text, "mine", Path("mine.sql"))
+        sqllib.parse(text, "mine", Path("mine.sql"))
 
 
 def test_a_snapshot_an_older_tracedb_wrote_is_rebuilt_once(two_runs):
@@ -188,37 +189,29 @@ def test_cli_run_option(two_runs):
     assert res.exit_code == 2 and "no run 'zz'" in res.output
 
 
-def test_raw_if_leaves_the_raw_views_unbound(two_runs):
-    """`-- raw-if: name_like step_from step_to`: with those NULL, `collectives` reads its
-    rollup alone, so a kernels file gone behind the snapshot's back does not matter (the
-    whole `kernels` view would fail to bind); given a step range it reads raw rows and
-    fails as before."""
-    cq = q.load("collectives")
-    assert cq.raw_if == ("name_like", "step_from", "step_to")
-    assert q.load("stream_overlap").raw_if == ("step_from", "step_to")
+def test_rollup_leaves_the_raw_views_unbound(two_runs):
+    """With name_like and the steps NULL, `collectives` reads its metric's rollup alone
+    (the metric's header says it serves those values), so a kernels file gone behind the
+    snapshot's back does not matter (the whole `kernels` view would fail to bind); given a
+    step range, or as its raw-row text, it reads raw rows and fails as before."""
+    cq = sqllib.load("collectives")
     want = q.run_query(cq, {}, two_runs)
     shutil.rmtree(two_runs / "kernels" / "run_id=b")
     assert q.run_query(cq, {}, two_runs).equals(want)
     with pytest.raises(TracedbError, match="collectives: IOException"):
-        q.run_query(dataclasses.replace(cq, raw_if=()), {}, two_runs)
+        q.run_query(dataclasses.replace(cq, text=""), {}, two_runs)  # no include to choose for: raw rows
     with pytest.raises(TracedbError, match="collectives: IOException"):
         q.run_query(cq, {"step_from": 1}, two_runs)
 
 
-def test_raw_if_must_name_parameters():
-    with pytest.raises(TracedbError, match="^mine.sql: raw-if names nope, not a parameter"):
-        q.parse("-- title: t\n-- param: step_from BIGINT NULL s\n-- raw-if: step_from nope\nSELECT 1", "mine", Path("mine.sql"))
-
-
-def test_raw_if_with_a_default_reads_the_rollup_at_that_value(two_runs):
-    """`-- raw-if: step_from step_to kernel_wait_ns`: kernel_wait_ns's default (30000) is
-    the threshold `rollup_stream_time` was computed with, so at that value, given or not,
+def test_rollup_with_a_default_reads_it_at_that_value(two_runs):
+    """kernel_wait_ns's default (30000, in the metric idle_gaps.sql alone) is the threshold
+    `rollup_stream_time` was computed with, so at that value, given or not,
     `idle_time_breakdown` reads the rollup alone (a kernels file gone behind the snapshot's
     back does not matter); any other value, NULL included, reads the raw rows."""
-    cq = q.load("idle_time_breakdown")
-    assert cq.raw_if == ("step_from", "step_to", "kernel_wait_ns") and cq.param("kernel_wait_ns").default == 30000
-    assert "$kernel_wait_ns = 30000" in cq.sql  # the rollup branch's test, at the header's default
-    metric = q.load(str(Path(q.sql_dir()) / "metrics" / "stream_time.sql"))
+    cq = sqllib.load("idle_time_breakdown")
+    assert cq.param("kernel_wait_ns").default == 30000
+    metric = sqllib.load(str(Path(sqllib.sql_dir()) / "metrics" / "stream_time.sql"))
     assert metric.param("kernel_wait_ns").default == 30000 and "include:" not in metric.sql
     want = q.run_query(cq, {}, two_runs)
     assert want.num_rows and q.run_query(cq, {"kernel_wait_ns": 1000}, two_runs).num_rows

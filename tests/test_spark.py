@@ -20,13 +20,15 @@ import pytest
 from typer.testing import CliRunner
 
 from tracedb import catalog, engines, schema
+from tracedb import dialects
 from tracedb import query as q
+from tracedb import sqllib
 from tracedb.cli import app
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")]
 
-QUERIES = q.list_queries()
+QUERIES = sqllib.list_queries()
 NAMES = [c.name for c in QUERIES]
 REQUIRED_RUNS = ["tf_runmetadata_text", "tf_stepstats_gpu_streams"]
 EMPTY_ON_SEED = {"collectives", "comm_comp_overlap", "nccl_bandwidth", "stragglers",  # no communication kernels or ranks in the seed traces
@@ -109,15 +111,15 @@ def test_tensor_flow_on_spark_equals_duckdb(spark, seed_warehouse, tmp_path):
         got = [tuple(plain(v) for v in r) for r in df.collect()]
     finally:
         engines.spark_views(spark, seed_warehouse)
-    want = duckdb_rows(q.load("tensor_flow"), {}, wh)
+    want = duckdb_rows(sqllib.load("tensor_flow"), {}, wh)
     assert df.columns == q.run_query("tensor_flow", {}, wh).column_names
     assert len(want) > 0 and any(r[-1] is not None for r in want)  # readers timed from the Kineto trace
     assert got == want  # same rows, same order
 
 
 def test_spark_binds_its_own_named_placeholders(spark, seed_warehouse):
-    cq = q.load("top_kernels")
-    sql = q.transpile(cq, "spark")
+    cq = sqllib.load("top_kernels")
+    sql = dialects.transpile(cq, "spark")
     assert "run_id = :run_id" in sql and "LIMIT :limit" in sql
     got = [tuple(plain(v) for v in r) for r in spark.sql(sql, args={"run_id": "kineto_h200_fp32", "limit": 7}).collect()]
     assert got == duckdb_rows(cq, {"run_id": "kineto_h200_fp32", "limit": 7}, seed_warehouse)

@@ -11,12 +11,14 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
+from tracedb import dialects
 from tracedb import query as q
+from tracedb import sqllib
 from tracedb.cli import app
 from tracedb.errors import TracedbError
 from tracedb.resources import sql_dir
 
-QUERIES = q.list_queries()
+QUERIES = sqllib.list_queries()
 NAMES = [c.name for c in QUERIES]
 # Runs given to required VARCHAR parameters, in header order (baseline/candidate, run_a/run_b).
 REQUIRED_RUNS = ["tf_runmetadata_text", "tf_stepstats_gpu_streams"]
@@ -67,7 +69,7 @@ def test_header_and_params(cq):
     assert len(cq.description) > 40 and "\n" not in cq.description
     names = [p.name for p in cq.params]
     assert len(names) == len(set(names))
-    assert set(names) == q.placeholders(cq.sql), f"{cq.name}: header params != placeholders"
+    assert set(names) == sqllib.placeholders(cq.sql), f"{cq.name}: header params != placeholders"
     for p in cq.params:
         assert p.description, f"{cq.name}: param {p.name} has no description"
     if any(p.name == "run_id" for p in cq.params):
@@ -79,7 +81,7 @@ def test_header_and_params(cq):
 @pytest.mark.parametrize("dialect", ["spark", "trino"])
 def test_transpiles_without_error_or_warning(cq, dialect, caplog):
     with caplog.at_level(logging.DEBUG, logger="sqlglot"):
-        out = q.transpile(cq, dialect)
+        out = dialects.transpile(cq, dialect)
     warnings = [r.getMessage() for r in caplog.records if r.name.startswith("sqlglot") and r.levelno >= logging.WARNING]
     assert warnings == [], f"{cq.name} -> {dialect}: {warnings}"
     assert out.startswith(f"-- title: {cq.title}\n")
@@ -123,12 +125,12 @@ def test_queries_command_lists_all():
 def test_bad_params_are_clear_errors(params, message):
     name = "kernel_duration_histogram" if "bucket_ns" in params else "kernel_summary"
     with pytest.raises(TracedbError, match=message):
-        q.bind(q.load(name), params)
+        sqllib.bind(sqllib.load(name), params)
 
 
 def test_missing_required_param():
     with pytest.raises(TracedbError, match="compare_runs: missing required parameter candidate"):
-        q.bind(q.load("compare_runs"), {"baseline": "a"})
+        sqllib.bind(sqllib.load("compare_runs"), {"baseline": "a"})
 
 
 def test_cli_param_errors_exit_2_without_output(seed_warehouse):
@@ -158,11 +160,14 @@ def test_cli_dialect_prints_transpiled_sql(dialect, tmp_path):
     # Needs no warehouse: it prints instead of running.
     result = runner.invoke(app, ["query", "stream_overlap", "--dialect", dialect, "-w", str(tmp_path / "none")])
     assert result.exit_code == 0, result.output
-    assert result.output == q.transpile(q.load("stream_overlap"), dialect)
+    assert result.output == dialects.transpile(sqllib.load("stream_overlap"), dialect)
     assert result.output.startswith("-- title: Stream overlap\n")
     # the window of the metric's definition, inlined from sql/metrics/ (`-- include:`)
     assert "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING" in result.output
-    assert "include:" not in result.output and "rollup_stream_overlap" in result.output
+    # no values to choose by: the metric from raw rows, right for any values (--inline: its rollup)
+    assert "include:" not in result.output and "rollup_stream_overlap" not in result.output
+    inlined = runner.invoke(app, ["query", "stream_overlap", "--dialect", dialect, "--inline", "-w", str(tmp_path / "none")])
+    assert "rollup_stream_overlap" in inlined.output and "PRECEDING" not in inlined.output
     assert "$run_id" not in result.output
 
 
@@ -181,18 +186,18 @@ _PASSED_THROUGH = {
 
 @pytest.mark.parametrize("dialect", sorted(_PASSED_THROUGH))
 def test_no_duckdb_only_functions_survive_transpiling(dialect):
-    for cq in q.list_queries():
-        sql = re.sub(r"/\*.*?\*/|--[^\n]*", "", q.transpile(cq, dialect), flags=re.S)
+    for cq in sqllib.list_queries():
+        sql = re.sub(r"/\*.*?\*/|--[^\n]*", "", dialects.transpile(cq, dialect), flags=re.S)
         for pattern in _PASSED_THROUGH[dialect]:
             assert not re.search(pattern, sql, re.I), (cq.name, dialect, pattern)
 
 
 def test_choice_parameters_are_checked():
-    cq = q.load("megengine_op_types")
+    cq = sqllib.load("megengine_op_types")
     assert cq.param("order_by").choices == ("time", "flops", "memory")
-    assert q.bind(cq, {"order_by": "FLOPS"})["order_by"] == "FLOPS"  # case-insensitive
+    assert sqllib.bind(cq, {"order_by": "FLOPS"})["order_by"] == "FLOPS"  # case-insensitive
     with pytest.raises(TracedbError, match="order_by must be time, flops or memory, got 'name'"):
-        q.bind(cq, {"order_by": "name"})
+        sqllib.bind(cq, {"order_by": "name"})
 
 
 def test_includes_nest_and_a_cycle_is_a_clear_error(tmp_path, monkeypatch):
@@ -204,11 +209,11 @@ def test_includes_nest_and_a_cycle_is_a_clear_error(tmp_path, monkeypatch):
     (tmp_path / "metrics" / "outer.sql").write_text("-- title: outer\n-- include: metrics/inner.sql\n")
     (tmp_path / "metrics" / "a.sql").write_text("-- include: metrics/b.sql\n")
     (tmp_path / "metrics" / "b.sql").write_text("-- include: metrics/a.sql\n")
-    monkeypatch.setattr(q, "sql_dir", lambda: tmp_path)
-    assert q.expand_includes("WITH x AS (\n-- include: metrics/outer.sql\n) SELECT * FROM x", "mine.sql") == (
+    monkeypatch.setattr(sqllib, "sql_dir", lambda: tmp_path)
+    assert sqllib.expand_includes("WITH x AS (\n-- include: metrics/outer.sql\n) SELECT * FROM x", "mine.sql") == (
         "WITH x AS (\nSELECT 42 AS answer\n) SELECT * FROM x")
     with pytest.raises(TracedbError, match=r"mine.sql: include 'metrics/a.sql' includes itself "
                                            r"\(metrics/a.sql -> metrics/b.sql -> metrics/a.sql\)"):
-        q.expand_includes("-- include: metrics/a.sql", "mine.sql")
+        sqllib.expand_includes("-- include: metrics/a.sql", "mine.sql")
     with pytest.raises(TracedbError, match="no such file in the SQL library"):
-        q.expand_includes("-- include: metrics/missing.sql", "mine.sql")
+        sqllib.expand_includes("-- include: metrics/missing.sql", "mine.sql")

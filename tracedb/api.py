@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
-    from tracedb import query
+    from tracedb import query, sqllib
     from tracedb.discover import RunSpec
     from tracedb.ingest import FileResult, IngestSummary, RunSummary
     from tracedb.report import Report
@@ -147,13 +147,13 @@ class Warehouse:
 
         return engine
 
-    def queries(self) -> list[query.CannedQuery]:
+    def queries(self) -> list[sqllib.CannedQuery]:
         """The canned queries (`sql/*.sql`) with their titles and parameters."""
-        from tracedb import query
+        from tracedb import sqllib
 
-        return query.list_queries()
+        return sqllib.list_queries()
 
-    def query(self, name: str | query.CannedQuery, output: str = "arrow", allow_external: bool = False,
+    def query(self, name: str | sqllib.CannedQuery, output: str = "arrow", allow_external: bool = False,
               runs: list[str] | None = None, **params: Any):
         """Run a canned query (name, .sql path or parsed query); parameters as keyword
         arguments (strings are converted to the parameter's type). `output`: arrow,
@@ -179,24 +179,24 @@ class Warehouse:
         lifts that for SQL you trust (e.g. joining a CSV of your own).
         Limits: `Warehouse(path, limits=tracedb.QueryLimits(timeout_s=60, memory_limit="4GB",
         temp_limit="10GiB"))`; Ctrl-C (KeyboardInterrupt) stops a query within a second."""
-        from tracedb import query
+        from tracedb import query, sqllib
 
-        return query.run_query(query.parse(sql, "sql"), params, self.path, output=output,
+        return query.run_query(sqllib.parse(sql, "sql"), params, self.path, output=output,
                                allow_external=allow_external, runs=runs, limits=self.limits)
 
-    def transpile(self, name: str | query.CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
+    def transpile(self, name: str | sqllib.CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
         """A canned query's SQL for another engine (spark, trino, ...), header kept: with
         `params` (a dict, may be empty) every parameter is inlined as a literal, defaults too;
         without, each stays the engine's own placeholder."""
-        from tracedb import query
+        from tracedb import dialects, sqllib
 
-        return query.transpile(name if isinstance(name, query.CannedQuery) else query.load(name), dialect, params)
+        return dialects.transpile(name if isinstance(name, sqllib.CannedQuery) else sqllib.load(name), dialect, params)
 
     def runs(self, output: str = "arrow"):
         """One row per run: files, formats, rows per table, failed files, labels."""
-        from tracedb import query
+        from tracedb import query, sqllib
 
-        return query.run_query(query.parse(_RUNS_SQL, "runs"), {}, self.path, output=output, limits=self.limits)
+        return query.run_query(sqllib.parse(_RUNS_SQL, "runs"), {}, self.path, output=output, limits=self.limits)
 
     def rm(self, *run_ids: str) -> list[str]:
         """Delete runs (one Delta commit unpublishes them); returns the run ids removed."""

@@ -179,9 +179,10 @@ def query(
     Example: echo "select name, count(*) from kernels group by all" | tracedb query - --run resnet50
     """
     from tracedb import output as out
-    from tracedb import query as q
+    import tracedb
+    from tracedb import sqllib
 
-    canned = q.load(sql)
+    canned = sqllib.load(sql)
     params = {}
     for item in param:
         if "=" not in item:
@@ -194,7 +195,7 @@ def query(
     if dialect:
         typer.echo(wh.transpile(canned, dialect, params if params or inline else None), nl=False)
         return
-    wh.limits = q.QueryLimits(timeout_s=timeout or None, memory_limit=memory_limit, temp_limit=temp_limit)
+    wh.limits = tracedb.QueryLimits(timeout_s=timeout or None, memory_limit=memory_limit, temp_limit=temp_limit)
     # Text formats print DuckDB's own Python values where they print the same (no pyarrow
     # import: ~110 ms of start-up, issue 12 item 6); Parquet needs Arrow.
     result = wh.query(canned, output="arrow" if fmt == "parquet" else "rows", allow_external=allow_external,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracedb import query, schema
+from tracedb import schema, sqllib
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -17,7 +17,7 @@ def queries_markdown() -> str:
         "Generated from the headers of `sql/*.sql` (`python -m tracedb.docs`); do not edit by hand.",
         "Run one with `tracedb query NAME --param name=value`; print it for another engine with `--dialect trino`.",
     ]
-    for q in query.list_queries():
+    for q in sqllib.list_queries():
         out += ["", f"## `{q.name}`: {q.title}", "", q.description]
         if q.params:
             out += ["", "| parameter | type | default | meaning |", "|---|---|---|---|"]

@@ -410,3 +410,19 @@ def write(table: Result, fmt: str, output: Path | None = None, stream: IO[str] |
         output.write_text(text)
     else:
         (stream or sys.stdout).write(text)
+
+
+def plain_numbers(table: pa.Table) -> pa.Table:
+    """DuckDB sums BIGINTs into HUGEINT (Arrow decimal128): give integers back as int64
+    and other decimals as float64, so CSV/JSON/pandas see numbers."""
+    import pyarrow as pa
+
+    for i, f in enumerate(table.schema):
+        if pa.types.is_decimal(f.type):
+            target = pa.int64() if f.type.scale == 0 else pa.float64()
+            try:
+                col = table.column(i).cast(target)
+            except pa.ArrowInvalid:  # beyond int64: keep the exact decimal
+                continue
+            table = table.set_column(i, pa.field(f.name, target), col)
+    return table

@@ -1,307 +1,48 @@
-"""Canned queries: one `.sql` file each in `sql/`, metadata in a header comment.
+"""Running canned queries and ad-hoc SQL on a warehouse: the sandbox, limits, Ctrl-C, and
+rows out. What a query is (headers, includes, parameters, rollups) is the SQL library's,
+`tracedb.sqllib`; printing it for other engines is `tracedb.dialects`.
 
-    -- title: Top kernels
-    -- description: One line saying what question it answers.
-    -- param: run_id VARCHAR NULL Only this run (NULL: every run)
-    -- param: limit BIGINT>=0 20 Rows to return
-
-Parameters are DuckDB named placeholders (`$run_id`) bound at execution, never pasted
-into the SQL. A parameter's default is a literal, `NULL`, or `REQUIRED`; a numeric type
-may carry a lower bound (`BIGINT>0`, `DOUBLE>=0`) and a VARCHAR its allowed values
-(`VARCHAR{time,flops}`), checked before anything runs.
-
-A line `-- include: metrics/NAME.sql` in a query's body is replaced, when the query is
-loaded, by that file of the library's `sql/` folder (its header comments dropped): the one
-definition of a metric that a canned query and the ingest-time rollups both run
-(`tracedb.rollups`). Every consumer (DuckDB, `--dialect`, the report) sees the expanded text.
-
-A line `-- scope: run_id` (or several names: `-- scope: baseline candidate`) says the
-query reads only the rows of the runs those parameters name, when all of them are given:
-tracedb then runs it against views over those runs' files alone
-(`tracedb.snapshot.scope_to_runs`), so a one-run query costs the same at 10 runs as at
-10,000. Leave it out of a query that compares a run with the rest of the fleet.
-
-A line `-- raw-if: step_from step_to` says that while all those parameters have their
-defaults the query reads only rollup tables (its raw-row branch is dropped): tracedb then
-makes the raw views it names empty, so planning does not bind their thousands of files for
-a branch that is not run (1,000 runs: `collectives` fleet-wide in a fresh process spent
-most of its 1.38 s there). A default is mostly NULL; a non-NULL one (idle_time_breakdown's
-`kernel_wait_ns 30000`) is the value the rollup was computed with, which the query's rollup
-branch then tests for (`$kernel_wait_ns = 30000`): any other value reads the raw rows.
+A query runs on the text `CannedQuery.sql_for` gives for its values: each metric it
+includes read from the metric's rollup where that serves the values, else from raw rows.
+A query whose header says it reads only the runs its parameters name (`-- scope:`) runs
+against views over those runs' files alone (`tracedb.snapshot.scope_to_runs`).
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracedb.errors import TracedbError
-from tracedb.resources import sql_dir
+from tracedb.output import plain_numbers
+from tracedb.sqllib import CannedQuery, bind, bound_names, load, scoped_runs
 
-# duckdb, pyarrow and sqlglot are imported where used (issue 12 item 6): `tracedb queries`
-# only parses headers, and running a query needs no sqlglot (transpiling does).
+# duckdb and pyarrow are imported where used (issue 12 item 6): `tracedb queries` only
+# parses headers.
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
-    from sqlglot import exp
 
     from tracedb.output import Rows
 
-TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
-DIALECTS = ("duckdb", "spark", "trino", "postgres", "bigquery", "snowflake", "databricks", "clickhouse")
-_HEADER = re.compile(r"^--\s*(title|description|param|scope|raw-if):\s*(.*)$")
-# `name TYPE DEFAULT description`; TYPE may carry a lower bound (BIGINT>0, BIGINT>=0) or,
-# for VARCHAR, the allowed values (VARCHAR{time,flops,memory}).
-_PARAM = re.compile(
-    r"^(?P<name>[A-Za-z_]\w*)\s+(?P<type>[A-Z]+)(?:\{(?P<choices>[\w,.-]+)\})?"
-    r"(?P<cmp>>=?)?(?P<bound>-?\d+(?:\.\d+)?)?"
-    r"\s+(?P<default>'[^']*'|\S+)\s*(?P<doc>.*)$"
-)
-_INCLUDE = re.compile(r"^[ \t]*--[ \t]*include:[ \t]*(\S+)[ \t]*$", re.MULTILINE)
-_BOOL = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-
-
-@dataclass
-class Param:
-    name: str
-    type: str
-    default: Any = None
-    required: bool = False
-    description: str = ""
-    minimum: float | None = None  # lower bound from `BIGINT>0` / `BIGINT>=0`
-    exclusive: bool = False
-    choices: tuple[str, ...] = ()  # allowed values from `VARCHAR{a,b,c}` (case-insensitive)
-
-    @property
-    def type_text(self) -> str:
-        if self.choices:
-            return f"{self.type}{{{','.join(self.choices)}}}"
-        if self.minimum is None:
-            return self.type
-        return f"{self.type}{'>' if self.exclusive else '>='}{self.minimum:g}"
-
-
-@dataclass
-class CannedQuery:
-    name: str
-    sql: str
-    title: str = ""
-    description: str = ""
-    params: list[Param] = field(default_factory=list)
-    path: Path | None = None
-    has_header: bool = False
-    scope: tuple[str, ...] = ()  # `-- scope:` parameters naming the only runs it reads
-    raw_if: tuple[str, ...] = ()  # `-- raw-if:` parameters at whose defaults it reads only rollups
-
-    def param(self, name: str) -> Param | None:
-        return next((p for p in self.params if p.name == name), None)
-
-
-def coerce(param: Param, value: Any) -> Any:
-    """A --param string (or Python value) as the parameter's type; TracedbError if it isn't."""
-    if value is None or (isinstance(value, str) and value.upper() == "NULL"):
-        return None
-    value = _convert(param, value)
-    if param.choices and str(value).lower() not in param.choices:
-        allowed = ", ".join(param.choices[:-1]) + f" or {param.choices[-1]}" if len(param.choices) > 1 else param.choices[0]
-        raise TracedbError(f"parameter {param.name} must be {allowed}, got {value!r}")
-    if param.minimum is not None and value is not None:
-        if value < param.minimum or (param.exclusive and value == param.minimum):
-            raise TracedbError(f"parameter {param.name} must be {param.type_text[len(param.type):]}, got {value!r}")
-    return value
-
-
-def _convert(param: Param, value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    try:
-        if param.type == "BIGINT":
-            return int(value)
-        if param.type == "DOUBLE":
-            return float(value)
-        if param.type == "BOOLEAN":
-            return _BOOL[value.lower()]
-        if param.type == "TIMESTAMP":
-            return datetime.fromisoformat(value)
-    except (ValueError, KeyError):
-        raise TracedbError(f"parameter {param.name} must be {param.type}, got {value!r}") from None
-    return value
-
-
-def _parse_param(line: str, where: str) -> Param:
-    m = _PARAM.match(line.strip())
-    if not m or m["type"] not in TYPES or (m["cmp"] is None) != (m["bound"] is None):
-        raise TracedbError(f"{where}: bad param header {line!r} (want: name TYPE DEFAULT description; TYPE one of {', '.join(TYPES)}, optionally with a bound like BIGINT>0)")
-    p = Param(m["name"], m["type"], description=m["doc"].strip())
-    if m["choices"]:
-        if m["type"] != "VARCHAR" or m["bound"] is not None:
-            raise TracedbError(f"{where}: a value list only fits VARCHAR parameters: {line!r}")
-        p.choices = tuple(c.lower() for c in m["choices"].split(",") if c)
-    if m["bound"] is not None:
-        if m["type"] not in ("BIGINT", "DOUBLE"):
-            raise TracedbError(f"{where}: a bound only fits BIGINT or DOUBLE parameters: {line!r}")
-        p.minimum, p.exclusive = float(m["bound"]), m["cmp"] == ">"
-    raw = m["default"]
-    if raw.upper() == "REQUIRED":
-        p.required = True
-    elif raw.upper() != "NULL":
-        p.default = coerce(p, raw.strip("'"))
-    return p
-
-
-def expand_includes(text: str, where: str, _chain: tuple[str, ...] = ()) -> str:
-    """The text with each `-- include: metrics/NAME.sql` line replaced by that library file
-    (header comments dropped; its own includes expanded, a file including itself an error)."""
-    def fragment(m: re.Match) -> str:
-        rel = Path(m[1])
-        target = sql_dir() / rel
-        if rel.is_absolute() or ".." in rel.parts or rel.suffix != ".sql" or not target.is_file():
-            raise TracedbError(f"{where}: include {m[1]!r}: no such file in the SQL library ({sql_dir()})")
-        if rel.as_posix() in _chain:
-            raise TracedbError(f"{where}: include {m[1]!r} includes itself ({' -> '.join((*_chain, rel.as_posix()))})")
-        body = [ln for ln in target.read_text().splitlines() if not _HEADER.match(ln.strip())]
-        return expand_includes("\n".join(body).strip("\n"), where, (*_chain, rel.as_posix()))
-
-    return _INCLUDE.sub(fragment, text)
-
-
-def parse(text: str, name: str, path: Path | None = None) -> CannedQuery:
-    where = str(path or name)
-    q = CannedQuery(name=name, sql=expand_includes(text, where), path=path)
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if not line.lstrip().startswith("--"):
-            break
-        m = _HEADER.match(line.strip())
-        if not m:
-            continue
-        q.has_header = True
-        key, value = m[1], m[2].strip()
-        if key == "param":
-            q.params.append(_parse_param(value, where))
-        elif key in ("scope", "raw-if"):
-            setattr(q, key.replace("-", "_"), tuple(n for n in re.split(r"[\s,]+", value) if n))
-        else:
-            setattr(q, key, value)
-    unknown = [n for n in q.scope if q.param(n) is None or q.param(n).type != "VARCHAR"]
-    if unknown:
-        raise TracedbError(f"{where}: scope names {', '.join(unknown)}, not a VARCHAR parameter of the query")
-    unknown = [n for n in q.raw_if if q.param(n) is None]
-    if unknown:
-        raise TracedbError(f"{where}: raw-if names {', '.join(unknown)}, not a parameter of the query")
-    return q
-
-
-def scoped_runs(query: CannedQuery, values: dict[str, Any]) -> list[str] | None:
-    """The runs a query reads alone with these values (its `-- scope:` parameters, all
-    given), or None: it may read every run."""
-    runs = [values.get(n) for n in query.scope]
-    return runs if runs and None not in runs else None
-
-
-def rollups_suffice(query: CannedQuery, values: dict[str, Any]) -> bool:
-    """Whether the query reads only rollup tables with these values: it has a `-- raw-if:`
-    line and every parameter there has its default (NULL, or the value the rollup was
-    computed with)."""
-    return bool(query.raw_if) and all(values.get(n, query.param(n).default) == query.param(n).default
-                                      for n in query.raw_if)
-
-
-def list_queries() -> list[CannedQuery]:
-    return [parse(p.read_text(), p.stem, p) for p in sorted(sql_dir().glob("*.sql"))]
-
-
-def load(spec: str) -> CannedQuery:
-    """A canned query by name, a path to a .sql file, or '-' for stdin."""
-    if spec == "-":
-        import sys
-
-        return parse(sys.stdin.read(), "stdin")
-    path = Path(spec)
-    if path.suffix == ".sql" and path.is_file():
-        return parse(path.read_text(), path.stem, path)
-    canned = sql_dir() / f"{spec}.sql"
-    if re.fullmatch(r"[A-Za-z0-9_]+", spec) and canned.is_file():
-        return parse(canned.read_text(), spec, canned)
-    if path.suffix == ".sql":
-        raise TracedbError(f"{spec}: no such file")
-    names = ", ".join(q.name for q in list_queries())
-    raise TracedbError(f"no canned query named {spec!r} (known: {names}); or give a path to a .sql file, or - for stdin")
-
-
-def placeholders(sql: str) -> set[str]:
-    """Names of the `$name` placeholders sqlglot finds in the SQL."""
-    import sqlglot
-    from sqlglot import exp
-
-    try:
-        tree = sqlglot.parse(sql, read="duckdb")
-    except sqlglot.errors.ParseError as e:
-        raise TracedbError(f"SQL does not parse: {str(e).splitlines()[0]}") from e
-    return {p.name for t in tree if t for p in t.find_all(exp.Placeholder) if p.name}
-
-
-def _bound_names(sql: str, con: duckdb.DuckDBPyConnection | None = None) -> set[str]:
-    """Names of the placeholders DuckDB will bind: its own parser's answer, which costs no
-    sqlglot import on the `tracedb query` path (~150 ms, issue 12 item 6). `con`: parse
-    with that connection rather than DuckDB's default one (another instance, ~15 ms)."""
-    import duckdb
-
-    try:
-        return {n for st in (con or duckdb).extract_statements(sql) for n in st.named_parameters}
-    except duckdb.Error as e:
-        raise TracedbError(f"SQL does not parse: {str(e).splitlines()[0]}") from e
-
-
-def bind(query: CannedQuery, given: dict[str, Any], con: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
-    """Validate parameters against the header and return the values to bind."""
-    used = _bound_names(query.sql, con)
-    if not query.has_header:
-        # Ad-hoc SQL: bind what was given to the placeholders found; numbers stay numbers.
-        unknown = set(given) - used
-        if unknown:
-            raise TracedbError(f"unknown parameter(s) {', '.join(sorted(unknown))}; the SQL uses: {', '.join(sorted(used)) or 'none'}")
-        missing = used - set(given)
-        if missing:
-            raise TracedbError(f"missing parameter(s): {', '.join(sorted(missing))}")
-        # Values stay as given: DuckDB casts a string parameter to the column's type where
-        # needed, while guessing "007" to be the number 7 would change its meaning.
-        return dict(given)
-    known = {p.name for p in query.params}
-    unknown = set(given) - known
-    if unknown:
-        raise TracedbError(
-            f"{query.name}: unknown parameter(s) {', '.join(sorted(unknown))}; "
-            f"it takes: {', '.join(sorted(known)) or 'none'}"
-        )
-    values = {}
-    for p in query.params:
-        if p.name in given:
-            values[p.name] = coerce(p, given[p.name])
-        elif p.required:
-            raise TracedbError(f"{query.name}: missing required parameter {p.name} ({p.type}): pass --param {p.name}=...")
-        else:
-            values[p.name] = p.default
-    return {k: v for k, v in values.items() if k in used}
-
 
 def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str, Any],
-            rows: bool = False, runs: list[str] | None = None) -> pa.Table | Rows:
+            rows: bool = False, runs: list[str] | None = None, rollups: bool = True) -> pa.Table | Rows:
     """Run a query with values from `bind` (validated, typed) on an open connection.
     rows=True: a `tracedb.output.Rows` when `fetch` allows, without importing pyarrow.
     runs: the data views show only these runs' rows (their files alone are bound), as
-    the query's own `-- scope:` does when its run parameters are given."""
+    the query's own `-- scope:` does when its run parameters are given.
+    rollups=False: every metric from raw rows, never its rollup (`CannedQuery.sql_for`)."""
     import duckdb
 
     from tracedb import snapshot
 
-    rollups_only = rollups_suffice(query, values)
+    sql = query.sql_for(values, rollups)
+    if sql != query.sql:  # a rollup read: the raw text's other parameters are not in it
+        values = {k: v for k, v in values.items() if k in _names(sql, con)}
     limit = list(runs) if runs else scoped_runs(query, values)
-    made = snapshot.scope_to_runs(con, limit, query.sql, rollups_only) if limit or rollups_only else []
+    made = snapshot.scope_to_runs(con, limit, sql) if limit else []
     if made is None:
         if runs:  # asked for: never the whole views instead
             raise TracedbError(f"{query.name}: this connection's snapshot does not list its files by run, "
@@ -309,10 +50,10 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
         made = []  # the header's own scoping is only a speed-up
     try:
         if rows:
-            return fetch(con.sql(query.sql, params=values or None))
+            return fetch(con.sql(sql, params=values or None))
         from tracedb import catalog
 
-        return plain_numbers(catalog.query_arrow(con, query.sql, values))
+        return plain_numbers(catalog.query_arrow(con, sql, values))
     except duckdb.PermissionException as e:
         raise TracedbError(
             f"{query.name}: the sandbox refused it: {str(e).splitlines()[0].removeprefix('Permission Error: ')} "
@@ -327,6 +68,15 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
         raise TracedbError(f"{query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
     finally:
         snapshot.unscope(con, made)
+
+
+_NAMES: dict[str, frozenset[str]] = {}  # a text -> the placeholders DuckDB binds in it
+
+
+def _names(sql: str, con: duckdb.DuckDBPyConnection) -> frozenset[str]:
+    if sql not in _NAMES:
+        _NAMES[sql] = frozenset(bound_names(sql, con))
+    return _NAMES[sql]
 
 
 # DuckDB types whose Python values (fetchall) print exactly as their Arrow values do after
@@ -367,22 +117,6 @@ def fetch(rel) -> pa.Table | Rows:
 
             data = [r[:i] + (None if r[i] is None else Decimal(r[i]),) + r[i + 1:] for r in data]
     return Rows(names, kinds, data)
-
-
-def plain_numbers(table: pa.Table) -> pa.Table:
-    """DuckDB sums BIGINTs into HUGEINT (Arrow decimal128): give integers back as int64
-    and other decimals as float64, so CSV/JSON/pandas see numbers."""
-    import pyarrow as pa
-
-    for i, f in enumerate(table.schema):
-        if pa.types.is_decimal(f.type):
-            target = pa.int64() if f.type.scale == 0 else pa.float64()
-            try:
-                col = table.column(i).cast(target)
-            except pa.ArrowInvalid:  # beyond int64: keep the exact decimal
-                continue
-            table = table.set_column(i, pa.field(f.name, target), col)
-    return table
 
 
 # Statement kinds user SQL may run in the sandbox: queries (SELECT, WITH, FROM-first,
@@ -678,211 +412,3 @@ def to_pandas(table: pa.Table):
     return table.to_pandas(types_mapper=nullable.get)
 
 
-# How each engine writes a parameter when it is not inlined (`--dialect X` without
-# `--param`): its own server-side syntax, so that the printed SQL can be prepared as is.
-#   duckdb `$name`, spark/databricks `:name` (named parameter markers, spark.sql(sql, args=)),
-#   bigquery `@name` (named query parameters), clickhouse `{name:Type}` (query parameters),
-#   postgres `$1` (PREPARE; one number per parameter, reused), snowflake `:1` (numbered bind
-#   variables, reused), trino `?` (positional only: EXECUTE ... USING binds each `?` in order,
-#   so a parameter used twice is given twice; the header says the order).
-NAMED = {"duckdb", "spark", "databricks", "bigquery", "clickhouse"}
-NUMBERED = {"postgres": "$", "snowflake": ":"}
-POSITIONAL = {"trino"}
-_CLICKHOUSE_TYPES = {"VARCHAR": "String", "BIGINT": "Int64", "DOUBLE": "Float64",
-                     "BOOLEAN": "Bool", "TIMESTAMP": "DateTime64(6)"}
-
-
-# Trino has no exact median (only approx_percentile; sqlglot writes DuckDB's median() as
-# PERCENTILE_CONT, which Trino lacks): the mean of the middle one or two sorted values.
-# array_sort puts NULLs last, so positions up to count(x) hold the non-NULL values.
-_TRINO_MEDIAN = (
-    "CASE WHEN count(__arg__) = 0 THEN NULL ELSE"
-    " (CAST(element_at(array_sort(array_agg(__arg__)), (count(__arg__) + 1) / 2) AS DOUBLE)"
-    " + CAST(element_at(array_sort(array_agg(__arg__)), count(__arg__) / 2 + 1) AS DOUBLE)) / 2 END"
-)
-
-
-# Engines that take `WITH x AS [NOT] MATERIALIZED (...)`; the others get a plain CTE (the
-# hint only steers DuckDB's planner: rows are the same either way).
-_CTE_HINTS = {"duckdb", "postgres"}
-
-
-def _for_dialect(tree: exp.Expression, dialect: str) -> exp.Expression:
-    """Rewrite DuckDB aggregates that sqlglot would pass to `dialect` unchanged or wrong,
-    and drop the `[NOT] MATERIALIZED` planner hints of CTEs for engines without them."""
-    import sqlglot
-    from sqlglot import exp
-
-    if dialect not in _CTE_HINTS:
-        for cte in tree.find_all(exp.CTE):
-            cte.set("materialized", None)
-    if dialect != "trino":
-        return tree
-
-    def rewrite(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Median):
-            arg = node.this
-            template = sqlglot.parse_one(_TRINO_MEDIAN, read="trino")
-            return template.transform(
-                lambda n: arg.copy() if isinstance(n, exp.Column) and n.name == "__arg__" else n)
-        return node
-
-    return tree.transform(rewrite)
-
-
-def transpile(query: CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
-    """The query's SQL for another engine (header kept), via sqlglot; errors on anything
-    sqlglot cannot express in that dialect.
-
-    params None: parameters stay placeholders, in the engine's own syntax (see NAMED,
-    NUMBERED, POSITIONAL). params a dict (even empty): validated like `bind` and every
-    parameter inlined, defaults included, as a literal that sqlglot quotes for the dialect
-    (typed: a NULL is CAST(NULL AS <type>)); the header then records the values.
-    """
-    import sqlglot
-
-    if dialect not in DIALECTS:
-        raise TracedbError(f"unknown dialect {dialect!r} (one of: {', '.join(DIALECTS)})")
-    lines = query.sql.splitlines()
-    header = [ln for ln in lines if _HEADER.match(ln.strip())]
-    body = "\n".join(ln for ln in lines if not _HEADER.match(ln.strip()))
-    values = None if params is None else bind(query, params)
-    try:
-        trees = [t for t in sqlglot.parse(body, read="duckdb") if t is not None]
-        if values is None:
-            trees, note = _placeholders_for(trees, query, dialect)
-        else:
-            trees, note = _inline(trees, query, values), _bound_note(query, values)
-        trees = [_for_dialect(_portable_null_order(t, dialect), dialect) for t in trees]
-        out = [t.sql(dialect=dialect, pretty=True, unsupported_level=sqlglot.ErrorLevel.RAISE) for t in trees]
-        if values is None and dialect in POSITIONAL:
-            out, note = _positional(out, dialect, {p.name for p in query.params} | placeholders(body))
-    except sqlglot.errors.SqlglotError as e:
-        raise TracedbError(f"{query.name}: cannot transpile to {dialect}: {str(e).splitlines()[0]}") from e
-    return "\n".join(header + note + [";\n".join(out)]) + "\n"
-
-
-def _param_type(query: CannedQuery, name: str) -> str:
-    p = query.param(name)
-    return p.type if p else "VARCHAR"
-
-
-def _literal(value: Any, sql_type: str) -> exp.Expression:
-    """A value as a SQL literal expression; sqlglot quotes and escapes it per dialect."""
-    from sqlglot import exp
-
-    if value is None:
-        return exp.cast(exp.null(), exp.DataType.build(sql_type))
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        raise TracedbError(f"cannot inline the non-finite number {value!r}")
-    if isinstance(value, datetime):
-        return exp.cast(exp.Literal.string(value.isoformat(sep=" ")), exp.DataType.build("TIMESTAMP"))
-    if isinstance(value, (bool, int, float)):
-        return exp.convert(value)
-    return exp.Literal.string(str(value))
-
-
-def _inline(trees: list[exp.Expression], query: CannedQuery, values: dict[str, Any]) -> list[exp.Expression]:
-    from sqlglot import exp
-
-    def swap(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Placeholder) and node.name in values:
-            return _literal(values[node.name], _param_type(query, node.name))
-        return node
-
-    return [t.transform(swap) for t in trees]
-
-
-def _bound_note(query: CannedQuery, values: dict[str, Any]) -> list[str]:
-    if not values:
-        return []
-    shown = ", ".join(f"{k}={'NULL' if v is None else repr(v) if isinstance(v, str) else v}" for k, v in values.items())
-    return [f"-- inlined: {shown}"]
-
-
-def _placeholders_for(trees: list[exp.Expression], query: CannedQuery, dialect: str):
-    """Rewrite DuckDB's `$name` placeholders into the dialect's own; returns (trees, header note)."""
-    from sqlglot import exp
-
-    # Numbered placeholders follow the header's parameter order (then any others, sorted).
-    order = [p.name for p in query.params]
-    order += sorted({p.name for t in trees for p in t.find_all(exp.Placeholder) if p.name} - set(order))
-
-    def swap(node: exp.Expression) -> exp.Expression:
-        if not isinstance(node, exp.Placeholder) or not node.name:
-            return node
-        name = node.name
-        if dialect in NUMBERED:
-            n = order.index(name) + 1
-            if dialect == "postgres":
-                return exp.Parameter(this=exp.Literal.number(n))
-            return exp.Placeholder(this=str(n))
-        if dialect == "clickhouse":
-            p = query.param(name)
-            typ = _CLICKHOUSE_TYPES[p.type if p else "VARCHAR"]
-            if p is None or (not p.required and p.default is None):
-                typ = f"Nullable({typ})"
-            return exp.Placeholder(this=exp.var(name), kind=exp.DataType.build(typ, dialect="clickhouse"))
-        if dialect == "bigquery":
-            return exp.Parameter(this=exp.var(name))
-        return node
-
-    trees = [t.transform(swap) for t in trees]
-    if dialect in NUMBERED and order:
-        mark = NUMBERED[dialect]
-        return trees, [f"-- placeholders: {', '.join(f'{mark}{i} {n}' for i, n in enumerate(order, 1))}"]
-    return trees, []
-
-
-def _positional(statements: list[str], dialect: str, names: set[str]) -> tuple[list[str], list[str]]:
-    """`:name` (as generated) to `?`, in the order they appear in the text (which a tree
-    walk does not give); the header note lists that order for EXECUTE ... USING."""
-    import sqlglot
-    from sqlglot.tokens import TokenType
-
-    tokenizer = sqlglot.Dialect.get_or_raise(dialect).tokenizer_class()
-    order: list[str] = []
-    out = []
-    for sql in statements:
-        tokens = tokenizer.tokenize(sql)
-        pieces, last = [], 0
-        for colon, name in zip(tokens, tokens[1:]):
-            if colon.token_type == TokenType.COLON and name.start == colon.end + 1 and name.text in names:
-                pieces += [sql[last:colon.start], "?"]
-                last = name.end + 1
-                order.append(name.text)
-        out.append("".join(pieces) + sql[last:])
-    return out, ([f"-- placeholders, each ? in order: {', '.join(order)}"] if order else [])
-
-
-def _portable_null_order(tree: exp.Expression, dialect: str) -> exp.Expression:
-    """Spell DuckDB's null ordering inside window ORDER BYs as an extra sort key where the
-    dialect has no NULLS FIRST/LAST there (BigQuery): `x` becomes `CASE WHEN x IS NULL
-    THEN 1 ELSE 0 END, x`, which orders alike everywhere."""
-    import sqlglot
-    from sqlglot import exp
-
-    d = sqlglot.Dialect.get_or_raise(dialect)
-    if d.generator_class.NULL_ORDERING_SUPPORTED is True:
-        return tree
-
-    def native_nulls_first(desc: bool) -> bool:
-        if d.NULL_ORDERING == "nulls_are_last":
-            return False
-        return (d.NULL_ORDERING == "nulls_are_small") != desc
-
-    for order in list(tree.find_all(exp.Order)):
-        if not isinstance(order.parent, exp.Window):
-            continue
-        keys = []
-        for o in order.expressions:
-            desc, nulls_first = bool(o.args.get("desc")), bool(o.args.get("nulls_first"))
-            if nulls_first == native_nulls_first(desc):
-                keys.append(o)
-                continue
-            is_null = exp.Case(ifs=[exp.If(this=exp.Is(this=o.this.copy(), expression=exp.null()),
-                                           true=exp.Literal.number(1))], default=exp.Literal.number(0))
-            keys.append(exp.Ordered(this=is_null, desc=nulls_first, nulls_first=native_nulls_first(nulls_first)))
-            keys.append(exp.Ordered(this=o.this, desc=o.args.get("desc"), nulls_first=native_nulls_first(desc)))
-        order.set("expressions", keys)
-    return tree

@@ -100,19 +100,16 @@ def view_sql(columns: str, paths: list[str], mixed: bool) -> str:
             "hive_types = {'run_id': VARCHAR, 'device': VARCHAR})" + where)
 
 
-def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str] | None, sql: str,
-                  rollups_only: bool = False) -> list[str] | None:
+def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> list[str] | None:
     """Shadow the snapshot's data views that `sql` names with TEMP views over these runs'
-    live files only (runs None: leave them whole); with rollups_only, every data view but
-    the rollups' is made empty (the query's raw-row branch is not taken, so nothing need
-    bind its files). Returns the views made, for `unscope`. None (nothing made) on a
+    live files only. Returns the views made, for `unscope`. None (nothing made) on a
     connection without the snapshot's record of live files: an older snapshot, or a
     connection over other files (`tracedb.rollups`)."""
     try:
         parts = con.execute("SELECT value FROM tracedb_meta WHERE key = 'view_parts'").fetchall()  # not fetchone: DuckDB 2.0.1 keeps its result open
         if not parts:
             return None
-        listed = [] if runs is None else con.execute(
+        listed = con.execute(
             "SELECT table_name, path FROM tracedb_live_files WHERE list_contains(?, run_id) "
             "ORDER BY table_name, path", [runs]).fetchall()
     except duckdb.CatalogException:
@@ -124,13 +121,8 @@ def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str] | None, sql: s
     for table, part in json.loads(parts[0][0]).items():
         if not re.search(rf"\b{table}\b", sql, re.IGNORECASE):  # each view costs ~1 ms to make and drop
             continue
-        if rollups_only and not table.startswith("rollup_"):
-            body = part["empty"]
-        elif runs is None:
-            continue
-        else:
-            paths = files.get(table)
-            body = view_sql(part["columns"], paths, part["mixed"]) if paths else part["empty"]
+        paths = files.get(table)
+        body = view_sql(part["columns"], paths, part["mixed"]) if paths else part["empty"]
         con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {body}')
         made.append(table)
     return made

@@ -5,6 +5,10 @@
 -- param: name_like VARCHAR NULL Also count kernels whose name matches this LIKE pattern as collectives
 -- param: step_from BIGINT NULL Only kernels launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only kernels launched in steps <= this (NULL: to the last)
+-- rollup: rollup_collectives
+-- columns: run_id device name instances total_ns kernel_time_pct overlapped_ns exposed_ns overlap_pct
+-- rollup-filter: run_id device
+-- reads: kernels
 WITH k AS NOT MATERIALIZED (
     SELECT run_id, device, stream, name, start_ns, start_ns + duration_ns AS end_ns, duration_ns
     FROM kernels

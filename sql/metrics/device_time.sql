@@ -3,6 +3,10 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
+-- rollup: rollup_device_time
+-- columns: run_id device rank span_ns busy_ns u1_ns u2_ns u3_ns u4_ns u5_ns u6_ns u7_ns compute_ns comm_ns compute_comm_ns comm_kernels
+-- rollup-filter: run_id
+-- reads: kernels
 WITH k AS (
     SELECT run_id, rank, device, start_ns AS s, start_ns + duration_ns AS e,
            -- kernel_type's set bit (kernel_type_breakdown): computation 1, communication 2,

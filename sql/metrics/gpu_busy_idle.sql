@@ -5,6 +5,13 @@
 -- param: kind VARCHAR NULL Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
 -- param: step_from BIGINT NULL Only windows of steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only windows of steps <= this (NULL: to the last)
+-- rollup: rollup_gpu_busy_idle
+-- columns: run_id rank device step activities activity_ns start_ns end_ns span_ns busy_ns idle_ns busy_pct busy_intervals device_step_ns
+-- rollup-filter: run_id device
+-- rollup-where: kind IS NOT DISTINCT FROM $kind
+-- rollup-where: $step_from IS NULL OR step >= $step_from
+-- rollup-where: $step_to IS NULL OR step <= $step_to
+-- reads: kernels
 WITH k AS (
     SELECT run_id, rank, device, step, start_ns, start_ns + duration_ns AS end_ns
     FROM kernels

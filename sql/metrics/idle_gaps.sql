@@ -5,6 +5,11 @@
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
 -- param: kernel_wait_ns BIGINT>=0 30000 A gap shorter than this (and no host wait) is kernel wait
+-- rollup: rollup_stream_time
+-- columns: run_id source_file rank device stream host_wait_ns host_wait_gaps kernel_wait_ns kernel_wait_gaps other_ns other_gaps
+-- rollup-filter: run_id rank
+-- rollup-where: host_wait_gaps IS NOT NULL
+-- reads: kernels
 WITH a AS (
     SELECT run_id, source_file, rank, device, stream, start_ns, start_ns + duration_ns AS end_ns,
            launch_start_ns

@@ -2,6 +2,10 @@
 -- description: Per run and kernel name and launch configuration: grid, block, registers per thread, shared memory and estimated occupancy where the source records them (NULL where it does not), with instances and GPU time (XProf kernel stats).
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
+-- rollup: rollup_kernel_launch_config
+-- columns: run_id device name grid block registers_per_thread shared_memory_bytes avg_occupancy_pct instances total_ns avg_tenths
+-- rollup-filter: run_id device
+-- reads: kernels
 SELECT
     run_id,
     device,

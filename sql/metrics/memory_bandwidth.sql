@@ -3,6 +3,10 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: step_from BIGINT NULL Only copies launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only copies launched in steps <= this (NULL: to the last)
+-- rollup: rollup_memory_bandwidth
+-- columns: run_id rank device copy_type copies bytes total_ns gbps points mean_gbps min_gbps max_gbps
+-- rollup-filter: run_id
+-- reads: kernels
 WITH c AS (
     SELECT run_id, rank, device,
            CASE WHEN kind = 'memset' THEN 'Memset' ELSE 'Memcpy ' || coalesce(copy_kind, 'Unknown') END AS copy_type,

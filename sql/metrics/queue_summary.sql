@@ -4,6 +4,11 @@
 -- param: rank BIGINT NULL Only this rank (NULL: every rank)
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
+-- rollup: rollup_stream_time
+-- columns: run_id source_file rank device stream changes mean min p25 p50 p75 max time_weighted_mean
+-- rollup-filter: run_id rank
+-- rollup-where: changes IS NOT NULL
+-- reads: kernels
 WITH a AS (
     SELECT run_id, source_file, rank, device, stream, launch_start_ns, start_ns
     FROM kernels

@@ -5,6 +5,11 @@
 -- param: kind VARCHAR NULL Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
+-- rollup: rollup_stream_overlap
+-- columns: run_id device streams busy_ns overlap_ns overlap_pct max_active_streams mean_active_streams
+-- rollup-filter: run_id device
+-- rollup-where: kind IS NOT DISTINCT FROM $kind
+-- reads: kernels
 WITH k AS (
     -- A source without stream ids (MegEngine) counts as one stream.
     SELECT run_id, device, coalesce(stream, -1) AS stream, start_ns, start_ns + duration_ns AS end_ns

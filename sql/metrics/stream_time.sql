@@ -5,6 +5,10 @@
 -- param: step_from BIGINT NULL Only activity launched in steps >= this (NULL: from the first)
 -- param: step_to BIGINT NULL Only activity launched in steps <= this (NULL: to the last)
 -- param: kernel_wait_ns BIGINT>=0 30000 A gap shorter than this (and no host wait) is kernel wait
+-- rollup: rollup_stream_time
+-- columns: run_id source_file rank device stream host_wait_ns host_wait_gaps kernel_wait_ns kernel_wait_gaps other_ns other_gaps changes mean min p25 p50 p75 max time_weighted_mean
+-- rollup-filter: run_id rank
+-- reads: kernels
 WITH idle AS (
 -- include: metrics/idle_gaps.sql
 ),

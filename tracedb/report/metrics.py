@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from tracedb import query as q
+from tracedb import query, sqllib
 from tracedb.report.stats import Settings, Side, Test, compare
 
 # Metric kinds, in the order findings of equal impact are listed.
@@ -126,16 +126,16 @@ class Metric:
 
 
 @functools.lru_cache(maxsize=None)
-def _prepared(name: str) -> tuple[q.CannedQuery, tuple]:
+def _prepared(name: str) -> tuple[sqllib.CannedQuery, tuple]:
     """A canned query and its bound defaults, checked once: binding parses the SQL
     (sqlglot, ~60 ms a query), which would otherwise be half the report's time."""
-    cq = q.load(name)
-    return cq, tuple(q.bind(cq, {"run_id": None}).items())
+    cq = sqllib.load(name)
+    return cq, tuple(sqllib.bind(cq, {"run_id": None}).items())
 
 
 def _run(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> list[dict]:
     cq, defaults = _prepared(name)
-    return q.execute(con, cq, {**dict(defaults), "run_id": run_id}).to_pylist()
+    return query.execute(con, cq, {**dict(defaults), "run_id": run_id}).to_pylist()
 
 
 def _steps(rows: list[dict]) -> list[dict]:
