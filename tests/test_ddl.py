@@ -113,6 +113,15 @@ def test_cli_ddl_defaults_to_the_warehouse_path(tmp_path):
     assert r.exit_code == 2 and "unknown engine 'oracle'" in r.output
 
 
+def test_warehouse_ddl_is_the_commands(tmp_path):
+    """`tracedb ddl` is a thin call to `Warehouse.ddl` (the library can do what the CLI can)."""
+    import tracedb
+
+    r = runner.invoke(app, ["ddl", "--engine", "spark", "-w", str(tmp_path / "wh")])
+    assert r.exit_code == 0 and r.output == tracedb.Warehouse(tmp_path / "wh").ddl("spark")
+    assert "table_location => 's3://b/wh/kernels'" in tracedb.Warehouse("s3://b/wh").ddl("trino")
+
+
 def test_a_line_break_cannot_escape_into_the_script():
     with pytest.raises(TracedbError, match="line break"):
         ddl.ddl("spark", "s3://b/wh\nDROP TABLE x")

@@ -192,6 +192,15 @@ class Warehouse:
 
         return dialects.transpile(name if isinstance(name, sqllib.CannedQuery) else sqllib.load(name), dialect, params)
 
+    def ddl(self, engine: str, location: str | None = None, schema: str = "tracedb", catalog: str = "delta") -> str:
+        """The statements that define the lake's Delta tables and live-ingest views for
+        `engine` (spark, trino, duckdb, ...): `tracedb ddl`. `location` is the lake's root
+        as the engine sees it (default: the warehouse's URL or absolute path)."""
+        from tracedb import ddl, storage
+
+        where = location or (self.path if storage.is_remote(self.path) else Path(self.path).resolve().as_posix())
+        return ddl.ddl(engine, where, schema, catalog)
+
     def runs(self, output: str = "arrow"):
         """One row per run: files, formats, rows per table, failed files, labels."""
         from tracedb import query, sqllib

@@ -467,12 +467,7 @@ def ddl(
 
     Example: tracedb ddl --engine spark --location s3://traces/wh > lake.sql
     """
-    from tracedb import ddl as d
-    from tracedb import storage
-
-    loc = storage.location(warehouse)
-    where = location or (loc if storage.is_remote(loc) else loc.resolve().as_posix())
-    typer.echo(d.ddl(engine, where, schema_name, catalog_name), nl=False)
+    typer.echo(_wh(warehouse).ddl(engine, location, schema_name, catalog_name), nl=False)
 
 
 def main() -> None:
