@@ -1,0 +1,169 @@
+"""Whole `tracedb ingest` of one large file against the fastest library decoding its bytes
+(issue 29), each format in the same process, interleaved, best of --repeat.
+
+    python bench/bench_decoders.py [--mb 100] [--nsys-copies 200] [--megengine-copies 200] [--repeat 3]
+
+The files are made from the real traces we ship by repeating their elements
+(`tests/bigtrace.py`; written uncompressed, so both sides read the same bytes):
+
+  format        file                                  baseline (the decoder)
+  xspace        JAX H200 XSpace, busiest GPU line      upb `XSpace.FromString` of the bytes
+                repeated to --mb MB
+  tf_stepstats  TF StepStats binary, node_stats        upb `StepStats.FromString`
+                repeated to --mb MB
+  nsys          the nvFuser H200 export with its       `sqlite3`: the very statements the
+                kernels, runtime calls, copies and     reader runs (captured on a first
+                NVTX ranges copied --nsys-copies times read), every row fetched
+  megengine     the seed profile's graph copied        `msgspec.json.decode` of the bytes
+                --megengine-copies times               (untyped: a lower bound of a typed
+                                                       decode's cost)
+
+`ingest` is `tracedb.ingest.ingest([run], fresh_warehouse, jobs=1)`: read, convert, write
+Parquet, commit, publish the snapshot. The ratio ingest/baseline is the figure the issue
+sets at <= 1.5. Kineto is `bench/bench_kineto_decode.py`'s (msgspec typed structs with
+exact decimal times); TF text is `bench/bench_tf_text.py`'s (>= 3x `text_format.Parse`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import bigtrace  # noqa: E402
+import msgspec  # noqa: E402
+
+from tracedb.ingest import ingest  # noqa: E402
+from tracedb.proto import step_stats_pb2, xplane_pb2  # noqa: E402
+
+DATA = ROOT / "tests" / "data"
+XSPACE = DATA / "xspace_jax_h200" / "jax_h200.xplane.pb"
+STEPSTATS = DATA / "tf_stepstats_gpu_streams" / "001_5e9237699abafb68.txt"
+MEGENGINE = DATA / "megengine_graph_profile" / "004_825e28a4f520ddc2.txt"
+NSYS = DATA / "nsys_nvfuser_h200" / "nvfuser_h200_report1.sqlite"
+NSYS_GROWN = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+              "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS")
+
+
+def _plain(make, dst: Path, *args) -> Path:
+    """Run a bigtrace maker (which writes gzip) and leave the decompressed file at dst."""
+    import gzip
+
+    gz = dst.with_suffix(dst.suffix + ".gz")
+    make(*args[:1], gz, *args[1:])
+    with gzip.open(gz, "rb") as src, open(dst, "wb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
+    gz.unlink()
+    return dst
+
+
+def grow_nsys(dst: Path, copies: int) -> Path:
+    """The nvFuser export with the rows of NSYS_GROWN copied `copies` times, times shifted
+    past the trace's end and correlation ids past the largest, so each copy is whole."""
+    shutil.copy(NSYS, dst)
+    con = sqlite3.connect(dst)
+    span = max(con.execute(f'SELECT max("end") FROM "{t}"').fetchone()[0] or 0 for t in NSYS_GROWN) + 1
+    corr = max(con.execute(f'SELECT max(correlationId) FROM "{t}"').fetchone()[0] or 0
+               for t in NSYS_GROWN if t.startswith("CUPTI")) + 1
+    for t in NSYS_GROWN:
+        cols = [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')]
+        for k in range(1, copies + 1):
+            shifted = [f'"{c}" + {k * span}' if c in ("start", "end") else
+                       f'"{c}" + {k * corr}' if c == "correlationId" else f'"{c}"' for c in cols]
+            names = ", ".join(f'"{c}"' for c in cols)
+            con.execute(f'INSERT INTO "{t}" ({names}) SELECT {", ".join(shifted)} FROM "{t}" WHERE "start" < {span}')
+    con.commit()
+    con.close()
+    return dst
+
+
+def nsys_statements(path: Path) -> list[str]:
+    """The SQL the nsys reader runs on `path` (captured from one ingest)."""
+    seen: list[str] = []
+    real = sqlite3.connect
+
+    def tracing(*a, **kw):
+        con = real(*a, **kw)
+        con.set_trace_callback(seen.append)
+        return con
+
+    sqlite3.connect = tracing
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            run = Path(tmp) / "run"
+            run.mkdir()
+            (run / path.name).symlink_to(path)
+            assert ingest([run], Path(tmp) / "wh", jobs=1).ok
+    finally:
+        sqlite3.connect = real
+    return [s for s in seen if s.lstrip().upper().startswith("SELECT")]
+
+
+def decode_nsys(path: Path, statements: list[str]) -> int:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return sum(len(con.execute(s).fetchall()) for s in statements)
+    finally:
+        con.close()
+
+
+def ingest_once(path: Path) -> float:
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        run = Path(tmp) / "run"
+        run.mkdir()
+        (run / path.name).symlink_to(path)
+        start = time.perf_counter()
+        summary = ingest([run], Path(tmp) / "wh", jobs=1)
+        took = time.perf_counter() - start
+        assert summary.ok, summary.errors
+        return took
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=100)
+    ap.add_argument("--nsys-copies", type=int, default=200)
+    ap.add_argument("--megengine-copies", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        files = {
+            "xspace": _plain(bigtrace.xspace, tmp / "big.xplane.pb", XSPACE, args.mb),
+            "tf_stepstats": _plain(bigtrace.step_stats, tmp / "big.stepstats.pb", STEPSTATS, args.mb),
+            "nsys": grow_nsys(tmp / "big.sqlite", args.nsys_copies),
+            "megengine": _plain(bigtrace.megengine, tmp / "big.megengine.json", MEGENGINE, args.megengine_copies),
+        }
+        statements = nsys_statements(files["nsys"])
+        decoders = {
+            "xspace": lambda p: xplane_pb2.XSpace.FromString(p.read_bytes()),
+            "tf_stepstats": lambda p: step_stats_pb2.StepStats.FromString(p.read_bytes()),
+            "nsys": lambda p: decode_nsys(p, statements),
+            "megengine": lambda p: msgspec.json.decode(p.read_bytes()),
+        }
+        print(f"{'format':<13} {'MB':>7} {'decode s':>9} {'ingest s':>9} {'ratio':>6}   (goal <= 1.5)")
+        for fmt, path in files.items():
+            base, whole = [], []
+            for _ in range(args.repeat):  # interleaved: a load change hits both
+                base.append(timed(lambda: decoders[fmt](path)))
+                whole.append(ingest_once(path))
+            b, w = min(base), min(whole)
+            print(f"{fmt:<13} {path.stat().st_size / 1e6:7.1f} {b:9.3f} {w:9.3f} {w / b:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
