@@ -41,8 +41,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 import bigtrace  # noqa: E402
 import msgspec  # noqa: E402
 
+from tracedb import process  # noqa: E402
 from tracedb.ingest import ingest  # noqa: E402
 from tracedb.proto import step_stats_pb2, xplane_pb2  # noqa: E402
+
+process.own()  # read as `tracedb ingest` and its workers do: the GC paused and frozen around reads
 
 DATA = ROOT / "tests" / "data"
 XSPACE = DATA / "xspace_jax_h200" / "jax_h200.xplane.pb"
