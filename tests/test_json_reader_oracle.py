@@ -28,24 +28,11 @@ from pathlib import Path
 
 import pytest
 
+from kineto_regression import json_traces  # the one list of the JSON fixtures
+from kineto_regression import key as _key
+
 DATA = Path(__file__).parent / "data"
 ORACLE = DATA / "json_reader_oracle.json"
-
-
-def json_traces() -> list[Path]:
-    """Every Kineto / Chrome-trace file under tests/data (the frozen warehouses aside)."""
-    from tracedb.formats import detect
-
-    out = []
-    for p in sorted(DATA.rglob("*")):
-        if not p.is_file() or "frozen_warehouse" in p.as_posix() or not p.name.endswith((".json", ".json.gz")):
-            continue
-        try:
-            if detect(p).NAME in ("kineto", "chrome_trace"):
-                out.append(p)
-        except Exception:  # noqa: BLE001 - run.json labels and the like
-            continue
-    return out
 
 
 def digest(path: Path) -> dict:
@@ -69,10 +56,6 @@ def digest(path: Path) -> dict:
     out["metadata"] = hashlib.sha256(json.dumps(ctx.metadata, sort_keys=True, default=str).encode()).hexdigest()[:20]
     out["warnings"] = json.dumps(ctx.warnings, sort_keys=True)
     return out
-
-
-def _key(p: Path) -> str:
-    return p.relative_to(DATA).as_posix()
 
 
 @pytest.fixture
