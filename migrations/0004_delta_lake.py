@@ -48,7 +48,7 @@ def _rewrite(warehouse: Path, table: str, run_id: str, device: str, rel: str, in
     new_rel = rel[: -len(".parquet")] + SUFFIX
     pq.write_table(data, warehouse / new_rel, compression="zstd", write_page_checksum=True)
     return lake_mod.DataFile(table, run_id, device, new_rel, old.num_rows,
-                             *lake_mod.size_and_hash(warehouse / new_rel), ingest_id=ingest_id)
+                             *lake_mod.size_and_hash(warehouse / new_rel), ingest_id=ingest_id, partitioned=True)
 
 
 def up(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:
@@ -57,7 +57,7 @@ def up(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:
     from tracedb import lake as lake_mod
     from tracedb import migrate, schema
 
-    lake = lake_mod.Lake(warehouse)
+    lake = lake_mod.Lake(warehouse, partition_new_tables=True)  # schema 2's layout (0013 changes it)
     _clean_half_made(warehouse, schema.ALL_TABLES)
     rows = con.execute("SELECT table_name, run_id, device, path, ingest_id FROM tracedb_data_files "
                        "ORDER BY table_name, run_id, device, path").fetchall()

@@ -64,21 +64,29 @@ def test_reingest_replaces_run_without_duplicates(tmp_path, warehouse):
     first = counts(warehouse)
     ingest([runs], warehouse)
     assert counts(warehouse) == first
-    # the lake lists one live file per (table, device) partition; the old generation's
-    # files stay on disk (open snapshots read them) until vacuum's retention has passed
+    # the lake lists one live file a table for the ingest's group of runs (both runs, every
+    # device); the old generation's files stay on disk (open snapshots read them) until
+    # vacuum's retention has passed
     from tracedb.lake import Lake
 
     live = Lake(warehouse).live_files("nodes")
-    assert len(live[0]) == 3 and not live[1]  # dump: GPU:0 + CPU:0; names: one device
-    assert len(data_files(warehouse)) == 6
+    assert len(live[0]) == 1
+    assert len(data_files(warehouse)) == 2
     Lake(warehouse).vacuum(retention_hours=0)
     assert data_files(warehouse) == live[0]
 
 
-def test_partitions_are_hive_style_and_url_encoded(tmp_path, warehouse):
+def test_run_ids_and_devices_are_columns_of_the_files(tmp_path, warehouse):
+    """From schema 8 a table's files lie in its folder (no folder a run and device) and
+    hold run_id and device as they are, whatever their characters."""
+    import pyarrow.parquet as pq
+
     ingest([scenario("node_shape_dump")], warehouse, run_id="a b/c")
-    dirs = sorted({p.rsplit("/", 1)[0] for p in data_files(warehouse)})
-    assert dirs == ["nodes/run_id=a%20b%2Fc/device=CPU%3A0", "nodes/run_id=a%20b%2Fc/device=GPU%3A0"]
+    [path] = data_files(warehouse)
+    assert path.startswith("nodes/part-") and path.count("/") == 1
+    rows = pq.read_table(warehouse / path, columns=["run_id", "device"])
+    assert set(rows.column("run_id").to_pylist()) == {"a b/c"}
+    assert set(rows.column("device").to_pylist()) == {"CPU:0", "GPU:0"}
     con = catalog.connect(warehouse)
     assert con.execute("SELECT DISTINCT run_id FROM nodes").fetchall() == [("a b/c",)]
 
@@ -315,7 +323,12 @@ def test_filter_on_run_skips_other_runs_files(tmp_path, warehouse):
     con = catalog.connect(warehouse)
     assert con.execute("SELECT run_id, count(*) FROM nodes GROUP BY 1 ORDER BY 1").fetchall() == [("a/b", 178), ("c", 178)]
     plan = con.execute("EXPLAIN ANALYZE SELECT count(*) FROM nodes WHERE run_id = 'c'").fetchall()[0][1]
-    assert "Scanning Files: 2/4" in plan  # c's GPU:0 and CPU:0 files only
+    # each ingest wrote one nodes file; the view's branch for a/b's file is dropped unread
+    from tracedb.lake import Lake
+
+    files = {r["run_id"]: r["path"].rsplit("/", 1)[1] for r in Lake(warehouse).add_actions("nodes").to_pylist()}
+    assert plan.count("READ_PARQUET") == 1 and "Total Files Read: 1" in plan
+    assert files["c"] in plan.replace("│", "").replace(" ", "") and files["a/b"] not in plan.replace("│", "")
 
 
 def test_catalog_opens_in_the_duckdb_cli(warehouse):
@@ -696,7 +709,8 @@ def test_timing_names_each_phase_of_a_parallel_ingest(tmp_path, monkeypatch):
     assert ingest([make_runs(tmp_path)], tmp_path / "wh", jobs=2).ok  # two files
     lines = timing.read(log)
     mine = [x["phase"] for x in lines if x["pid"] == os.getpid()]
-    assert set(mine) == {"discover", "open lake", "start pool", "wait", "rollups", "commit", "publish", "close pool"}
+    assert set(mine) == {"discover", "open lake", "start pool", "wait", "rollups", "merge", "commit", "publish",
+                         "close pool"}
     assert mine.count("wait") == 4 and mine.count("commit") == 1  # 2 sniffs and 2 reads; one group
     assert mine.count("rollups") == 1  # 2 runs: fewer than ROLLUP_EVERY_RUNS, rolled up at the commit
     theirs = [x for x in lines if x["pid"] != os.getpid()]
@@ -794,7 +808,7 @@ def test_data_files_dictionary_encode_repeating_columns_only(tmp_path):
     import pyarrow.parquet as pq
 
     ingest([scenario("kineto_h200_fp32")], tmp_path / "wh", run_id="r")
-    files = sorted((tmp_path / "wh").glob("nodes/run_id=r/*/*.parquet"))
+    files = sorted((tmp_path / "wh").glob("nodes/*.parquet"))
     assert files
     meta = pq.ParquetFile(files[0]).metadata.row_group(0)
     enc = {meta.column(i).path_in_schema: meta.column(i).encodings for i in range(meta.num_columns)}

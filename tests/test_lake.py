@@ -23,6 +23,7 @@ import pytest
 from conftest import data_files, scenario
 from tracedb import catalog, schema
 from tracedb.ingest import ingest
+from tracedb.api import Warehouse
 from tracedb.lake import Lake
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,15 +61,23 @@ def all_counts(wh: Path) -> dict[str, tuple]:
         con.close()
 
 
-def delta_counts(wh: Path) -> dict[str, tuple]:
-    """Rows per run of each Delta table read by delta-rs, and by polars, without tracedb."""
+def delta_counts(wh: Path, live_only: bool = True) -> dict[str, tuple]:
+    """Rows per run of each Delta table read by delta-rs, and by polars, without tracedb,
+    keeping the rows of each run's live ingest (`(run_id, ingest_id)` in `runs`, the
+    filter every engine applies: a file holds many runs, and a re-ingested run's old rows
+    stay in their file until `optimize`); live_only=False: every row the log lists."""
     import polars as pl
     from deltalake import DeltaTable
 
+    live = set(zip(*(DeltaTable(str(wh / "runs")).to_pyarrow_table(columns=["run_id", "ingest_id"])
+                     .column(c).to_pylist() for c in ("run_id", "ingest_id"))))
     out = {}
     for t in schema.CORE_TABLES:
-        by_rs = DeltaTable(str(wh / t)).to_pyarrow_table(columns=["run_id"]).column("run_id").to_pylist()
-        by_pl = pl.read_delta(str(wh / t)).get_column("run_id").to_list()
+        rs = DeltaTable(str(wh / t)).to_pyarrow_table(columns=["run_id", "ingest_id"])
+        by_rs = [r for r, i in zip(rs.column("run_id").to_pylist(), rs.column("ingest_id").to_pylist())
+                 if not live_only or (r, i) in live]
+        pl_rows = pl.read_delta(str(wh / t)).select("run_id", "ingest_id").rows()
+        by_pl = [r for r, i in pl_rows if not live_only or (r, i) in live]
         assert sorted(by_rs) == sorted(by_pl), t
         for r in set(by_rs):
             out.setdefault(r, [0] * len(schema.CORE_TABLES))[schema.CORE_TABLES.index(t)] = by_rs.count(r)
@@ -81,9 +90,12 @@ def test_other_engines_read_the_lake_without_tracedb(tmp_path):
     ingest([make_run(tmp_path / "runs2" / "b", LSTM).parent], wh)
     assert all_counts(wh) == {"a": DUMP, "b": LSTM}
     assert delta_counts(wh) == {"a": DUMP, "b": LSTM}
-    # re-ingest: superseded rows are removed from the Delta tables, not only hidden
+    # re-ingest: the superseded rows are not live (filtered), and `optimize` removes them
+    # from the Delta tables: every row the log then lists is live
     ingest([make_run(tmp_path / "runs" / "a", LSTM).parent], wh)
     assert all_counts(wh) == delta_counts(wh) == {"a": LSTM, "b": LSTM}
+    Warehouse(wh).optimize()
+    assert all_counts(wh) == delta_counts(wh, live_only=False) == {"a": LSTM, "b": LSTM}
     import polars as pl
 
     runs = pl.read_delta(str(wh / "runs"))
@@ -300,7 +312,7 @@ def test_sigkill_during_rm_and_optimize(tmp_path):
         assert_whole_and_clean(wh, {"multi": [multi]})
     assert cli("optimize", "-w", wh).returncode == 0
     assert_whole_and_clean(wh, {"multi": [multi]})
-    assert len(Lake(wh).live_files("nodes")[0]) == 2  # three step files compacted into one per device
+    assert len(Lake(wh).live_files("nodes")[0]) == 1  # the run's three step files, merged at ingest
 
 
 def wait_for_session_to_end(sid: int, timeout: float = 30.0) -> None:
@@ -346,26 +358,38 @@ def test_sigkill_at_random_moments(tmp_path):
 
 
 def test_optimize_compacts_and_keeps_every_row(tmp_path):
+    """Three ingests write three files a table (one a group); `r1` re-ingested alone leaves
+    its old rows in the first group's file (hidden by the live-ingest filter). optimize
+    merges the files into one, in run order, with every live row and none of the old."""
     wh = tmp_path / "wh"
-    run = tmp_path / "runs" / "multi"
-    run.mkdir(parents=True)
-    for i in range(3):
-        shutil.copy(scenario("tf_stepstats_gpu_streams"), run / f"step_{i}.txt")
-    ingest([run.parent], wh)
+    runs = tmp_path / "runs"
+    for name in ("r0", "r1", "r2"):
+        make_run(runs / "first" / name if name != "r2" else runs / "second" / name, LSTM)
+    ingest([runs / "first"], wh)
+    ingest([runs / "second"], wh)
+    ingest([runs / "first" / "r1"], wh, run_id="r1")  # r1 again: its old rows stay in r0's file
     before = all_counts(wh)
+    assert before == {"r0": LSTM, "r1": LSTM, "r2": LSTM}
+    assert delta_counts(wh, live_only=False)["r1"] == tuple(2 * n for n in LSTM)
     con = catalog.connect(wh)
-    steps = con.execute("SELECT step, count(*), sum(duration_ns) FROM kernels GROUP BY 1 ORDER BY 1").fetchall()
+    per_run = con.execute("SELECT run_id, count(*), sum(duration_ns) FROM kernels GROUP BY 1 ORDER BY 1").fetchall()
     con.close()
-    assert steps == [(0, 755, 7_590_000), (1, 755, 7_590_000), (2, 755, 7_590_000)]
+    assert per_run == [(r, 755, 7_590_000) for r in ("r0", "r1", "r2")]
+    assert len(Lake(wh).live_files("kernels")[0]) == 3
     held = catalog.connect(wh)  # an open snapshot survives optimize (files stay until vacuum)
     done = cli("optimize", "-w", wh)
     assert "kernels 3 file(s)" in done.stdout
     assert all_counts(wh) == before
+    assert delta_counts(wh, live_only=False) == before  # r1's old rows are gone from the log's files
     assert held.execute("SELECT count(*) FROM kernels").fetchone()[0] == 3 * 755
     held.close()
     con = catalog.connect(wh)
-    assert con.execute("SELECT step, count(*), sum(duration_ns) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == steps
-    assert len(Lake(wh).live_files("kernels")[0]) == 1
+    assert con.execute("SELECT run_id, count(*), sum(duration_ns) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == per_run
+    [path] = Lake(wh).live_files("kernels")[0]
+    import pyarrow.parquet as pq
+
+    runs_in_file = pq.read_table(wh / path, columns=["run_id"]).column("run_id").to_pylist()
+    assert runs_in_file == sorted(runs_in_file)  # in run order: a run's rows are one stretch
 
 
 def test_check_names_damaged_runs_and_the_repair(tmp_path):
@@ -379,7 +403,7 @@ def test_check_names_damaged_runs_and_the_repair(tmp_path):
     runs = tmp_path / "runs"
     for name in ("a", "b", "c", "ok"):
         make_run(runs / name, LSTM)
-    ingest([runs], wh)
+        ingest([runs / name], wh, run_id=name)  # a file a run
     runner = CliRunner()
     assert runner.invoke(app, ["check", "-w", str(wh)]).exit_code == 0
     lake = Lake(wh)
@@ -398,23 +422,23 @@ def test_check_names_damaged_runs_and_the_repair(tmp_path):
     assert "run ok" not in r.output and "3 damaged run(s): a, b, c" in r.output
     assert "tracedb ingest" in r.output
     for name in ("a", "b", "c"):
-        assert runner.invoke(app, ["ingest", str(runs / name), "--run-id", name, "-w", str(wh)]).exit_code == 0
+        res = runner.invoke(app, ["ingest", str(runs / name), "--run-id", name, "-w", str(wh)]); assert res.exit_code == 0, res.output
     assert runner.invoke(app, ["check", "-w", str(wh)]).exit_code == 0
     assert all_counts(wh) == {r: LSTM for r in ("a", "b", "c", "ok")}
 
 
 def test_long_non_ascii_run_id_lands_and_reads_back_everywhere(tmp_path):
     """Issue 13 #13: a legal 200-byte non-ASCII run id (percent-encoding every byte made a
-    600-byte folder name); a run id too long for any folder name is a clear error."""
+    600-byte folder name). From schema 8 no folder is named after a run: a 300-byte id
+    (then "too long for a folder name") lands too."""
     wh = tmp_path / "wh"
     name = "実験" * 33 + "ab"
     assert len(name.encode()) == 200
     assert ingest([scenario("tf_stepstats_gpu_streams")], wh, run_id=name).ok
     assert all_counts(wh) == {name: LSTM}
     assert delta_counts(wh) == {name: LSTM}
-    [(path, err)] = ingest([scenario("node_shape_dump")], wh, run_id="x" * 300).errors
-    assert "too long for a folder name" in err and "\n" not in err
-    assert all_counts(wh) == {name: LSTM}
+    assert ingest([scenario("tf_stepstats_gpu_streams")], wh, run_id="x" * 300).ok
+    assert all_counts(wh) == delta_counts(wh) == {name: LSTM, "x" * 300: LSTM}
 
 
 def test_lost_catalog_never_costs_data(tmp_path):

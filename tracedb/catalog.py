@@ -362,7 +362,13 @@ def publish(lake: lake_mod.Lake, new: NewSnapshot | None = None, upload: bool = 
     new = new or new_snapshot(lake)
     try:
         try:
-            state = _build(new.con, lake)
+            try:
+                state = _build(new.con, lake)
+            except duckdb.Error:  # a damaged file fails its view's binding: leave it out (`check` names it)
+                unreadable = _unreadable(lake)
+                if not unreadable:
+                    raise
+                state = _build(new.con, lake, unreadable)
             # explicitly: a checkpoint that fails as the file closes is dropped silently
             # (the data stays in a WAL the rename leaves behind: an empty catalog)
             new.con.execute(f"CHECKPOINT {new.alias}" if new.alias else "CHECKPOINT")
@@ -401,9 +407,39 @@ def _new_snapshot_db(path: Path) -> duckdb.DuckDBPyConnection:
         return duckdb.connect(str(path), config=config)
 
 
-def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> dict:
+def _unreadable(lake: lake_mod.Lake) -> set[str]:
+    """Live data files DuckDB cannot bind (a truncated footer, not Parquet): each view binds
+    every file it names as it is created, so one such file would fail the publish."""
+    con = duckdb.connect()
+    register_storage(con, lake)
+    bad = set()
+    try:
+        for table in schema.TABLES:
+            for f in lake.live_file_ranges(table).column("path").to_pylist():
+                try:
+                    con.execute(f"DESCRIBE SELECT * FROM read_parquet({lake_mod.sql_str(lake.storage.absolute(f))})")
+                except duckdb.Error:
+                    bad.add(f)
+    finally:
+        con.close()
+    return bad
+
+
+def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable: set[str] = frozenset()) -> dict:
     """The snapshot's tables and views, in the database `con` uses; returns the lake state
-    it records (read first: a snapshot never claims a newer lake than it shows)."""
+    it records (read first: a snapshot never claims a newer lake than it shows). Files
+    that are gone or `unreadable` are left out of the views (and listed as missing)."""
+    try:
+        return _build_views(con, lake, unreadable)
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
+
+
+def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable: set[str]) -> dict:
     state = _lake_state(lake)
     # `files` as it describes the live versions (a run published just before a crash has
     # its rows from the ingest log, `Lake.live_file_rows`)
@@ -427,21 +463,23 @@ def _build(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> dict:
         ["schema_version", str(schema.SCHEMA_VERSION)], ["lake_state", json.dumps(state)]])
     missing, live, parts = [], [], {}
     for table in schema.TABLES:
-        listed, mixed = lake.live_files_by_run(table, published)
+        listed = lake.live_file_ranges(table, published)
+        hive = lake.partitioned(table)
         # A lost file would make DuckDB refuse the whole view (and so every later commit):
         # leave it out, and let `tracedb check` name its run.
         present = lake.storage.files_under(table) if lake.remote else None  # one listing, not a HEAD a file
-        files = []  # absolute paths (URLs on object storage)
-        for run, f in sorted(listed, key=lambda rf: rf[1]):
-            if f in present if lake.remote else (lake.root / f).is_file():
-                files.append(lake.storage.absolute(f))
-                live.append((table, run, files[-1]))
+        files = []  # (absolute path or URL, least run, greatest run), in run order
+        rows = zip(*(listed.column(c).to_pylist() for c in ("path", "run_id", "run_hi")))
+        for f, lo, hi in sorted(rows, key=lambda r: (r[1], r[0])):
+            if f not in unreadable and (f in present if lake.remote else (lake.root / f).is_file()):
+                files.append((lake.storage.absolute(f), lo, hi))
+                live.append((table, lo, hi, files[-1][0]))
             else:
                 missing.append(f)
-        con.execute(f"CREATE VIEW {table} AS {_table_view_sql(table, files, mixed)}")
-        parts[table] = {"columns": _columns(table), "mixed": mixed, "empty": _empty_select(schema.TABLES[table])}
+        con.execute(f"CREATE VIEW {table} AS {_table_view_sql(table, files, hive)}")
+        parts[table] = {"columns": _columns(table), "hive": hive, "empty": _empty_select(schema.TABLES[table])}
     # what snapshot.scope_to_runs needs to make a run's own views
-    names = ("table_name", "run_id", "path")
+    names = ("table_name", "run_lo", "run_hi", "path")
     con.register("_live", pa.table({n: pa.array([row[i] for row in live], pa.string()) for i, n in enumerate(names)}))
     con.execute("CREATE TABLE tracedb_live_files AS SELECT * FROM _live")
     con.unregister("_live")
@@ -464,10 +502,10 @@ def _columns(table: str) -> str:
     return ", ".join(_ident(f.name) for f in schema.TABLES[table])
 
 
-def _table_view_sql(table: str, paths: list[str], mixed: bool) -> str:
-    if not paths:
+def _table_view_sql(table: str, files: list[tuple[str, str, str]], hive: bool) -> str:
+    if not files:
         return _empty_select(schema.TABLES[table])
-    return view_sql(_columns(table), paths, mixed)
+    return view_sql(_columns(table), files, hive)
 
 
 def label_path(key: str) -> str:

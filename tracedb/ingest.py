@@ -80,6 +80,7 @@ from tracedb.discover import (HIVE_NULL, RUN_LABELS, RunSpec, check_run_id, disc
                               fallback_ranks, not_a_trace)
 from tracedb.errors import NotATraceError, TracedbError, TraceFormatError, WarehouseError
 from tracedb.formats.base import ReadContext
+from tracedb import store as store_mod
 from tracedb.store import FileResult, FileWriter  # noqa: F401 (FileResult re-exported)
 from tracedb.validate import Validator
 from tracedb import workers
@@ -618,9 +619,11 @@ class _Landing:
             self.store = self.store or self.store_future.result()  # the lake is needed from here on only
             if self.preload_future:
                 self.preload_future.result()  # its handles are used by one thread at a time
-            # the runs not rolled up yet are, beside the commit of their files (`lake.Lake.commit`)
-            _commit(self.store, [c for c, _ in self.pending],
-                    self.roll_up if self.rolled < len(self.pending) else None, self.roll or self.roll_future.result())
+            # Before the commit lock (other writers wait for it): the runs' rollups, then
+            # the group's files merged into one a table (`store.merge_group`)
+            self.roll_up()
+            self._merge()
+            _commit(self.store, [c for c, _ in self.pending], None, self.roll or self.roll_future.result())
             for _, summary in self.pending:
                 self.summaries.append(summary)
                 if self.on_run:
@@ -628,6 +631,20 @@ class _Landing:
             self.pending.clear()
             self.rolled = 0
         self.last_commit = time.monotonic()
+
+    def _merge(self) -> None:
+        """The group's files of each table merged into one (`store.merge_group`); the
+        first run that has files carries them in its commit (a commit adds every run's
+        files in one Delta commit a table, `lake.Lake.commit`)."""
+        runs = [c for c, _ in self.pending if c.replace and c.files]
+        files = [f for c in runs for f in c.files]
+        if len(files) < 2:
+            return
+        with timing.phase("merge"):
+            merged = _store(store_mod.merge_group, self.warehouse, files, runs[0].ingest_id)
+        for c in runs:
+            c.files = []
+        runs[0].files = merged
 
     def discard(self, finished: list) -> None:
         """After a failure: what was written for runs that did not commit is no one's

@@ -85,6 +85,7 @@ existing lake, medians of 3, load ~7: rollups + commit + publish 510-630 -> 307-
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -105,6 +106,11 @@ LAKE_JSON = f"{META_DIR}/lake.json"
 LOCK_FILE = f"{META_DIR}/commit.lock"
 INGESTS_DIR = f"{META_DIR}/ingests"  # marks of live ingests (`storage.LocalStorage.ingest_mark`)
 CATALOG = "catalog.duckdb"  # the DuckDB snapshot of the lake (tracedb.catalog)
+# The partition columns of a data table in the layout of schema <= 7 (one folder a run and
+# device); from schema 8 (migration 0013) data tables are unpartitioned and run_id and
+# device are columns of the files (see "The layout" above). A lake that migrates from an
+# older schema meets both while its older migrations run: `Lake.partitioned` tells a
+# table's layout from its Delta metadata.
 PARTITIONS = ["run_id", "device"]
 # The metadata tables a commit writes (through handles opened beside its step 1)
 META_WRITTEN = ("runs", "files", "ingest_log", "checksums")
@@ -132,13 +138,18 @@ def delta_schema(table: str) -> pa.Schema:
 # the last column: a table of more than 32 columns (nodes from schema 7) would lose
 # every file's ingest_id range, so its runs' files would not be live. tracedb writes
 # stats of ingest_id alone (`add_action`), so that is the column named.
-DATA_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": INGEST_ID.name}
+# From schema 8 the stats name run_id and device too: a file holds many runs, and its
+# run_id range is what lets a reader (the snapshot's views, Spark, Trino, delta-rs) skip it.
+STATS_COLUMNS = ("run_id", "device", INGEST_ID.name)
+DATA_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS)}
+LEGACY_TABLE_PROPERTIES = {"delta.dataSkippingStatsColumns": INGEST_ID.name}  # schema <= 7, partitioned
 
 
-def file_schema(table: str) -> pa.Schema:
-    """What a data file holds: partition columns (run_id, device) live in the path and log."""
+def file_schema(table: str, partitioned: bool = False) -> pa.Schema:
+    """What a data file holds: every column of the table and ingest_id; in the partitioned
+    layout of schema <= 7, not the partition columns (run_id, device: in the path and log)."""
     sch = delta_schema(table)
-    return pa.schema([f for f in sch if f.name not in PARTITIONS])
+    return pa.schema([f for f in sch if not (partitioned and f.name in PARTITIONS)])
 
 
 # Folder names are at most 255 bytes. Percent-encoding every byte of a non-ASCII name
@@ -180,27 +191,107 @@ class DataFile:
     sha256: str
     ingest_id: str
     logged: bool = False  # added to the Delta log: only remove_unpublished + vacuum may delete it
+    run_hi: str = ""  # the file's last run (its rows are ordered by run_id); "": run_id alone
+    device_hi: str = ""  # its greatest device; "": device alone
+    partitioned: bool = False  # a file of a table in the partitioned layout of schema <= 7
+    ingest_hi: str = ""  # a merged file's greatest ingest_id; "": ingest_id alone
+
+    def __post_init__(self) -> None:
+        self.run_hi = self.run_hi or self.run_id
+        self.device_hi = self.device_hi or self.device
+        self.ingest_hi = self.ingest_hi or self.ingest_id
 
 
 def add_action(f: DataFile, now_ms: int, ingest_range: tuple[str, str] | None = None):
-    """The Delta add action of a file we wrote: partition values, row count and the
-    ingest_id range as stats (readers select live files by it)."""
+    """The Delta add action of a file we wrote: row count and the min/max of run_id, device
+    and ingest_id as stats (readers skip other runs' files and select live ones by them);
+    in the partitioned layout of schema <= 7, partition values and ingest_id's stats."""
     from deltalake.transaction import AddAction
 
-    lo, hi = ingest_range or (f.ingest_id, f.ingest_id)
-    stats = {"numRecords": f.rows, "minValues": {"ingest_id": lo}, "maxValues": {"ingest_id": hi},
-             "nullCount": {"ingest_id": 0}}
+    lo, hi = ingest_range or (f.ingest_id, f.ingest_hi)
+    if f.partitioned:
+        parts = {"run_id": f.run_id, "device": f.device}
+        stats = {"numRecords": f.rows, "minValues": {"ingest_id": lo}, "maxValues": {"ingest_id": hi},
+                 "nullCount": {"ingest_id": 0}}
+    else:
+        parts = {}
+        stats = {"numRecords": f.rows,
+                 "minValues": {"run_id": f.run_id, "device": f.device, "ingest_id": lo},
+                 "maxValues": {"run_id": f.run_hi, "device": f.device_hi, "ingest_id": hi},
+                 "nullCount": {"run_id": 0, "device": 0, "ingest_id": 0}}
     # delta-rs URL-encodes the path for the log; it takes the path as on disk, table-relative.
-    return AddAction(f.rel.split("/", 1)[1], f.size, {"run_id": f.run_id, "device": f.device},
-                     now_ms, True, json.dumps(stats))
+    return AddAction(f.rel.split("/", 1)[1], f.size, parts, now_ms, True, json.dumps(stats))
 
 
 def remove_action(r: dict, now_ms: int):
     """The Delta remove action of a live file (a row of `Lake.add_actions`)."""
     from deltalake.transaction import RemoveAction
 
-    return RemoveAction(r["path"].split("/", 1)[1], True, now_ms, r["size"],
-                        {"run_id": r["run_id"], "device": r["device"]})
+    parts = {"run_id": r["run_id"], "device": r["device"]} if r.get("partitioned") else {}
+    return RemoveAction(r["path"].split("/", 1)[1], True, now_ms, r["size"], parts)
+
+
+# A merged file's row groups: rows ordered by run_id, so each row group's run_id min/max
+# (Parquet statistics) is a narrow range and a one-run read skips the others.
+ROW_GROUP_ROWS = 128 * 1024
+
+
+def write_merged(storage_: "storage.LocalStorage | storage.ObjectStorage", table: str, parts: list[pa.Table],
+                 rel: str, ingest_id: str) -> DataFile | None:
+    """Write these rows of `table` (each in the lake's file schema, run_id and device
+    included) as one file at `rel`, ordered by run_id then device (a stable sort: a run's
+    rows keep their order); None when there are no rows. The file is not live until a
+    commit adds it. `ingest_id` names the ingest whose mark spares it from vacuum."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    data = pa.concat_tables(parts) if parts else None
+    if data is None or data.num_rows == 0:
+        return None
+    data = data.take(pc.sort_indices(data, [("run_id", "ascending"), ("device", "ascending")]))
+    options = dict(compression="zstd", write_page_checksum=True, row_group_size=ROW_GROUP_ROWS,
+                   use_dictionary=dictionary_columns(table))
+    if storage_.remote:
+        sink = storage_.open_write(rel)
+        try:
+            pq.write_table(data, sink, **options)
+            sink.close()  # the upload completes here
+        except BaseException:
+            sink.discard()
+            raise
+        size, digest = sink.size, sink.sha256
+    else:
+        (storage_.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(data, str(storage_.root / rel), **options)
+        size, digest = storage_.size_and_hash(rel)
+    runs, devices, ingests = (pc.min_max(data.column(c)) for c in ("run_id", "device", INGEST_ID.name))
+    return DataFile(table, runs["min"].as_py(), devices["min"].as_py(), rel, data.num_rows, size, digest,
+                    ingest_id=ingests["min"].as_py(), run_hi=runs["max"].as_py(), device_hi=devices["max"].as_py(),
+                    ingest_hi=ingests["max"].as_py())
+
+
+# Numeric columns whose values are (nearly) all distinct: written plain, not dictionary-encoded.
+PLAIN_COLUMNS = ("seq", "node_seq", "correlation_id", "external_id", "address")
+
+
+@functools.lru_cache(maxsize=None)
+def dictionary_columns(table: str) -> list[str]:
+    """The Parquet columns written dictionary-encoded: all but timestamps and durations
+    (`*_ns`) and ids (PLAIN_COLUMNS), which are nearly all distinct. pyarrow's default
+    dictionary-encodes every column and spent the time building dictionaries of those:
+    one rank of the Kineto H200 fixture writes in ~13 instead of ~14.5 ms of CPU, into
+    ~20% smaller files (best of 11). Repeating columns (names, devices, steps, streams,
+    threads) keep their dictionaries, which DuckDB's scans and groupings use."""
+    out = []
+    for f in file_schema(table):
+        if f.name.endswith("_ns") or f.name in PLAIN_COLUMNS:
+            continue
+        out.append(f.name)
+        t = f.type
+        while pa.types.is_list(t):  # a nested column's leaf
+            out[-1] += ".list.element"
+            t = t.value_type
+    return out
 
 
 def concurrently(calls: list) -> list:
@@ -237,6 +328,10 @@ class Lake:
     _reads: dict = field(default_factory=dict, repr=False)  # (table, columns) -> (version, rows)
     storage: storage.LocalStorage | storage.ObjectStorage = field(init=False, repr=False)
     _phase: str = field(default=_MAINTENANCE, init=False, repr=False)  # where a lost lease stops us (`_guard`)
+    # Data tables this lake creates are partitioned as in schema <= 7: set by the migration
+    # runner while a migration older than the layout's (0013) runs, which expects it.
+    partition_new_tables: bool = field(default=False, repr=False)
+    _partitioned: dict = field(default_factory=dict, repr=False)  # table -> its layout (`partitioned`)
 
     def __post_init__(self) -> None:
         self.root = storage.location(self.root)
@@ -277,11 +372,12 @@ class Lake:
 
         def ensure(table: str) -> None:
             if not DeltaTable.is_deltatable(self.uri(table), storage_options=self._opts):
-                parts = PARTITIONS if table in schema.TABLES else None
+                data = table in schema.TABLES
+                parts = PARTITIONS if data and self.partition_new_tables else None
+                props = (LEGACY_TABLE_PROPERTIES if parts else DATA_TABLE_PROPERTIES) if data else None
                 write_deltalake(self.uri(table), delta_schema(table).empty_table(), mode="ignore",
                                 partition_by=parts, name=table, storage_options=self._opts,
-                                description=schema.TABLE_DOCS.get(table),
-                                configuration=DATA_TABLE_PROPERTIES if parts else None)
+                                description=schema.TABLE_DOCS.get(table), configuration=props)
 
         # in threads (delta-rs releases the GIL): a new lake 50-59 -> 35-37 ms (median of 8,
         # load ~9.5); on object storage each table is several requests
@@ -298,6 +394,27 @@ class Lake:
         elif dt.version() != self.log_version(table):
             dt.update_incremental()
         return dt
+
+    def partitioned(self, table: str) -> bool:
+        """Whether a data table is in the partitioned layout of schema <= 7 (its Delta
+        metadata names partition columns); kept once known, as a table's layout changes
+        only by migration 0013's one commit (which calls `forget_layout`)."""
+        if table not in self._partitioned:
+            from deltalake.exceptions import TableNotFoundError
+
+            try:
+                self._partitioned[table] = bool(self.table(table).metadata().partition_columns)
+            except TableNotFoundError:
+                return self.partition_new_tables  # as `ensure_tables` will create it
+        return self._partitioned[table]
+
+    def partitioned_tables(self) -> frozenset[str]:
+        """The data tables in the partitioned layout (none once migration 0013 ran)."""
+        return frozenset(t for t in schema.TABLES if self.partitioned(t))
+
+    def forget_layout(self, table: str) -> None:
+        self._partitioned.pop(table, None)
+        self._actions.pop(table, None)
 
     def versions(self) -> dict[str, int]:
         """Latest Delta version of each table, read from the log folder listing (cheap)."""
@@ -365,8 +482,9 @@ class Lake:
         return pq.read_table(paths, schema=sch, columns=columns)
 
     def add_actions(self, table: str) -> pa.Table:
-        """One row per live file: path (relative, decoded), size, rows, run_id, device,
-        min/max ingest_id. Kept per table version (a version never changes): the commit's
+        """One row per live file: path (relative, decoded), size, rows, run_id and run_hi
+        (the range of runs it holds: one run in the partitioned layout), device (its
+        least), min/max ingest_id, partitioned. Kept per table version (a version never changes): the commit's
         clean-up step reads every data table's, and the snapshot right after reads them again;
         a local table's log listing tells that it is unchanged, without updating the handle
         (`log_version`: 20 updates of the snapshot cost ~13 ms)."""
@@ -386,52 +504,70 @@ class Lake:
         a = pa.table(dt.get_add_actions(flatten=True))
         n = a.num_rows
 
-        def col(name):
-            return a.column(name) if name in a.column_names else pa.nulls(n, pa.string())
+        import pyarrow.compute as pc
+
+        def col(name, typ=pa.string()):
+            return a.column(name).cast(typ) if name in a.column_names else pa.nulls(n, typ)
 
         paths = [urllib.parse.unquote(p) for p in a.column("path").to_pylist()]
+        part = col("partition.run_id")  # the partitioned layout (schema <= 7): a file a run
         return pa.table({
             "path": pa.array([f"{table}/{p}" for p in paths], pa.string()),
             "size": a.column("size_bytes"),
-            "rows": col("num_records"),
-            "run_id": col("partition.run_id"),
-            "device": col("partition.device"),
+            "rows": col("num_records", pa.int64()),
+            "run_id": pc.coalesce(part, col("min.run_id")),
+            "run_hi": pc.coalesce(part, col("max.run_id")),
+            "device": pc.coalesce(col("partition.device"), col("min.device")),
             "min_ingest": col("min.ingest_id"),
             "max_ingest": col("max.ingest_id"),
+            "partitioned": pc.is_valid(part),
         })
 
     def live_files(self, table: str, published: dict[str, str] | None = None) -> tuple[list[str], bool]:
-        """Files holding the live rows of `table` (relative paths), and whether any of them
-        also holds rows of another ingest (then readers must filter on ingest_id)."""
-        files, mixed = self.live_files_by_run(table, published)
-        return sorted(path for _run, path in files), mixed
+        """Files holding the live rows of `table` (relative paths, sorted), and whether any
+        of them may also hold rows that are not live (always, from schema 8: a file holds
+        many runs, some of them re-ingested or removed since; readers filter on
+        `(run_id, ingest_id)` in `runs`, as every view does)."""
+        live = self.live_file_ranges(table, published)
+        return sorted(live.column("path").to_pylist()), True
+
+    def live_file_ranges(self, table: str, published: dict[str, str] | None = None) -> pa.Table:
+        """The live files of `table` (`add_actions` rows), with `runs`: how many published
+        runs have their live rows there (`_live_runs`)."""
+        published = self.published() if published is None else published
+        actions = self.add_actions(table)
+        counts = [len(r) for r in self._live_runs(actions, published)]
+        return actions.append_column("runs", pa.array(counts, pa.int64())).filter(
+            pa.array([c > 0 for c in counts], pa.bool_()))
 
     def live_files_by_run(self, table: str, published: dict[str, str] | None = None) -> tuple[list[tuple[str, str]], bool]:
-        """`live_files` as (run_id, relative path) pairs, unsorted: the files whose ingest_id
-        range holds their run's live ingest. Selected with Arrow (a join on `published`),
-        not row by row in Python: the snapshot asks it of every data table at each publish,
-        and a table lists a file a run and device (bench/RESULTS.md, "Session 9: scale")."""
-        import pyarrow.compute as pc
-
+        """`live_files` as (run_id, relative path) pairs, one for each published run whose
+        live rows a file may hold (a file of many runs is in many pairs), unsorted."""
         published = self.published() if published is None else published
-        live = self._with_live(self.add_actions(table), published)
-        lo, hi, cur = live.column("min_ingest"), live.column("max_ingest"), live.column("live")
-        keep = pc.and_(pc.less_equal(lo, cur), pc.less_equal(cur, hi))  # null (no live run, no stats): dropped
-        live = live.filter(keep)
-        whole = pc.and_(pc.equal(live.column("min_ingest"), live.column("live")),
-                        pc.equal(live.column("max_ingest"), live.column("live")))
-        mixed = live.num_rows > 0 and not pc.all(whole).as_py()
-        return list(zip(live.column("run_id").to_pylist(), live.column("path").to_pylist())), mixed
+        actions = self.add_actions(table)
+        paths = actions.column("path").to_pylist()
+        return [(run, path) for path, runs in zip(paths, self._live_runs(actions, published)) for run in runs], True
 
     @staticmethod
-    def _with_live(actions: pa.Table, published: dict[str, str | None]) -> pa.Table:
-        """`actions` with each file's run's live ingest_id as column `live` (null: the run
-        is not published)."""
-        import pyarrow.compute as pc
+    def _live_runs(actions: pa.Table, published: dict[str, str | None]) -> list[list[str]]:
+        """For each file (a row of `add_actions`): the published runs in its run range whose
+        live ingest is in its ingest_id range. A file that none names holds no live row
+        (remove it); one that some do may hold their live rows (and others: readers
+        filter). Two bisections a file in the sorted runs (string order is UTF-8 byte
+        order, as the stats' min and max), then the runs in its range: a file of a
+        50-run ingest group checks 50 runs."""
+        import bisect
 
-        runs = pa.array(list(published), pa.string())
-        at = pc.index_in(actions.column("run_id"), value_set=runs)
-        return actions.append_column("live", pc.take(pa.array(list(published.values()), pa.string()), at))
+        runs = sorted(published)
+        out = []
+        cols = (actions.column(c).to_pylist() for c in ("run_id", "run_hi", "min_ingest", "max_ingest"))
+        for lo, hi, first, last in zip(*cols):
+            if lo is None or hi is None or first is None or last is None:  # no stats: of no run we know
+                out.append([])
+                continue
+            i, j = bisect.bisect_left(runs, lo), bisect.bisect_right(runs, hi)
+            out.append([r for r in runs[i:j] if published[r] is not None and first <= published[r] <= last])
+        return out
 
     # -- committing ---------------------------------------------------------------------
     def commit(self, runs: list[RunCommit], beside: Callable[[], object] | None = None) -> None:
@@ -504,7 +640,7 @@ class Lake:
             return
         if self.remote:  # one listing a table and run, not a request a file
             found: dict[str, int] = {}
-            prefixes = sorted({f.rel.split("/device=", 1)[0] + "/" for f in files})
+            prefixes = sorted({f.rel.rsplit("/", 1)[0] + "/" for f in files})
             for sizes in concurrently([lambda p=p: self.storage.sizes_under(p) for p in prefixes]):
                 found.update(sizes)
             missing = [f for f in files if found.get(f.rel) != f.size]
@@ -582,7 +718,8 @@ class Lake:
         self._guard()
         dt = self.table(table)
         before = dt.version()
-        dt.create_write_transaction(actions, mode="append", schema=delta_schema(table), partition_by=PARTITIONS)
+        parts = PARTITIONS if self.partitioned(table) else None
+        dt.create_write_transaction(actions, mode="append", schema=delta_schema(table), partition_by=parts)
         if added is not None or removed is not None:
             self._committed(table, before, added or [], removed or [])
 
@@ -603,8 +740,9 @@ class Lake:
         if added:
             new = pa.table({"path": [f.rel for f in added], "size": [f.size for f in added],
                             "rows": [f.rows for f in added], "run_id": [f.run_id for f in added],
-                            "device": [f.device for f in added], "min_ingest": [f.ingest_id for f in added],
-                            "max_ingest": [f.ingest_id for f in added]}, schema=rows.schema)
+                            "run_hi": [f.run_hi for f in added], "device": [f.device for f in added],
+                            "min_ingest": [f.ingest_id for f in added], "max_ingest": [f.ingest_hi for f in added],
+                            "partitioned": [f.partitioned for f in added]}, schema=rows.schema)
             rows = pa.concat_tables([rows, new])
         self._actions[table] = (before + 1, rows)
 
@@ -683,48 +821,42 @@ class Lake:
         return stale
 
     def remove_unpublished(self, run_ids: set[str] | None = None) -> int:
-        """Remove data of ingests that are not their run's live one (superseded, crashed or
-        deleted runs), for `run_ids` or every run; call under `lock()`. Returns files removed."""
+        """Remove from the log the files that hold no live row (`_live_runs`: wholly of
+        superseded, crashed or deleted ingests), of `run_ids` (files whose run range meets
+        one of them) or every file; call under `lock()`. Returns files removed. A file that
+        still holds some live rows keeps its others (readers filter them out) until
+        `optimize` merges it and drops them: a re-ingest or `rm` never rewrites a file."""
         published = self.published()
         faults.step("cleanup_after_published")
         removed = 0
         tables = list(schema.TABLES)
         for table, actions in zip(tables, concurrently([lambda t=t: self.add_actions(t) for t in tables])):
-            whole, partial = self._unpublished(actions, published, run_ids)
-            removed += self._remove_files(table, whole)
-            for run_id in sorted(partial):  # a compacted file that mixes ingests: rewrite it
-                live = published.get(run_id)
-                pred = f"run_id = {sql_str(run_id)}" + (f" AND ingest_id <> {sql_str(live)}" if live else "")
-                self._guard()
-                self.table(table).delete(pred)
+            removed += self._remove_files(table, self._unpublished(actions, published, run_ids))
         return removed
 
     @classmethod
     def _unpublished(cls, actions: pa.Table, published: dict[str, str],
-                     run_ids: set[str] | None) -> tuple[list[dict], set[str]]:
-        """Of these live files (of `run_ids`, or all): those wholly of an ingest that is not
-        their run's live one (rows, to remove), and the runs of files that mix ingests (to
-        rewrite). Selected with Arrow before any row becomes Python: a commit's clean-up
-        asks it of every data table for the runs it replaced."""
+                     run_ids: set[str] | None) -> list[dict]:
+        """Of these live files (those whose run range meets `run_ids`, or all): the rows of
+        those that hold no live row, to remove. Selected before any row becomes Python: a
+        commit's clean-up asks it of every data table for the runs it replaced."""
         import pyarrow.compute as pc
 
         if run_ids is not None:
-            actions = actions.filter(pc.is_in(actions.column("run_id"), value_set=pa.array(sorted(run_ids), pa.string())))
-        actions = cls._with_live(actions, published)
-        lo, hi, live = actions.column("min_ingest"), actions.column("max_ingest"), actions.column("live")
-        same = cls._py_equal(lo, hi)
-        other = pc.invert(cls._py_equal(lo, live))  # of no live ingest, or of another one
-        whole = actions.filter(pc.and_(same, other)).drop_columns(["live"]).to_pylist()
-        partial = set(actions.filter(pc.invert(same)).column("run_id").to_pylist())
-        return whole, partial
+            actions = actions.filter(cls._meets(actions, sorted(run_ids)))
+        dead = pa.array([not runs for runs in cls._live_runs(actions, published)], pa.bool_())
+        return actions.filter(dead).to_pylist() if pc.any(dead).as_py() else []
 
     @staticmethod
-    def _py_equal(a: pa.ChunkedArray, b: pa.ChunkedArray) -> pa.ChunkedArray:
-        """a == b as Python compares values that may be None: None equals None only."""
-        import pyarrow.compute as pc
+    def _meets(actions: pa.Table, runs: list[str]) -> pa.Array:
+        """Which files' run ranges hold one of these runs (sorted)."""
+        import bisect
 
-        na, nb = pc.is_null(a), pc.is_null(b)
-        return pc.if_else(pc.or_(na, nb), pc.and_(na, nb), pc.equal(a, b))
+        out = []
+        for lo, hi in zip(actions.column("run_id").to_pylist(), actions.column("run_hi").to_pylist()):
+            i = bisect.bisect_left(runs, lo) if lo is not None else len(runs)
+            out.append(i < len(runs) and hi is not None and runs[i] <= hi)
+        return pa.array(out, pa.bool_())
 
     def _remove_files(self, table: str, rows: list[dict]) -> int:
         if rows:
@@ -765,23 +897,78 @@ class Lake:
         write_deltalake(self.table("acceptances"), data, mode="append", storage_options=self._opts)
 
     # -- maintenance --------------------------------------------------------------------
-    def optimize(self, target_size: int = 256 << 20) -> dict[str, int]:
-        """Compact each partition's small files (a partition is one run and device, so files
-        stay ordered by run); returns files removed per table. Call under `lock()`."""
+    def optimize(self, target_size: int = 256 << 20, fanout: int = 10) -> dict[str, int]:
+        """Compact the data tables (tiered: `_compact`) and the metadata tables' small
+        files; returns files removed per table. Call under `lock()`."""
         self.remove_unpublished()
+        published = self.published()
         out = {}
         for table in schema.ALL_TABLES:
-            before = set(self.add_actions(table).column("path").to_pylist()) if table in schema.TABLES else set()
             self._guard()
-            metrics = self.table(table).optimize.compact(target_size=target_size)
-            out[table] = int(metrics.get("numFilesRemoved", 0))
             if table in schema.TABLES:
-                self._record_checksums([
-                    DataFile(table, r["run_id"], r["device"], r["path"], r["rows"] or 0,
-                             *self.storage.size_and_hash(r["path"]), ingest_id=r["max_ingest"] or "")
-                    for r in self.add_actions(table).to_pylist() if r["path"] not in before])
+                out[table] = self._compact(table, published, target_size, fanout)
+            else:
+                out[table] = int(self.table(table).optimize.compact(target_size=target_size).get("numFilesRemoved", 0))
             faults.step(f"optimize_after_{table}")
         return out
+
+    # Files below this size are the lowest tier: each ingest group writes one a table.
+    TIER_BASE = 1 << 20
+
+    def _compact(self, table: str, published: dict[str, str], target_size: int, fanout: int) -> int:
+        """Tiered compaction of a data table: its live files by size tier (below 1 MiB,
+        then each `fanout` times larger), each tier's files in run order merged `fanout` at a
+        time into one file of the next tier, their rows that are not live dropped (the
+        superseded rows a re-ingest or `rm` left) and the order by run_id kept. The lowest
+        tier merges whenever it has two files (they are small). A table then holds about
+        `fanout` files a tier (~30 at 100,000 runs), and optimize reads and writes only the
+        files it merges: each row is rewritten about once a tier. One Delta commit a merge
+        (its new file added, the old ones removed): readers see the rows before or after."""
+        import math
+
+        live = self.live_file_ranges(table, published)
+        live = live.filter(pa.array([s < target_size for s in live.column("size").to_pylist()], pa.bool_()))
+        tiers: dict[int, list[dict]] = {}
+        for r in sorted(live.to_pylist(), key=lambda r: (r["run_id"], r["path"])):
+            tier = 0 if r["size"] < self.TIER_BASE else 1 + int(math.log(r["size"] / self.TIER_BASE, fanout))
+            tiers.setdefault(tier, []).append(r)
+        removed = 0
+        for tier, files in sorted(tiers.items()):
+            step = fanout if tier else max(len(files), 2)
+            for i in range(0, len(files) - (len(files) % step if tier else 0), step):
+                chunk = files[i:i + step]
+                if len(chunk) >= 2:
+                    removed += self._merge(table, chunk, published)
+        return removed
+
+    def _merge(self, table: str, files: list[dict], published: dict[str, str]) -> int:
+        """One merge of `_compact`: these files' live rows into one new file, in one commit."""
+        import secrets
+
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        keys = pa.array([f"{r}\x00{i}" for r, i in published.items() if i is not None], pa.string())
+        parts = []
+        for r in files:
+            src = pa.BufferReader(self.storage.read_bytes(r["path"])) if self.remote else str(self.root / r["path"])
+            data = pq.read_table(src, schema=file_schema(table))
+            key = pc.binary_join_element_wise(data.column("run_id"), data.column(INGEST_ID.name), "\x00")
+            parts.append(data.filter(pc.is_in(key, value_set=keys)))
+        now = int(time.time() * 1000)
+        rel = f"{table}/part-optimize-{now}-{secrets.token_hex(4)}.parquet"
+        merged = write_merged(self.storage, table, parts, rel, ingest_id=f"optimize-{now}")
+        actions = [remove_action(r, now) for r in files]
+        if merged is not None:
+            self._record_checksums([merged])
+            actions.append(add_action(merged, now))
+        try:
+            self.transact(table, actions)
+        except BaseException:
+            if merged is not None:
+                self.storage.unlink(rel)
+            raise
+        return len(files)
 
     def check(self) -> list[tuple[str, str, str]]:
         """Verify every live data file against the log and what was recorded when it was
@@ -796,10 +983,8 @@ class Lake:
         problems = []
         published = self.published()
         for table in schema.TABLES:
-            for r in self.add_actions(table).to_pylist():
-                live = published.get(r["run_id"])
-                if live is None or not (r["min_ingest"] or "") <= live <= (r["max_ingest"] or ""):
-                    continue  # no run's live version: a superseded or crashed ingest's, for vacuum
+            # only files of a run's live version: a superseded or crashed ingest's are vacuum's
+            for r in self.live_file_ranges(table, published).to_pylist():
                 rel = r["path"]
                 problem = None
                 size = self.storage.size(rel)
@@ -817,7 +1002,8 @@ class Lake:
                     except (OSError, pa.ArrowException) as e:
                         problem = f"unreadable parquet: {e}"
                 if problem:
-                    problems.append((r["run_id"], r["path"], problem))
+                    runs = r["run_id"] if r["run_hi"] == r["run_id"] else f"{r['run_id']}..{r['run_hi']}"
+                    problems.append((runs, r["path"], problem))
         return problems
 
     def vacuum(self, retention_hours: int = DEFAULT_RETENTION_HOURS) -> list[str]:

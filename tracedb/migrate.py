@@ -25,6 +25,11 @@ from tracedb.errors import TracedbError
 from tracedb.migrations import (Migration, _now, all_records, applied, discover, label, latest, load,  # noqa: F401
                                 pending, pending_names, require_current, target)
 
+# Migration 0013 (schema 8) moved data tables out of partitions by run and device; those
+# before it create tables partitioned, as they did when written.
+LAYOUT_MIGRATION = 13
+
+
 def migrate_warehouse(warehouse: Path | str) -> list[str]:
     """Apply pending migrations (schema-1 catalog ones, then lake ones); returns their names."""
     from tracedb import catalog, schema
@@ -52,7 +57,10 @@ def migrate_warehouse(warehouse: Path | str) -> list[str]:
                                    "supported yet; copy it to a folder, migrate, copy it back")
             for table in schema.ALL_TABLES:  # restated columns first: the migration may commit to them
                 refresh_column_docs(lake, table)
+            # tables an older migration creates are as that migration knew them
+            lake.partition_new_tables = m.number < LAYOUT_MIGRATION
             load(m).up(lake)
+            lake.partition_new_tables = False
             meta.setdefault("migrations", []).append({"number": m.number, "name": m.name, "applied_at": _now()})
             lake.write_meta(meta)
             done.append(label(m))
@@ -113,7 +121,8 @@ def conform_lake_table(lake, table: str, derive=None, every: bool = False) -> in
 
     from tracedb import lake as lake_mod
 
-    target_schema = lake_mod.file_schema(table)
+    partitioned = lake.partitioned(table)
+    target_schema = lake_mod.file_schema(table, partitioned)
     actions, written = [], []
     now = int(time.time() * 1000)
     for r in lake.add_actions(table).to_pylist():
@@ -128,7 +137,13 @@ def conform_lake_table(lake, table: str, derive=None, every: bool = False) -> in
         new_rel = r["path"][:-len(".parquet")] + f".m{now}.parquet"
         pq.write_table(new, lake.root / new_rel, compression="zstd", write_page_checksum=True)
         f = lake_mod.DataFile(table, r["run_id"], r["device"], new_rel, old.num_rows,
-                              *lake_mod.size_and_hash(lake.root / new_rel), ingest_id=f"migration-{now}")
+                              *lake_mod.size_and_hash(lake.root / new_rel), ingest_id=f"migration-{now}",
+                              run_hi=r["run_hi"], partitioned=partitioned)
+        if not partitioned:  # its devices: the stats of the file's device column
+            import pyarrow.compute as pc
+
+            devices = pc.min_max(new.column("device"))
+            f.device, f.device_hi = devices["min"].as_py(), devices["max"].as_py()
         written.append(f)
         actions += [lake_mod.remove_action(r, now), lake_mod.add_action(f, now, (r["min_ingest"], r["max_ingest"]))]
     if actions:
@@ -148,7 +163,7 @@ def evolve_lake_table(lake, table: str) -> None:
     from tracedb import schema
 
     refresh_column_docs(lake, table)
-    parts = lake_mod.PARTITIONS if table in schema.TABLES else None
+    parts = lake_mod.PARTITIONS if table in schema.TABLES and lake.partitioned(table) else None
     write_deltalake(lake.uri(table), lake_mod.delta_schema(table).empty_table(), mode="append",
                     schema_mode="merge", partition_by=parts)
 

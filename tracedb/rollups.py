@@ -252,13 +252,14 @@ class Writer:
         return [rows.filter(pc.equal(source, i)) for i in range(n)]
 
     def write_runs(self, root: Path | str, runs: list[tuple[str, str, list[str]]],
-                   tables: list[str] | None = None, tag: str = "rollup") -> list[DataFile]:
+                   tables: list[str] | None = None, tag: str = "rollup",
+                   partitioned: frozenset[str] = frozenset()) -> list[DataFile]:
         """Compute the rollups of `runs` (run_id, ingest_id, its parquet files of the
-        `WHOLE_SOURCES` tables: paths relative to the warehouse, `<table>/run_id=...`, Hive-partitioned;
-        only the rows of that ingest) and write them into the lake under each run's
-        ingest_id, uncommitted. `tables`: only these rollup tables."""
+        `WHOLE_SOURCES` tables: paths relative to the warehouse; only the rows of that run and
+        ingest) and write them into the lake under each run's ingest_id, uncommitted.
+        `tables`: only these rollup tables. `partitioned`: the tables (sources or rollups)
+        in the partitioned layout of schema <= 7 (a lake whose older migrations run)."""
         from tracedb import storage
-        from tracedb.snapshot import view_sql
         from tracedb.store import FileWriter
 
         runs = [r for r in runs if r[2]]
@@ -269,12 +270,12 @@ class Writer:
             self.con.register_filesystem(store.fs)
             self._registered.add(store.fs.protocol)
         sources = []
-        for _, ingest_id, files in runs:
+        for run_id, ingest_id, files in runs:
             by_table: dict[str, list[str]] = {}
             for f in files:
                 by_table.setdefault(f.split("/", 1)[0], []).append(store.absolute(f))
-            sources.append({table: f"({view_sql('*', paths, mixed=False)} WHERE ingest_id = {storage.sql_str(ingest_id)})"
-                            for table, paths in by_table.items()})  # as the snapshot reads them
+            sources.append({table: _run_rows(paths, run_id, ingest_id, table in partitioned)
+                            for table, paths in by_table.items()})
         written: list[DataFile] = []
         lock = threading.Lock()
 
@@ -282,7 +283,7 @@ class Writer:
             """A metric's rows, each run's into its file, written in the metric's thread
             while the others compute."""
             for (run_id, ingest_id, _), rollups in zip(runs, self._split(table, rows, len(runs))):
-                writer = FileWriter(root, run_id, ingest_id, f"{ingest_id}-{tag}")
+                writer = FileWriter(root, run_id, ingest_id, f"{ingest_id}-{tag}", partitioned=partitioned)
                 try:
                     writer.write(table, rollups)
                     files = writer.close()
@@ -302,6 +303,16 @@ class Writer:
         return sorted(written, key=lambda f: (order[f.run_id], list(schema.ROLLUPS).index(f.table), f.device))
 
 
+def _run_rows(paths: list[str], run_id: str, ingest_id: str, hive: bool) -> str:
+    """A relation of one run's rows of one ingest in these files (absolute paths or URLs)."""
+    from tracedb.storage import sql_str
+
+    listed = "[" + ", ".join(sql_str(p) for p in paths) + "]"
+    opts = ", hive_partitioning = true, hive_types = {'run_id': VARCHAR, 'device': VARCHAR}" if hive else ""
+    return (f"(SELECT * FROM read_parquet({listed}{opts}) "
+            f"WHERE run_id = {sql_str(run_id)} AND ingest_id = {sql_str(ingest_id)})")
+
+
 def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
     """Fill `tables` (rollup tables) for every run of `lake` from its live files of the tables
     its metrics read (`-- reads:`),
@@ -312,7 +323,7 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
     for the new ones in its one commit (`Lake.replace_tables`)."""
     lake.ensure_tables()
     live = {r["run_id"]: r["ingest_id"] for r in lake.read_table("runs", ["run_id", "ingest_id"]).to_pylist()}
-    have = {t: set() if anew else {r["run_id"] for r in lake.add_actions(t).to_pylist()} for t in tables}
+    have = {t: set() if anew else {run for run, _ in lake.live_files_by_run(t, live)[0]} for t in tables}
     inputs: dict[str, list[str]] = {}  # run -> its live files of the tables the metrics read
     for source in reads(tables):
         for run_id, path in lake.live_files_by_run(source, live)[0]:
@@ -327,7 +338,8 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
                 by_missing.setdefault(missing, []).append((r, live[r], sorted(inputs[r])))
         for missing, todo in by_missing.items():
             for i in range(0, len(todo), 50):  # groups of runs, as an ingest commits them
-                files += roll.write_runs(lake.root, todo[i:i + 50], tables=list(missing), tag=tag)
+                files += roll.write_runs(lake.root, todo[i:i + 50], tables=list(missing), tag=tag,
+                                         partitioned=lake.partitioned_tables())
         if anew:
             lake.replace_tables(tables, files)
         else:

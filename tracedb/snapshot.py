@@ -43,7 +43,8 @@ LAKE_JSON = "_tracedb/lake.json"
 CATALOG = "catalog.duckdb"
 # What a snapshot holds besides the views; part of the recorded state, so a snapshot an
 # older tracedb wrote is rebuilt once. 2: tracedb_live_files and view_parts (run scoping).
-SNAPSHOT_FORMAT = 2
+# 3: tracedb_live_files records each file's run range (run_lo, run_hi), not a row a run.
+SNAPSHOT_FORMAT = 3
 
 
 def log_version(table_dir: Path) -> int:
@@ -89,15 +90,26 @@ def attach_fresh(con: duckdb.DuckDBPyConnection, warehouse: Path) -> bool:
     return fresh
 
 
-def view_sql(columns: str, paths: list[str], mixed: bool) -> str:
-    """A data view over these files (absolute paths or URLs): the snapshot's views
-    (`catalog._build`) and the run-scoped ones alike."""
-    listed = "[" + ", ".join(sql_str(p) for p in paths) + "]"
-    # run_id and device come from the Hive paths (URL-decoded by DuckDB): a filter on
-    # either skips other runs' files unopened. Every file has the table's full schema.
-    where = (" WHERE (run_id, ingest_id) IN (SELECT run_id, ingest_id FROM tracedb_runs)" if mixed else "")
-    return (f"SELECT {columns} FROM read_parquet({listed}, hive_partitioning = true, "
-            "hive_types = {'run_id': VARCHAR, 'device': VARCHAR})" + where)
+# Every data view keeps the rows of each run's live ingest only: a file holds many runs,
+# some of them re-ingested or removed since it was written (their rows go at compaction).
+LIVE_FILTER = " WHERE (run_id, ingest_id) IN (SELECT run_id, ingest_id FROM tracedb_runs)"
+
+
+def view_sql(columns: str, files: list[tuple[str, str, str]], hive: bool = False) -> str:
+    """A data view over these files (absolute path or URL, least and greatest run_id): the
+    snapshot's views (`catalog._build`) and the run-scoped ones alike. One UNION ALL
+    branch a file, each filtered on its file's run range: DuckDB's optimizer drops every
+    branch whose range cannot hold the runs a query asks for, so a one-run query opens
+    the files that hold that run whatever the fleet (docs/scale.md). `hive`: files of the
+    partitioned layout of schema <= 7 (run_id and device in the paths)."""
+    if hive:
+        listed = "[" + ", ".join(sql_str(p) for p, _, _ in files) + "]"
+        return (f"SELECT {columns} FROM read_parquet({listed}, hive_partitioning = true, "
+                "hive_types = {'run_id': VARCHAR, 'device': VARCHAR})" + LIVE_FILTER)
+    branches = " UNION ALL ".join(
+        f"SELECT {columns}, ingest_id FROM read_parquet({sql_str(p)}) WHERE run_id BETWEEN {sql_str(lo)} AND {sql_str(hi)}"
+        for p, lo, hi in files)
+    return f"SELECT {columns} FROM ({branches}){LIVE_FILTER}"
 
 
 def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> list[str] | None:
@@ -110,19 +122,19 @@ def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> 
         if not parts:
             return None
         listed = con.execute(
-            "SELECT table_name, path FROM tracedb_live_files WHERE list_contains(?, run_id) "
-            "ORDER BY table_name, path", [runs]).fetchall()
-    except duckdb.CatalogException:
+            "SELECT DISTINCT table_name, path, run_lo, run_hi FROM tracedb_live_files, unnest(?) AS r(run) "
+            "WHERE r.run BETWEEN run_lo AND run_hi ORDER BY table_name, path", [runs]).fetchall()
+    except duckdb.Error:  # an older snapshot (no such table or column)
         return None
-    files: dict[str, list[str]] = {}
-    for table, path in listed:
-        files.setdefault(table, []).append(path)
+    files: dict[str, list[tuple[str, str, str]]] = {}
+    for table, path, lo, hi in listed:
+        files.setdefault(table, []).append((path, lo, hi))
     made = []
     for table, part in json.loads(parts[0][0]).items():
         if not re.search(rf"\b{table}\b", sql, re.IGNORECASE):  # each view costs ~1 ms to make and drop
             continue
         paths = files.get(table)
-        body = view_sql(part["columns"], paths, part["mixed"]) if paths else part["empty"]
+        body = view_sql(part["columns"], paths, part.get("hive", False)) if paths else part["empty"]
         con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {body}')
         made.append(table)
     return made

@@ -1,16 +1,19 @@
-"""Parquet data files of the lake: `<table>/run_id=<id>/device=<dev>/part-<ingest>-<n>.parquet`.
+"""Parquet data files of the lake: `<table>/part-<ingest>-<n>.parquet`.
 
-Readers stream batches; `FileWriter` routes them by device into one parquet file per
-(table, device), written straight into its final partition folder of the lake (see
-`tracedb.lake`): a file is not live until the lake's Delta commit adds it, so a failed
-or crashed ingest never leaves anything visible, and nothing is written twice. As Delta
-Lake wants, the partition columns (run_id, device) are in the path and the log, not in
-the file; every row carries its `ingest_id`. Pages carry CRC checksums.
+Readers stream batches; `FileWriter` writes each source file's rows into one parquet file
+per table, in the lake's table folder (see `tracedb.lake`): a file is not live until the
+lake's Delta commit adds it, so a failed or crashed ingest never leaves anything visible.
+Every row carries its run_id, device and `ingest_id`. Pages carry CRC checksums.
+
+An ingest group's files are then merged (`merge_group`), before the commit lock, into one
+file a table ordered by run_id: a table gains a file a group, not a file a run, source
+file and device (~17 a run in schema 7; docs/scale.md). A table still in the partitioned
+layout of schema <= 7 (a lake whose older migrations run, `partitioned`) gets a file a
+(table, device) in its run's partition folder, without the partition columns, as then.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,28 +49,8 @@ def conform(batch: pa.RecordBatch | pa.Table, table: str, fill: dict[str, object
     return pa.Table.from_arrays(cols, schema=target)
 
 
-# Numeric columns whose values are (nearly) all distinct: written plain, not dictionary-encoded.
-PLAIN_COLUMNS = ("seq", "node_seq", "correlation_id", "external_id", "address")
-
-
-@functools.lru_cache(maxsize=None)
-def dictionary_columns(table: str) -> list[str]:
-    """The Parquet columns written dictionary-encoded: all but timestamps and durations
-    (`*_ns`) and ids (PLAIN_COLUMNS), which are nearly all distinct. pyarrow's default
-    dictionary-encodes every column and spent the time building dictionaries of those:
-    one rank of the Kineto H200 fixture writes in ~13 instead of ~14.5 ms of CPU, into
-    ~20% smaller files (best of 11). Repeating columns (names, devices, steps, streams,
-    threads) keep their dictionaries, which DuckDB's scans and groupings use."""
-    out = []
-    for f in lake.file_schema(table):
-        if f.name.endswith("_ns") or f.name in PLAIN_COLUMNS:
-            continue
-        out.append(f.name)
-        t = f.type
-        while pa.types.is_list(t):  # a nested column's leaf
-            out[-1] += ".list.element"
-            t = t.value_type
-    return out
+PLAIN_COLUMNS = lake.PLAIN_COLUMNS
+dictionary_columns = lake.dictionary_columns
 
 
 @dataclass
@@ -79,10 +62,12 @@ class FileWriter:
     ingest_id: str
     file_tag: str  # unique within the ingest: keeps several source files from colliding
     fill: dict[str, object] = field(default_factory=dict)  # constant columns, e.g. source_file
+    partitioned: frozenset[str] = frozenset()  # tables in the partitioned layout (`Lake.partitioned_tables`)
     _writers: dict[tuple[str, str], pq.ParquetWriter] = field(default_factory=dict)
     _rows: dict[tuple[str, str], int] = field(default_factory=dict)
     _paths: dict[tuple[str, str], str] = field(default_factory=dict)
     _sinks: dict[tuple[str, str], storage.HashingFile] = field(default_factory=dict)  # object storage
+    _devices: dict[tuple[str, str], set] = field(default_factory=dict)  # a file's devices (unpartitioned)
 
     def __post_init__(self) -> None:
         self.fill = {**self.fill, "run_id": self.run_id}
@@ -96,8 +81,8 @@ class FileWriter:
             where = self.root / rel
         else:
             where = self._sinks[key] = self._store.open_write(rel)
-        return pq.ParquetWriter(where, lake.file_schema(key[0]), compression="zstd", write_page_checksum=True,
-                                use_dictionary=dictionary_columns(key[0]))
+        return pq.ParquetWriter(where, lake.file_schema(key[0], key[0] in self.partitioned), compression="zstd",
+                                write_page_checksum=True, use_dictionary=dictionary_columns(key[0]))
 
     def write(self, table: str, batch: pa.RecordBatch) -> None:
         data = conform(batch, table, self.fill)
@@ -105,27 +90,38 @@ class FileWriter:
             return
         if data.column("device").null_count:
             raise TraceFormatError(f"reader produced {table} rows without a device")
+        if table not in self.partitioned:  # one file a table, every device in it
+            self._write(table, "", data.append_column(lake.INGEST_ID, pa.repeat(pa.scalar(self.ingest_id), data.num_rows)),
+                        f"{table}/part-{self.file_tag}-{_safe(self.run_id)}.parquet")
+            return
         devices = pc.unique(data.column("device")).to_pylist()
         for device in devices:
             part = data if len(devices) == 1 else data.filter(pc.equal(data.column("device"), device))
-            key = (table, device)
-            if key not in self._writers:
-                rel = f"{partition_dir(table, self.run_id, device)}/part-{self.file_tag}.parquet"
-                self._paths[key] = rel
-                self._rows[key] = 0
-                self._writers[key] = self._open(key, rel)
             out = part.drop_columns(lake.PARTITIONS).append_column(
                 lake.INGEST_ID, pa.repeat(pa.scalar(self.ingest_id), part.num_rows))
-            self._writers[key].write_table(out)
-            self._rows[key] += part.num_rows
+            self._write(table, device, out, f"{partition_dir(table, self.run_id, device)}/part-{self.file_tag}.parquet")
+
+    def _write(self, table: str, device: str, out: pa.Table, rel: str) -> None:
+        key = (table, device)
+        if key not in self._writers:
+            self._paths[key] = rel
+            self._rows[key] = 0
+            self._devices[key] = set()
+            self._writers[key] = self._open(key, rel)
+        self._writers[key].write_table(out)
+        self._rows[key] += out.num_rows
+        if not device:
+            self._devices[key].update(pc.unique(out.column("device")).to_pylist())
 
     def close(self) -> list[lake.DataFile]:
         for w in self._writers.values():
             w.close()
         for sink in self._sinks.values():
             sink.close()  # the upload completes here
-        out = [lake.DataFile(t, self.run_id, d, rel, self._rows[(t, d)], *self._size_and_hash((t, d), rel),
-                             ingest_id=self.ingest_id) for (t, d), rel in self._paths.items()]
+        out = [lake.DataFile(t, self.run_id, d or min(self._devices[(t, d)]), rel, self._rows[(t, d)],
+                             *self._size_and_hash((t, d), rel), ingest_id=self.ingest_id,
+                             device_hi="" if d else max(self._devices[(t, d)]), partitioned=bool(d))
+               for (t, d), rel in self._paths.items()]
         self._writers.clear()
         return out
 
@@ -148,6 +144,49 @@ class FileWriter:
             else:
                 self._store.unlink(rel)
         self._writers.clear()
+
+
+def _safe(run_id: str) -> str:
+    """A short tag of a run id for a file name (several runs' files share a table folder)."""
+    import hashlib
+
+    return hashlib.sha256(run_id.encode()).hexdigest()[:12]
+
+
+def merge_group(root: Path | str, files: list[lake.DataFile], ingest_id: str) -> list[lake.DataFile]:
+    """An ingest group's files merged into one file a table (`lake.write_merged`: rows
+    ordered by run_id), written beside them under the ingest's id; the originals are then
+    deleted (never logged). Files of a table in the partitioned layout are left as they are.
+    Tables are merged in threads (pyarrow's reads, sorts and writes release the GIL)."""
+    import secrets
+
+    store = storage.open_storage(storage.location(root))
+    by_table: dict[str, list[lake.DataFile]] = {}
+    kept = []
+    for f in files:
+        if f.partitioned:
+            kept.append(f)
+        else:
+            by_table.setdefault(f.table, []).append(f)
+
+    def merge(table: str, mine: list[lake.DataFile]) -> list[lake.DataFile]:
+        if len(mine) == 1:
+            return mine
+        sch = lake.file_schema(table)
+        parts = [pq.read_table(pa.BufferReader(store.read_bytes(f.rel)) if store.remote else str(store.root / f.rel),
+                               schema=sch) for f in mine]
+        merged = lake.write_merged(store, table, parts, f"{table}/part-{ingest_id}-g{secrets.token_hex(4)}.parquet",
+                                   ingest_id)
+        return [merged] if merged is not None else []
+
+    tables = list(by_table)
+    out = lake.concurrently([lambda t=t: merge(t, by_table[t]) for t in tables])
+    merged = [f for group in out for f in group]
+    for t, group in zip(tables, out):
+        if group and group[0] not in by_table[t]:
+            for f in by_table[t]:
+                store.unlink(f.rel)
+    return kept + merged
 
 
 @dataclass
