@@ -146,6 +146,8 @@ def ingest(
         if not run.replaced and any(f.ok for f in run.files):
             typer.echo(f"{run.run_id}: not replaced: some of its files failed, so it keeps its previous complete "
                        "version (if any); --partial lands what is readable", err=True)
+    if summary.compaction_error:
+        typer.echo(f"warning: {summary.compaction_error}", err=True)
     if not summary.ok:
         typer.echo(f"{len(summary.errors)} error(s); see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
         raise typer.Exit(1)

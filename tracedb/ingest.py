@@ -133,6 +133,9 @@ class RunSummary:
 class IngestSummary:
     warehouse: Path | str
     runs: list[RunSummary]
+    compacted: dict[str, int] = field(default_factory=dict)  # files merged away, per table (`_compact`)
+    # the runs landed, but compacting the files after them failed (`tracedb optimize` retries)
+    compaction_error: str | None = None
 
     @property
     def errors(self) -> list[tuple[str, str]]:
@@ -470,6 +473,7 @@ def ingest(
             rows.append(sum(n for r in results for t, n in r.rows.items() if t in rollups.WHOLE_SOURCES))
             results = []  # the landing's now
         landing.commit()
+        compacted, compaction_error = landing.compact(ingest_id)  # under the ingest's mark: vacuum spares its files
     except BaseException:
         if landing:
             landing.discard(results + (pool.finished() if pool else []))
@@ -481,7 +485,7 @@ def ingest(
         if landing:
             landing.close()
         marked.close()
-    return IngestSummary(warehouse, landing.summaries)
+    return IngestSummary(warehouse, landing.summaries, compacted, compaction_error)
 
 
 def _some_trace(paths: list[Path], planned: list[tuple[RunSpec, list[_Job], list[FileResult]]]) -> None:
@@ -646,6 +650,21 @@ class _Landing:
             c.files = []
         runs[0].files = merged
 
+    def compact(self, ingest_id: str) -> tuple[dict[str, int], str | None]:
+        """After the last commit: merge each table's files where a tier is full (`_compact`).
+        A failure is reported, not raised: the runs have landed."""
+        import duckdb
+        from deltalake.exceptions import DeltaError
+
+        if self.store is None or not self.summaries:
+            return {}, None
+        try:
+            with timing.phase("compact"):
+                return _compact(self.store, ingest_id), None
+        except (DeltaError, OSError, duckdb.Error, TracedbError) as e:
+            return {}, (f"the runs landed, but compacting the lake's files after them failed (`tracedb optimize` "
+                        f"compacts them): {' '.join(str(e).split())}")
+
     def discard(self, finished: list) -> None:
         """After a failure: what was written for runs that did not commit is no one's
         (`finished`: the files read of the run being read, the pool's results not yet
@@ -681,6 +700,30 @@ def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommi
                    for c in todo])
     for c in todo:
         c.files += [f for f in made if f.run_id == c.run_row["run_id"]]
+
+
+def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
+    """Tiered compaction after an ingest (`lake.Lake.compaction_plan`): where a table's tier
+    holds `Lake.FANOUT` files, they are merged into one, written before the commit lock
+    (files never change once written) and committed under it, with a new snapshot; a
+    chunk that another writer changed meanwhile is dropped (`commit_compacted`). An ingest
+    that fills no tier (nine in ten nightly groups) pays one reading of the logs."""
+    from tracedb import catalog
+
+    published = store.published()
+    plans = [(t, chunk) for t in schema.TABLES for chunk in store.compaction_plan(t, published)]
+    if not plans:
+        return {}
+    written = lake.concurrently([lambda t=t, c=c: store.write_compacted(t, c, published, ingest_id) for t, c in plans])
+    done: dict[str, int] = {}
+    with store.lock():
+        try:
+            for (table, chunk), merged in zip(plans, written):
+                done[table] = done.get(table, 0) + store.commit_compacted(table, chunk, merged)
+        finally:
+            if any(done.values()):
+                catalog.publish(store)
+    return {t: n for t, n in done.items() if n}
 
 
 def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], None] | None,

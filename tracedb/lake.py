@@ -898,15 +898,18 @@ class Lake:
 
     # -- maintenance --------------------------------------------------------------------
     def optimize(self, target_size: int = 256 << 20, fanout: int = 10) -> dict[str, int]:
-        """Compact the data tables (tiered: `_compact`) and the metadata tables' small
-        files; returns files removed per table. Call under `lock()`."""
+        """Compact the data tables (tiered, `compaction_plan`: every small file merged) and
+        the metadata tables' small files; returns files removed per table. Call under `lock()`."""
         self.remove_unpublished()
         published = self.published()
         out = {}
         for table in schema.ALL_TABLES:
             self._guard()
             if table in schema.TABLES:
-                out[table] = self._compact(table, published, target_size, fanout)
+                out[table] = 0
+                for chunk in self.compaction_plan(table, published, fanout, target_size, everything=True):
+                    merged = self.write_compacted(table, chunk, published, f"optimize-{int(time.time() * 1000)}")
+                    out[table] += self.commit_compacted(table, chunk, merged)
             else:
                 out[table] = int(self.table(table).optimize.compact(target_size=target_size).get("numFilesRemoved", 0))
             faults.step(f"optimize_after_{table}")
@@ -914,35 +917,37 @@ class Lake:
 
     # Files below this size are the lowest tier: each ingest group writes one a table.
     TIER_BASE = 1 << 20
+    FANOUT = 10
 
-    def _compact(self, table: str, published: dict[str, str], target_size: int, fanout: int) -> int:
-        """Tiered compaction of a data table: its live files by size tier (below 1 MiB,
-        then each `fanout` times larger), each tier's files in run order merged `fanout` at a
-        time into one file of the next tier, their rows that are not live dropped (the
-        superseded rows a re-ingest or `rm` left) and the order by run_id kept. The lowest
-        tier merges whenever it has two files (they are small). A table then holds about
-        `fanout` files a tier (~30 at 100,000 runs), and optimize reads and writes only the
-        files it merges: each row is rewritten about once a tier. One Delta commit a merge
-        (its new file added, the old ones removed): readers see the rows before or after."""
+    def compaction_plan(self, table: str, published: dict[str, str], fanout: int = FANOUT,
+                        target_size: int = 256 << 20, everything: bool = False) -> list[list[dict]]:
+        """Tiered compaction of a data table: its live files (`add_actions` rows) by size tier
+        (below 1 MiB, then each `fanout` times larger), each tier's files in run order, in
+        chunks of `fanout` to merge into one file of the next tier; a tier with fewer is
+        left (`everything`, for `tracedb optimize`: the lowest tier's files merge whenever
+        there are two). A table then holds about `fanout` files a tier (~30 at 100,000 runs
+        of nightly groups of 50), and each row is rewritten about once a tier: an ingest
+        that fills a tier pays for one merge (`write_compacted`), not for the history."""
         import math
 
         live = self.live_file_ranges(table, published)
-        live = live.filter(pa.array([s < target_size for s in live.column("size").to_pylist()], pa.bool_()))
         tiers: dict[int, list[dict]] = {}
         for r in sorted(live.to_pylist(), key=lambda r: (r["run_id"], r["path"])):
-            tier = 0 if r["size"] < self.TIER_BASE else 1 + int(math.log(r["size"] / self.TIER_BASE, fanout))
-            tiers.setdefault(tier, []).append(r)
-        removed = 0
+            if r["size"] < target_size:
+                tier = 0 if r["size"] < self.TIER_BASE else 1 + int(math.log(r["size"] / self.TIER_BASE, fanout))
+                tiers.setdefault(tier, []).append(r)
+        chunks = []
         for tier, files in sorted(tiers.items()):
-            step = fanout if tier else max(len(files), 2)
-            for i in range(0, len(files) - (len(files) % step if tier else 0), step):
-                chunk = files[i:i + step]
-                if len(chunk) >= 2:
-                    removed += self._merge(table, chunk, published)
-        return removed
+            if everything and tier == 0:
+                chunks += [files] if len(files) >= 2 else []
+            else:
+                chunks += [files[i:i + fanout] for i in range(0, len(files) - fanout + 1, fanout)]
+        return chunks
 
-    def _merge(self, table: str, files: list[dict], published: dict[str, str]) -> int:
-        """One merge of `_compact`: these files' live rows into one new file, in one commit."""
+    def write_compacted(self, table: str, chunk: list[dict], published: dict[str, str], tag: str) -> DataFile | None:
+        """A chunk's rows of runs' live ingests (`published`) in one new file, in run order,
+        not committed (no lock needed: files never change once written). `tag` names the
+        ingest (or optimize) that writes it: its mark spares the file from vacuum."""
         import secrets
 
         import pyarrow.compute as pc
@@ -950,25 +955,36 @@ class Lake:
 
         keys = pa.array([f"{r}\x00{i}" for r, i in published.items() if i is not None], pa.string())
         parts = []
-        for r in files:
+        for r in chunk:
             src = pa.BufferReader(self.storage.read_bytes(r["path"])) if self.remote else str(self.root / r["path"])
             data = pq.read_table(src, schema=file_schema(table))
             key = pc.binary_join_element_wise(data.column("run_id"), data.column(INGEST_ID.name), "\x00")
             parts.append(data.filter(pc.is_in(key, value_set=keys)))
+        return write_merged(self.storage, table, parts, f"{table}/part-{tag}-c{secrets.token_hex(4)}.parquet", tag)
+
+    def commit_compacted(self, table: str, chunk: list[dict], merged: DataFile | None) -> int:
+        """One Delta commit: the chunk's files removed, the merged file added (readers see
+        the rows before or after); call under `lock()`. Returns the files removed: 0 (and
+        the merged file deleted) when a chunk's file is no longer live (another compaction
+        or clean-up removed it since)."""
+        live = set(self.add_actions(table).column("path").to_pylist())
+        if any(r["path"] not in live for r in chunk):
+            if merged is not None:
+                self.storage.unlink(merged.rel)
+            return 0
         now = int(time.time() * 1000)
-        rel = f"{table}/part-optimize-{now}-{secrets.token_hex(4)}.parquet"
-        merged = write_merged(self.storage, table, parts, rel, ingest_id=f"optimize-{now}")
-        actions = [remove_action(r, now) for r in files]
-        if merged is not None:
-            self._record_checksums([merged])
-            actions.append(add_action(merged, now))
+        actions = [remove_action(r, now) for r in chunk]
         try:
+            if merged is not None:
+                self._require_present([merged])
+                self._record_checksums([merged])
+                actions.append(add_action(merged, now))
             self.transact(table, actions)
         except BaseException:
             if merged is not None:
-                self.storage.unlink(rel)
+                self.storage.unlink(merged.rel)
             raise
-        return len(files)
+        return len(chunk)
 
     def check(self) -> list[tuple[str, str, str]]:
         """Verify every live data file against the log and what was recorded when it was
