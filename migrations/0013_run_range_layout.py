@@ -32,7 +32,7 @@ GROUP_RUNS = 50
 
 
 def up(lake) -> None:
-    from tracedb import schema
+    from tracedb import faults, schema
 
     lake.ensure_tables()
     published = lake.published()
@@ -42,7 +42,9 @@ def up(lake) -> None:
             _discard_record(lake, record)
             files = _rewrite(lake, table, published)
             lake.storage.write_atomic(record, _dump(files))
+            faults.step("m0013_before_unpartition")
             _unpartition(lake, table)
+            faults.step("m0013_after_unpartition")
         elif lake.storage.is_file(record):
             files = _load(lake.storage.read_bytes(record))
         else:

@@ -104,12 +104,15 @@ def test_schema1_warehouse_is_converted_to_delta_lake_in_place(tmp_path):
     assert DeltaTable(str(wh / "kernels")).to_pyarrow_table().num_rows == 755 + 234
     assert pl.read_delta(str(wh / "runs")).height == 2
     # the schema-1 files were deleted once the lake was committed; only the lake's remain:
-    # 0004's (.v2) and, for nodes, 0012's rewrite of each of them (.v2.m<ms>: flops filled;
-    # the .v2 ones stay on disk, dead, until vacuum)
+    # 0004's (.v2) and, for nodes, 0012's rewrite of each of them (.v2.m<ms>: flops filled),
+    # dead on disk until vacuum, and 0013's files of many runs, the live ones
     import re
 
-    lake_file = re.compile(r"\.v2(\.m\d+)?\.parquet$")
+    lake_file = re.compile(r"(\.v2(\.m\d+)?|/part-m0013-\d{6}-[0-9a-f]{8})\.parquet$")
     assert all(lake_file.search(p) for p in data_files(wh) if not p.startswith("rollup_"))
+    from tracedb.lake import Lake
+
+    assert all("/part-m0013-" in p for p in Lake(wh).live_files("kernels")[0])
     # 0006 computed both runs' rollups (each has timed GPU activity)
     assert con.execute("SELECT DISTINCT run_id FROM rollup_stream_overlap ORDER BY 1").fetchall() == [
         (r,) for (r,) in con.execute("SELECT DISTINCT run_id FROM kernels ORDER BY 1").fetchall()]
@@ -295,6 +298,16 @@ def _raw_collectives(*traces) -> dict:
     return out
 
 
+def assert_untouched_but_by_0013(wh, before: dict[str, list[str]]) -> None:
+    """The tables of `before` (their data files then) lost no file, and gained only the
+    files of migration 0013 (schema 8), which rewrites every data table in files of many
+    runs: no migration before it touched them."""
+    for t, old in before.items():
+        now = sorted(p for p in data_files(wh) if p.startswith(t + "/"))
+        assert set(old) <= set(now), t
+        assert all(re.search(r"/part-m0013-\d{6}-[0-9a-f]{8}\.parquet$", p) for p in set(now) - set(old)), t
+
+
 def test_schema4_lake_gains_the_collectives_rollup(tmp_path):
     """Migration 0007 on a frozen schema-4 lake (made with the code before it: a Kineto run
     ingested twice, a TF run, a one-rank all-reduce and a two-rank NCCL job): every run's
@@ -309,7 +322,7 @@ def test_schema4_lake_gains_the_collectives_rollup(tmp_path):
         catalog.connect(wh)
     before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in ("kernels", "rollup_stream_overlap")}
     assert catalog_migrate(wh) == ["0007_rollup_collectives", "0008_interval_rollups", *LATER]
-    assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
+    assert_untouched_but_by_0013(wh, before)
     con = catalog.connect(wh)
     assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
         ("allreduce", 3774), ("nccl", 2358), ("streams", 755), ("torch", 399)]
@@ -399,7 +412,7 @@ def test_schema5_lake_gains_stream_rollup(tmp_path):
         catalog.connect(wh)
     before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in ("kernels", "rollup_collectives")}
     assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
-    assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
+    assert_untouched_but_by_0013(wh, before)
     con = catalog.connect(wh)
     got = {(r, f, s): list(v) for r, f, s, *v in con.execute(
         "SELECT run_id, source_file, stream, host_wait_ns, host_wait_gaps, kernel_wait_ns, kernel_wait_gaps, "
@@ -488,7 +501,7 @@ def test_schema5_lake_gains_device_time_rollup(tmp_path):
     tables = ("kernels", "rollup_gpu_busy_idle", "rollup_stream_overlap", "rollup_collectives")
     before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in tables}
     assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
-    assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in tables} == before
+    assert_untouched_but_by_0013(wh, before)
     con = catalog.connect(wh)
     assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
         ("allreduce", 3774), ("nccl", 2358), ("streams", 755), ("torch", 399)]
@@ -546,7 +559,7 @@ def test_schema5_lake_gains_the_step_rollup(tmp_path):
     before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/"))  # (nodes: 0009 adds columns to them)
               for t in ("kernels", "rollup_collectives", "rollup_stream_overlap")}
     assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
-    assert {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in before} == before
+    assert_untouched_but_by_0013(wh, before)
     con = catalog.connect(wh)
     assert con.execute("SELECT list(DISTINCT run_id ORDER BY run_id), list(DISTINCT device) FROM rollup_step_times"
                        ).fetchall() == [(["allreduce", "nccl", "streams", "torch"], ["all"])]
@@ -610,3 +623,45 @@ def test_schema5_lake_gains_the_launch_rollup(tmp_path):
     assert seen > 2 * (3774 + 2358)
     con.close()
     assert catalog_migrate(wh) == []
+
+
+FROZEN_SCHEMA6 = DATA / "frozen_warehouse_schema6"
+
+
+def _views(wh) -> dict[str, list]:
+    con = catalog.connect(wh)
+    try:
+        return {t: con.execute(f"SELECT * EXCLUDE (source_file) FROM {t} ORDER BY ALL").fetchall()
+                if "source_file" in schema.TABLES[t].names else con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall()
+                for t in schema.TABLES}
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("step", ["m0013_before_unpartition", "m0013_after_unpartition"])
+def test_layout_migration_killed_at_its_commits_is_completed_by_a_rerun(tmp_path, step):
+    """Migration 0013 (schema 8) on a frozen schema-6 lake, SIGKILLed before and after the
+    commit that unpartitions its first table: a rerun ends with the rows a migration
+    that was never killed gives, every table unpartitioned, no record left."""
+    import subprocess
+    import sys
+
+    from tracedb.lake import Lake
+
+    clean, killed = tmp_path / "clean", tmp_path / "killed"
+    for wh in (clean, killed):
+        shutil.copytree(FROZEN_SCHEMA6, wh)
+    catalog_migrate(clean)
+    want = _views(clean)
+    assert sum(len(rows) for rows in want.values()) > 10_000
+    r = subprocess.run([sys.executable, "-m", "tracedb.cli", "migrate", "-w", str(killed)], capture_output=True,
+                       env={**__import__("os").environ, "TRACEDB_CRASH_AT": step})
+    assert r.returncode == -9, r.stderr
+    assert any((killed / "_tracedb").glob("m0013-*.json"))  # the first table's new files, on record
+    catalog_migrate(killed)
+    assert _views(killed) == want
+    assert not list((killed / "_tracedb").glob("m0013-*.json"))
+    lake = Lake(killed)
+    assert lake.partitioned_tables() == frozenset()
+    for table in ("nodes", "kernels"):  # every live row is in a new file of many runs
+        assert all("/part-m0013-" in p for p in lake.live_files(table)[0])

@@ -328,7 +328,7 @@ def vacuum(warehouse: Optional[str] = WarehouseOpt,
 
 @command()
 def optimize(warehouse: Optional[str] = WarehouseOpt):
-    """Compact small files: each run and device partition into as few files as possible (Delta optimize).
+    """Compact small files: each table's small files merged into one, in run order, dropping rows no run's live version holds.
 
     Example: tracedb optimize --warehouse /data/tracedb && tracedb vacuum --retention-hours 0
     """

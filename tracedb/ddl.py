@@ -1,11 +1,13 @@
 """`tracedb ddl --engine E`: one script that points an engine's catalog at the lake.
 
 The lake is a set of Delta tables, `<location>/<table>/` with its `_delta_log/`,
-partitioned by run_id and device; every row carries the `ingest_id` that wrote it, and the
-`runs` table publishes each run's live one. The script defines, per engine:
+unpartitioned from schema 8: a file holds many runs ordered by run_id, and its add
+action's min/max statistics of run_id, device and ingest_id let an engine skip the files of
+other runs. Every row carries the `ingest_id` that wrote it, and the `runs` table
+publishes each run's live one. The script defines, per engine:
 
 - the Delta tables themselves, in schema `<schema>_lake` (Spark/Databricks: `CREATE TABLE
-  ... USING DELTA PARTITIONED BY (run_id, device) LOCATION`, with the columns and their
+  ... USING DELTA LOCATION`, with the columns and their
   comments from `tracedb.schema`; Trino: the Delta connector's `register_table` procedure,
   which takes columns and comments from the Delta log; DuckDB: views over `delta_scan`);
 - in schema `<schema>`, the views the canned queries read (`nodes`, `kernels`, ...), which
@@ -28,7 +30,6 @@ from tracedb import schema
 from tracedb.errors import TracedbError
 
 ENGINES = ("spark", "databricks", "trino", "duckdb")
-PARTITIONS = tuple(lake_mod.PARTITIONS)
 # The lake's tables that clients see (checksums is tracedb's own bookkeeping).
 TABLES = ("runs", *schema.TABLES, "files", "ingest_log")
 
@@ -107,8 +108,7 @@ class _Builder:
         sch = lake_schema(table)
         cols = ",\n".join(
             f"  {self.ident(f.name)} {self.type(f.type)} COMMENT {self.string(_doc(f))}" for f in sch)
-        parts = f"PARTITIONED BY ({', '.join(PARTITIONS)})\n" if table in schema.TABLES else ""
-        return (f"CREATE TABLE IF NOT EXISTS {name} (\n{cols}\n) USING DELTA\n{parts}"
+        return (f"CREATE TABLE IF NOT EXISTS {name} (\n{cols}\n) USING DELTA\n"
                 f"LOCATION {where}\nCOMMENT {self.string(schema.TABLE_DOCS[table])}")
 
     def view(self, table: str) -> list[str]:

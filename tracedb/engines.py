@@ -6,9 +6,10 @@ tests that compare Spark with DuckDB) asks it. It reads the table's `_delta_log`
 files it adds) and keeps those of each run's published ingest (`runs.ingest_id`), as
 `tracedb.lake.Lake.live_files` does for the DuckDB snapshot.
 
-Partition columns come from the Hive paths (`run_id=<id>/device=<dev>/`, URL-encoded), not
-from the files: Delta writers leave them out of the Parquet data. Spark discovers them with
-the `basePath` option; type inference is off so that a run id `007` stays a string.
+From schema 8 run_id and device are columns of the files (a file holds many runs); the
+views keep each run's live rows by `(run_id, ingest_id)` in `runs`. (In the partitioned
+layout of schema <= 7 they came from the Hive paths, which Spark discovers with the
+`basePath` option; type inference stays off so that a run id `007` stays a string.)
 
 In production, Spark reads the Delta tables themselves through the Delta connector
 (`tracedb ddl --engine spark`, docs/engines.md); `spark_views` is the same thing without
@@ -66,8 +67,8 @@ def spark_views(spark: Any, warehouse: Path) -> None:
 
 
 def spark_parquet(spark: Any, base: Path, files: list[Path], sch) -> Any:
-    """A DataFrame over Hive-partitioned Parquet files under `base`: partition columns
-    (run_id, device) come from the paths, whether the files hold them or not."""
+    """A DataFrame over Parquet files under `base` with the schema given (run_id and
+    device from the files, or, in a partitioned layout, from the Hive paths)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     # The schema given, Spark reads no footer to infer it (a job per table otherwise).
