@@ -89,6 +89,14 @@ def two_runs(tmp_path) -> Path:
     return wh
 
 
+def remove_kernels_file_of(wh: Path, run: str) -> None:
+    """Delete the kernels file that holds `run` alone (each run here is its own ingest)."""
+    from tracedb.lake import Lake
+
+    [path] = [r["path"] for r in Lake(wh).add_actions("kernels").to_pylist() if r["run_id"] == r["run_hi"] == run]
+    (wh / path).unlink()
+
+
 def test_a_scoped_query_binds_only_its_runs_files(two_runs):
     """Run b's kernels file gone behind the snapshot's back: the whole `kernels` view can
     no longer be bound, yet run a's scoped query reads only run a's files and answers."""
@@ -96,7 +104,7 @@ def test_a_scoped_query_binds_only_its_runs_files(two_runs):
     want = q.execute(con, sqllib.load("kernel_summary"), sqllib.bind(sqllib.load("kernel_summary"), {"run_id": "a"}))
     assert want.num_rows > 0
     con.close()
-    shutil.rmtree(two_runs / "kernels" / "run_id=b")
+    remove_kernels_file_of(two_runs, "b")
     cq = sqllib.load("kernel_summary")
     got = q.run_query(cq, {"run_id": "a"}, two_runs)
     assert got.equals(want)
@@ -151,7 +159,7 @@ def test_a_snapshot_an_older_tracedb_wrote_is_rebuilt_once(two_runs):
     con.close()
     assert q.run_query("kernel_summary", {"run_id": "a"}, two_runs).num_rows > 0
     con = duckdb.connect(str(path), read_only=True)
-    runs = con.execute("SELECT DISTINCT run_id FROM tracedb_live_files ORDER BY 1").fetchall()
+    runs = con.execute("SELECT DISTINCT run_lo FROM tracedb_live_files ORDER BY 1").fetchall()
     assert runs == [("a",), ("b",)]
 
 
@@ -196,7 +204,7 @@ def test_rollup_leaves_the_raw_views_unbound(two_runs):
     step range, or as its raw-row text, it reads raw rows and fails as before."""
     cq = sqllib.load("collectives")
     want = q.run_query(cq, {}, two_runs)
-    shutil.rmtree(two_runs / "kernels" / "run_id=b")
+    remove_kernels_file_of(two_runs, "b")
     assert q.run_query(cq, {}, two_runs).equals(want)
     with pytest.raises(TracedbError, match="collectives: IOException"):
         q.run_query(dataclasses.replace(cq, text=""), {}, two_runs)  # no include to choose for: raw rows
@@ -215,7 +223,7 @@ def test_rollup_with_a_default_reads_it_at_that_value(two_runs):
     assert metric.param("kernel_wait_ns").default == 30000 and "include:" not in metric.sql
     want = q.run_query(cq, {}, two_runs)
     assert want.num_rows and q.run_query(cq, {"kernel_wait_ns": 1000}, two_runs).num_rows
-    shutil.rmtree(two_runs / "kernels" / "run_id=b")
+    remove_kernels_file_of(two_runs, "b")
     assert q.run_query(cq, {}, two_runs).equals(want)
     assert q.run_query(cq, {"kernel_wait_ns": 30000}, two_runs).equals(want)
     for values in ({"kernel_wait_ns": 1000}, {"kernel_wait_ns": None}, {"step_to": 5}):
