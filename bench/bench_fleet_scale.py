@@ -4,13 +4,20 @@
 
 A template batch of 50 runs is built once by `bench/build_fleet.py` (Kineto, NCCL jobs, TF,
 MegEngine and JAX traces, with variation) and ingested with real `tracedb ingest` into
-WORK/template/wh. The lake of N runs is that lake plus N/50 - 1 synthetic nightly batches:
-each batch's data files are the template's live files, hard-linked under the new runs'
-names (`b00001-run00000`, ...), committed the way an ingest commits a group (`Lake.commit`'s
-step 1 per table, then `ingest_log`, `files`, `checksums` and the `runs` rows of the
-batch: one Delta commit a table a batch), so the log, the live-file lists and the
-snapshot are those of N ingested runs, at a fraction of ingest's cost. The snapshot is
-published once at the end (`catalog.publish`, as the last commit does).
+WORK/template/wh. The lake of N runs is that lake plus N/50 - 1 synthetic nightly batches,
+committed the way an ingest commits a group (`Lake.commit`'s step 1 per table, then
+`ingest_log`, `files`, `checksums` and the `runs` rows of the batch: one Delta commit a
+table a batch), so the log, the live-file lists and the snapshot are those of N ingested
+runs, at a fraction of ingest's cost. The snapshot is published once at the end
+(`catalog.publish`, as the last commit does).
+
+- Schema 8 (files of many runs): each batch's files are the template's live files with
+  the runs renamed `<run>-n<batch>` (so a night's runs sort among every other night's, as
+  model-named runs do: no file's run range is a night's alone) under the batch's own
+  ingest id, written sorted by run; after each batch the ingest's compaction runs
+  (`ingest._compact`: a full tier's files merged), as nightly ingests do.
+- Schema <= 7 (`--code` of an older tree, partitioned by run and device): the template's
+  files hard-linked into each run's partition folders under the names `b00001-run00000`.
 
 Then, each in a fresh process, wall time (and peak RSS where it matters), median of
 --repeat:
@@ -90,6 +97,8 @@ def build_lake(work: Path, tpl: Path, runs: int, every: int = 1) -> Path:
     shutil.copytree(tpl / "wh", wh, copy_function=os.link)
     src = lake_mod.Lake(tpl / "wh")
     lk = lake_mod.Lake(wh)
+    if hasattr(lk, "partitioned") and not lk.partitioned("kernels"):
+        return _build_flat(wh, tpl, src, lk, runs)
     tables = list(schema.TABLES)
     actions = {t: src.add_actions(t).to_pylist() for t in tables}
     meta = {t: src.read_table(t) for t in ("runs", "files", "ingest_log", "checksums")}
@@ -120,6 +129,50 @@ def build_lake(work: Path, tpl: Path, runs: int, every: int = 1) -> Path:
     with lk.lock():
         catalog.publish(lk)
     return wh
+
+
+RUN = {"flat": "run00000-n00001", "partitioned": "b00001-run00000"}  # a run of the first synthetic batch
+
+
+def _build_flat(wh: Path, tpl: Path, src, lk, runs: int) -> Path:
+    """Schema 8's lake of `runs` runs (see the docstring): a batch a commit, then compaction."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tracedb import catalog, ingest as ingest_mod, lake as lake_mod, schema
+
+    tables = list(schema.TABLES)
+    actions = {t: src.add_actions(t).to_pylist() for t in tables}
+    meta = {t: src.read_table(t) for t in ("runs", "files", "ingest_log")}
+    data = {t: [pq.read_table(tpl / "wh" / a["path"]) for a in actions[t]] for t in tables}
+    t0 = time.perf_counter()
+    for b in range(1, runs // BATCH):
+        rename = {r: f"{r}-n{b:05d}" for r in meta["runs"].column("run_id").to_pylist()}
+        ingest_id = f"{meta['runs'].column('ingest_id')[0].as_py()}-n{b:05d}"
+        files = []
+        for table in tables:
+            parts = [_renamed(_reingested(d, ingest_id), rename) for d in data[table]]
+            rel = f"{table}/part-{ingest_id}-g{table[:3]}.parquet"
+            f = lake_mod.write_merged(lk.storage, table, parts, rel, ingest_id)
+            if f is not None:
+                files.append(f)
+        rows = {t: _renamed(_reingested(meta[t], ingest_id), rename) for t in ("ingest_log", "files", "runs")}
+        with lk.lock():
+            lk._add_files(files)
+            _append(lk, rows)
+        ingest_mod._compact(lk, ingest_id)
+        if b % 20 == 0:
+            print(f"  batch {b}: {b * BATCH + BATCH} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    with lk.lock():
+        catalog.publish(lk)
+    return wh
+
+
+def _reingested(t, ingest_id: str):
+    import pyarrow as pa
+
+    col = t.schema.get_field_index("ingest_id")
+    return t if col < 0 else t.set_column(col, "ingest_id", pa.repeat(pa.scalar(ingest_id), t.num_rows))
 
 
 def _renamed(t, rename: dict):
@@ -172,7 +225,8 @@ def nightly(work: Path, tpl: Path, wh: Path, k: int) -> dict:
     main_pid = [p["pid"] for p in phases if p["phase"] == "commit"][0]
     get = {p["phase"]: p["end"] - p["start"] for p in phases if p["pid"] == main_pid}
     shutil.rmtree(night, ignore_errors=True)
-    return {"wall": wall, "rss": rss, "commit": get.get("commit", 0.0), "publish": get.get("publish", 0.0)}
+    return {"wall": wall, "rss": rss, "commit": get.get("commit", 0.0), "publish": get.get("publish", 0.0),
+            "merge": get.get("merge", 0.0), "compact": get.get("compact", 0.0)}
 
 
 def live_files(wh: Path) -> int:
@@ -244,7 +298,9 @@ def main() -> None:
     res: dict = {"runs": args.runs, "commit_every": args.commit_every, "code": str(args.code), "build_s": round(time.perf_counter() - t, 1),
                  "load_before": os.getloadavg()[0]}
     res.update(sizes(wh))
-    run = "b00001-run00000"
+    from tracedb import lake as lake_mod
+
+    run = RUN["flat" if hasattr(lake_mod.Lake, "partitioned") else "partitioned"]
     res.update(queries(wh, run, args.repeat, args.work))
     empty = args.work / "wh_empty"
     base = []
@@ -256,8 +312,11 @@ def main() -> None:
                                                              else args.nightly_repeat)]
     res.update({"nightly_empty_s": med(base) if base else None, "nightly_s": med([n["wall"] for n in nights]),
                 "commit_s": med([n["commit"] for n in nights]), "publish_s": med([n["publish"] for n in nights]),
-                "lock_s": med([n["commit"] + n["publish"] for n in nights])})
-    rms = [tracedb("rm", f"b{2 + k:05d}-run00001", "--warehouse", str(wh)) for k in range(args.repeat)]
+                "lock_s": med([n["commit"] + n["publish"] for n in nights]),
+                "merge_s": med([n["merge"] for n in nights]), "compact_s": med([n["compact"] for n in nights])})
+    victims = ([f"run00001-n{2 + k:05d}" for k in range(args.repeat)] if run == RUN["flat"]
+               else [f"b{2 + k:05d}-run00001" for k in range(args.repeat)])
+    rms = [tracedb("rm", v, "--warehouse", str(wh)) for v in victims]
     res.update({"rm_s": med([w for w, _, _ in rms]), "rm_rss_mb": med([r for _, r, _ in rms])})
     vac = [tracedb("vacuum", "--warehouse", str(wh)) for _ in range(args.repeat)]
     res.update({"vacuum_s": med([w for w, _, _ in vac]), "vacuum_rss_mb": med([r for _, r, _ in vac])})

@@ -3,14 +3,30 @@
 Layout (contract):
 
     <warehouse>/<table>/_delta_log/                      which files are live
-    <warehouse>/<table>/run_id=<id>/device=<dev>/*.parquet   data tables, Hive-style, URL-encoded
-    <warehouse>/runs/, files/, ingest_log/               metadata tables (unpartitioned)
+    <warehouse>/<table>/part-*.parquet                   data tables: files of many runs
+    <warehouse>/runs/, files/, ingest_log/               metadata tables
     <warehouse>/_tracedb/lake.json                       schema version and applied migrations
     <warehouse>/_tracedb/commit.lock                     serialises commits (never reads)
 
 The store owns every file written into or deleted from the lake: the readers' batches
-are written by `store.FileWriter` straight into their final partition folders (no file
-is live until a Delta commit adds it), and only this module commits, removes or vacuums.
+are written by `store.FileWriter` straight into their table folders (no file is live
+until a Delta commit adds it), and only this module commits, removes or vacuums.
+
+## The layout (schema 8, issue 22; the figures are in docs/scale.md)
+
+No table is partitioned: `run_id` and `device` are columns of every file. An ingest group's
+files are merged before the commit lock into one file a table (`store.merge_group`,
+`write_merged`: rows ordered by run_id then device, row groups of 128 k rows), and each
+add action carries the min/max of run_id, device and ingest_id as stats, exact (the stats
+delta-rs computes truncate long strings). A file is live while it holds a row of a
+published run's live ingest (`_live_runs`: the published runs in its run range whose live
+ingest is in its ingest range); a re-ingest or `rm` rewrites no file: the views keep
+`(run_id, ingest_id) IN runs`, a file left with no live row is removed from the log, and
+compaction drops the others' rows (`compaction_plan`: size tiers of ten, merged after an
+ingest where a tier is full, all small ones by `optimize`). Schema 7 partitioned every data
+table by run and device: ~17 files a run, a cost every commit, publish and query paid
+per file. A lake migrating from it meets both layouts while its older migrations run
+(`partitioned`, `partition_new_tables`); migration 0013 rewrites it.
 
 ## The publish protocol: a reader never sees half a run
 
@@ -25,7 +41,8 @@ commit lock, in this order:
    (the errors of a re-ingest that failed);
 3. `runs`: one Delta commit replacing the group's rows. **This is the publish point.**
 4. `files`: the replaced runs' rows; then each data table: one commit removing the files
-   of the runs' superseded ingests (and of any ingest that crashed before step 3).
+   that hold no live row any more (of superseded ingests, and of any ingest that crashed
+   before step 3).
 5. the caller (ingest) publishes the DuckDB snapshot (`catalog.publish`).
 
 A crash between steps 3 and 4 leaves `files` a version behind for those runs: the

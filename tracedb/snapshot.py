@@ -10,15 +10,14 @@ exactly what `catalog.connect` would open. Otherwise (stale, missing, damaged, a
 or remote warehouse, a migration pending, a table to create) `attach_fresh` says no and
 the caller uses `catalog.connect`, which rebuilds, migrates or raises as before.
 
-Run-scoped views. A data view lists every live file of its table (99 KB of SQL at 1,000
-runs) and DuckDB binds that list, with its Hive partitions, each time a query names the
-view: 15-23 ms per reference at 1,000 runs against 2 ms at 100, so a one-run query got
-slower as the fleet grew (`collectives` names `kernels` four times: 111-131 ms). The
-snapshot also records each live file's run (`tracedb_live_files`) and how each view is
-built (`view_parts` in `tracedb_meta`); a query whose header says it reads only the runs
-its parameters name (`-- scope: run_id`) runs against TEMP views over those runs' files
-alone (`scope_to_runs`), which shadow the snapshot's views for that query: 1.7-3 ms a
-reference whatever the number of runs (the bench's 1,000-run fleet, one file a run).
+Run-scoped views. A data view is a UNION ALL of one branch a live file (`view_sql`), and
+DuckDB binds every branch (reads its file's footer) each time a query names the view:
+~0.7 ms a file. Compaction keeps a table to a few dozen files (docs/scale.md), and the
+snapshot also records each live file's run range (`tracedb_live_files`) and how each view
+is built (`view_parts` in `tracedb_meta`); a query whose header says it reads only the
+runs its parameters name (`-- scope: run_id`) runs against TEMP views over the files whose
+range holds those runs (`scope_to_runs`), which shadow the snapshot's views for that query.
+(Schema 7 listed a file a run and device: 15-23 ms a reference at 1,000 runs.)
 """
 
 from __future__ import annotations
