@@ -702,6 +702,11 @@ def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommi
         c.files += [f for f in made if f.run_id == c.run_row["run_id"]]
 
 
+# A metadata table (`runs`, `files`, `ingest_log`, `checksums`) gains a file a commit;
+# compacted after an ingest once it has this many (delta-rs optimize: the table is small).
+META_FILES = 32
+
+
 def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
     """Tiered compaction after an ingest (`lake.Lake.compaction_plan`): where a table's tier
     holds `Lake.FANOUT` files, they are merged into one, written before the commit lock
@@ -712,7 +717,8 @@ def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
 
     published = store.published()
     plans = [(t, chunk) for t in schema.TABLES for chunk in store.compaction_plan(t, published)]
-    if not plans:
+    meta = [t for t in lake.META_WRITTEN if len(store.table(t).file_uris()) >= META_FILES]
+    if not plans and not meta:
         return {}
     written = lake.concurrently([lambda t=t, c=c: store.write_compacted(t, c, published, ingest_id) for t, c in plans])
     done: dict[str, int] = {}
@@ -720,6 +726,9 @@ def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
         try:
             for (table, chunk), merged in zip(plans, written):
                 done[table] = done.get(table, 0) + store.commit_compacted(table, chunk, merged)
+            for table in meta:  # a file a commit: `runs` is read whole at each commit and publish
+                store._guard()
+                done[table] = int(store.table(table).optimize.compact().get("numFilesRemoved", 0))
         finally:
             if any(done.values()):
                 catalog.publish(store)
