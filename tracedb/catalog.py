@@ -443,16 +443,12 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
     state = _lake_state(lake)
     # `files` as it describes the live versions (a run published just before a crash has
     # its rows from the ingest log, `Lake.live_file_rows`)
-    meta = {"runs": lake.read_table("runs"), "files": lake.live_file_rows()[0], "ingest_log": lake.read_table("ingest_log"),
-            "acceptances": lake.read_table("acceptances")}
-    runs = meta["runs"]
+    runs = lake.read_table("runs")
+    files, stale = lake.live_file_rows()
     published = dict(zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist()))
     con.execute("BEGIN")
-    for name, data in meta.items():
-        con.register("_lake_table", data)
-        cols = ", ".join(_ident(f.name) for f in lake_mod.delta_schema(name))
-        con.execute(f"CREATE TABLE tracedb_{name} AS SELECT {cols} FROM _lake_table")
-        con.unregister("_lake_table")
+    for name in ("runs", "files", "ingest_log", "acceptances"):
+        _meta_table(con, lake, name, {"runs": runs, "files": files}.get(name), materialize=name == "files" and stale)
     con.execute("CREATE TABLE tracedb_migrations (number INTEGER, name VARCHAR, applied_at VARCHAR, note VARCHAR)")
     migrations = lake.read_meta().get("migrations", [])
     if migrations:  # one statement (one each: ~0.4 ms a migration)
@@ -491,6 +487,26 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
     con.execute("CREATE VIEW acceptances AS SELECT * FROM tracedb_acceptances")  # the report's (tracedb accept)
     con.execute("COMMIT")
     return state
+
+
+def _meta_table(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, name: str, rows: pa.Table | None,
+                materialize: bool) -> None:
+    """`tracedb_<name>`: a view over the metadata table's live files, as they are (the
+    snapshot then does not grow with the runs: `runs`, `files` and `ingest_log` hold ~3 KB
+    a run, ~300 MB at 100,000 runs as tables in catalog.duckdb); a table of its rows where
+    they are not the files' (`files` of a run a crash left behind, `Lake.live_file_rows`;
+    a table whose files need a newer Delta reader)."""
+    cols = ", ".join(_ident(f.name) for f in lake_mod.delta_schema(name))
+    paths = None if materialize else lake.plain_files(name)
+    if paths is None:
+        con.register("_lake_table", rows if rows is not None else lake.read_table(name))
+        con.execute(f"CREATE TABLE tracedb_{name} AS SELECT {cols} FROM _lake_table")
+        con.unregister("_lake_table")
+    elif paths:
+        listed = "[" + ", ".join(lake_mod.sql_str(p) for p in paths) + "]"
+        con.execute(f"CREATE VIEW tracedb_{name} AS SELECT {cols} FROM read_parquet({listed}, union_by_name = true)")
+    else:
+        con.execute(f"CREATE VIEW tracedb_{name} AS {_empty_select(lake_mod.delta_schema(name))}")
 
 
 def _empty_select(sch) -> str:

@@ -498,6 +498,14 @@ class Lake:
             return empty.select(columns) if columns is not None else empty
         return pq.read_table(paths, schema=sch, columns=columns)
 
+    def plain_files(self, table: str) -> list[str] | None:
+        """An unpartitioned table's live files (absolute paths or URLs, in log order) when
+        they hold its rows as they are (reader protocol 1: no deletion vectors, no column
+        mapping), else None."""
+        if self.table(table).protocol().min_reader_version > 1:
+            return None
+        return [self.storage.absolute(p) for p in self.add_actions(table).column("path").to_pylist()]
+
     def add_actions(self, table: str) -> pa.Table:
         """One row per live file: path (relative, decoded), size, rows, run_id and run_hi
         (the range of runs it holds: one run in the partitioned layout), device (its
