@@ -165,8 +165,8 @@ def _copy_views(con: duckdb.DuckDBPyConnection) -> None:
     for (name,) in con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = 'snap'").fetchall():
         con.execute(f"CREATE TABLE {_ident(name)} AS SELECT * FROM snap.{_ident(name)}")
-    for (_name, sql) in con.execute(
-            "SELECT view_name, sql FROM duckdb_views() WHERE database_name = 'snap' AND NOT internal").fetchall():
+    views = con.execute("SELECT view_name, sql FROM duckdb_views() WHERE database_name = 'snap' AND NOT internal").fetchall()
+    for (_name, sql) in sorted(views, key=lambda v: not v[0].startswith("tracedb_")):  # the views others read first
         con.execute(sql)
     con.execute("DETACH snap")
 
