@@ -34,7 +34,7 @@ DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
-def lake_pair(tmp_path_factory) -> tuple[Path, Path]:
+def fleet_pair(tmp_path_factory) -> tuple[Path, Path]:
     """The schema-8 lake, and the same live rows in schema 7's folder layout beside it."""
     base = tmp_path_factory.mktemp("layouts")
     runs = base / "runs"
@@ -57,6 +57,19 @@ def lake_pair(tmp_path_factory) -> tuple[Path, Path]:
     old = base / "hive"
     _write_hive(lake, old)
     return wh, old
+
+
+@pytest.fixture(scope="module")
+def seed_pair(seed_warehouse, tmp_path_factory) -> tuple[Path, Path]:
+    """The seed warehouse (every shipped trace, a run each) in both layouts."""
+    old = tmp_path_factory.mktemp("seed_hive")
+    _write_hive(Lake(seed_warehouse), old)
+    return seed_warehouse, old
+
+
+@pytest.fixture(params=["seed", "fleet"])
+def lake_pair(request):
+    return request.getfixturevalue(f"{request.param}_pair")
 
 
 def _write_hive(lake: Lake, out: Path) -> None:
@@ -112,7 +125,7 @@ def test_every_canned_query_gives_the_same_rows_on_both_layouts(lake_pair):
     wh, old = lake_pair
     new_con, old_con = catalog.connect(wh), _schema7_connection(*lake_pair)
     runs = [r for (r,) in new_con.execute("SELECT run_id FROM runs ORDER BY 1").fetchall()]
-    assert "gone" not in runs and {"tf_b", "mge_b", "hta_nccl_two_ranks"} <= set(runs)
+    assert "gone" not in runs and len(runs) >= 7
     nonempty = 0
     for cq in sqllib.list_queries():
         if any(p.required and p.name != "run_id" for p in cq.params):
@@ -123,7 +136,7 @@ def test_every_canned_query_gives_the_same_rows_on_both_layouts(lake_pair):
             assert got.schema == want.schema, (cq.name, values)
             assert got.equals(want), (cq.name, values)
             nonempty += got.num_rows > 0
-    assert nonempty > 100
+    assert nonempty > 80
     for table in schema.TABLES:  # and the views themselves, row for row
         cols = ", ".join(f'"{f.name}"' for f in schema.TABLES[table])
         sql = f"SELECT {cols} FROM {table} ORDER BY ALL"
@@ -136,7 +149,7 @@ def test_a_one_run_query_opens_only_the_files_that_hold_the_run(lake_pair):
     wh, _ = lake_pair
     con = catalog.connect(wh)
     lake = Lake(wh)
-    for run in ("mge_b", "hta_nccl_allreduce", "tf_a"):
+    for run in [r["run_id"] for r in Lake(wh).read_table("runs").to_pylist()][:4]:
         for table in ("kernels", "nodes"):
             holding = {Path(r["path"]).name for r in lake.live_file_ranges(table).to_pylist()
                        if r["run_id"] <= run <= r["run_hi"]}
@@ -144,4 +157,5 @@ def test_a_one_run_query_opens_only_the_files_that_hold_the_run(lake_pair):
             flat = "".join(plan.replace("│", "").split())
             named = {f for f in (Path(p).name for p in lake.live_files(table)[0]) if f in flat}
             assert named == holding, (run, table, named, holding)
-            assert plan.count("READ_PARQUET") == len(holding)
+            # and the runs table's files (the live filter), unless no file can hold the run (nothing read)
+            assert plan.count("READ_PARQUET") == (len(holding) + 1 if holding else 0)
