@@ -153,11 +153,35 @@ def _safe(run_id: str) -> str:
     return hashlib.sha256(run_id.encode()).hexdigest()[:12]
 
 
+# A merge holds its files' rows in memory (a sort): the group's files of a table are merged
+# in chunks of at most this many bytes (compressed, ~5-10x in memory), in run order, and a
+# file this large or larger stays as it is (a big run's file is no small-file problem).
+MERGE_BYTES = 32 << 20
+
+
+def _chunks(files: list[lake.DataFile]) -> list[list[lake.DataFile]]:
+    """Files in run order, cut into chunks of at most MERGE_BYTES; a big file alone."""
+    out: list[list[lake.DataFile]] = []
+    size = 0
+    for f in sorted(files, key=lambda f: (f.run_id, f.rel)):
+        if f.size >= MERGE_BYTES:
+            out.append([f])
+            size = MERGE_BYTES  # the next file starts a chunk
+            continue
+        if not out or size + f.size > MERGE_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(f)
+        size += f.size
+    return out
+
+
 def merge_group(root: Path | str, files: list[lake.DataFile], ingest_id: str) -> list[lake.DataFile]:
     """An ingest group's files merged into one file a table (`lake.write_merged`: rows
-    ordered by run_id), written beside them under the ingest's id; the originals are then
-    deleted (never logged). Files of a table in the partitioned layout are left as they are.
-    Tables are merged in threads (pyarrow's reads, sorts and writes release the GIL)."""
+    ordered by run_id; one a chunk of MERGE_BYTES, `_chunks`), written beside them under the
+    ingest's id; the originals are then deleted (never logged). Files of a table in the
+    partitioned layout are left as they are. Tables are merged in threads (pyarrow's reads,
+    sorts and writes release the GIL)."""
     import secrets
 
     store = storage.open_storage(storage.location(root))
@@ -170,23 +194,24 @@ def merge_group(root: Path | str, files: list[lake.DataFile], ingest_id: str) ->
             by_table.setdefault(f.table, []).append(f)
 
     def merge(table: str, mine: list[lake.DataFile]) -> list[lake.DataFile]:
-        if len(mine) == 1:
-            return mine
-        sch = lake.file_schema(table)
-        parts = [pq.read_table(pa.BufferReader(store.read_bytes(f.rel)) if store.remote else str(store.root / f.rel),
-                               schema=sch) for f in mine]
-        merged = lake.write_merged(store, table, parts, f"{table}/part-{ingest_id}-g{secrets.token_hex(4)}.parquet",
-                                   ingest_id)
-        return [merged] if merged is not None else []
+        out = []
+        for chunk in _chunks(mine):
+            if len(chunk) == 1:
+                out += chunk
+                continue
+            sch = lake.file_schema(table)
+            parts = [pq.read_table(pa.BufferReader(store.read_bytes(f.rel)) if store.remote else str(store.root / f.rel),
+                                   schema=sch) for f in chunk]
+            merged = lake.write_merged(store, table, parts,
+                                       f"{table}/part-{ingest_id}-g{secrets.token_hex(4)}.parquet", ingest_id)
+            out += [merged] if merged is not None else []
+            for f in chunk:
+                store.unlink(f.rel)
+        return out
 
     tables = list(by_table)
     out = lake.concurrently([lambda t=t: merge(t, by_table[t]) for t in tables])
-    merged = [f for group in out for f in group]
-    for t, group in zip(tables, out):
-        if group and group[0] not in by_table[t]:
-            for f in by_table[t]:
-                store.unlink(f.rel)
-    return kept + merged
+    return kept + [f for group in out for f in group]
 
 
 @dataclass
