@@ -943,6 +943,10 @@ class Lake:
     # Files below this size are the lowest tier: each ingest group writes one a table.
     TIER_BASE = 1 << 20
     FANOUT = 10
+    # A merge sorts its rows in memory (pyarrow): chunks of at most this many bytes of
+    # Parquet (~5-10x that in memory, within `optimize`'s 500 MB), so files top out near
+    # it. Larger files need a merge that streams (docs/scale.md, "What is left").
+    MERGE_BYTES = 48 << 20
 
     def compaction_plan(self, table: str, published: dict[str, str], fanout: int = FANOUT,
                         target_size: int = 256 << 20, everything: bool = False) -> list[list[dict]]:
@@ -964,10 +968,21 @@ class Lake:
         chunks = []
         for tier, files in sorted(tiers.items()):
             if everything and tier == 0:
-                chunks += [files] if len(files) >= 2 else []
+                chunks += [c for c in self._by_bytes(files) if len(c) >= 2]
             else:
-                chunks += [files[i:i + fanout] for i in range(0, len(files) - fanout + 1, fanout)]
+                chunks += [c for c in (files[i:i + fanout] for i in range(0, len(files) - fanout + 1, fanout))
+                           if sum(r["size"] for r in c) <= self.MERGE_BYTES]
         return chunks
+
+    @classmethod
+    def _by_bytes(cls, files: list[dict]) -> list[list[dict]]:
+        """Files (in run order) cut into chunks of at most MERGE_BYTES."""
+        out: list[list[dict]] = [[]]
+        for r in files:
+            if out[-1] and sum(x["size"] for x in out[-1]) + r["size"] > cls.MERGE_BYTES:
+                out.append([])
+            out[-1].append(r)
+        return out
 
     def write_compacted(self, table: str, chunk: list[dict], published: dict[str, str], tag: str) -> DataFile | None:
         """A chunk's rows of runs' live ingests (`published`) in one new file, in run order,
