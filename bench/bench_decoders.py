@@ -2,6 +2,7 @@
 (issue 29), each format in the same process, interleaved, best of --repeat.
 
     python bench/bench_decoders.py [--mb 100] [--nsys-copies 200] [--megengine-copies 200] [--repeat 3]
+                                   [--formats xspace,tf_stepstats,nsys,megengine]
 
 The files are made from the real traces we ship by repeating their elements
 (`tests/bigtrace.py`; written uncompressed, so both sides read the same bytes):
@@ -142,16 +143,21 @@ def main() -> None:
     ap.add_argument("--nsys-copies", type=int, default=200)
     ap.add_argument("--megengine-copies", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--formats", default="xspace,tf_stepstats,nsys,megengine",
+                    help="comma-separated: which of the formats to make and time")
     args = ap.parse_args()
+    want = set(args.formats.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        files = {
-            "xspace": _plain(bigtrace.xspace, tmp / "big.xplane.pb", XSPACE, args.mb),
-            "tf_stepstats": _plain(bigtrace.step_stats, tmp / "big.stepstats.pb", STEPSTATS, args.mb),
-            "nsys": grow_nsys(tmp / "big.sqlite", args.nsys_copies),
-            "megengine": _plain(bigtrace.megengine, tmp / "big.megengine.json", MEGENGINE, args.megengine_copies),
+        makers = {
+            "xspace": lambda: _plain(bigtrace.xspace, tmp / "big.xplane.pb", XSPACE, args.mb),
+            "tf_stepstats": lambda: _plain(bigtrace.step_stats, tmp / "big.stepstats.pb", STEPSTATS, args.mb),
+            "nsys": lambda: grow_nsys(tmp / "big.sqlite", args.nsys_copies),
+            "megengine": lambda: _plain(bigtrace.megengine, tmp / "big.megengine.json", MEGENGINE,
+                                        args.megengine_copies),
         }
-        statements = nsys_statements(files["nsys"])
+        files = {fmt: make() for fmt, make in makers.items() if fmt in want}
+        statements = nsys_statements(files["nsys"]) if "nsys" in files else []
         decoders = {
             "xspace": lambda p: xplane_pb2.XSpace.FromString(p.read_bytes()),
             "tf_stepstats": lambda p: step_stats_pb2.StepStats.FromString(p.read_bytes()),
