@@ -16,6 +16,16 @@ peak RSS 208 MB vs 896 MB for `ParseFromString` + the same rows (most of the 208
 65536-row batch; with 2048-row batches 19 MB vs 789 MB), CPU 1.00-1.02x; +1.5 ms on a
 small file (two passes: 1.3-1.4x on the 67 KB fixture; an ingest's fixed cost is ~85 ms).
 
+Rows per event, without a Python object per stat: a run of events parses with each stat
+left as its encoded bytes (`_raw_line`: xplane.proto's classes with `XEvent.stats` made
+`repeated bytes`), each distinct encoding is decoded once per plane (`_Plane.entry`), and
+an event's row comes from a template, one per event metadata and set of column-deciding
+stat encodings (`_SPECIAL`: kernel details, the HLO op, ...), made by the row rules run
+once with the event's other stat values as placeholders (`_Slot`); per event only the
+times, the correlation id, the op link and the params JSON's varying values are filled
+in. Batches are built a column at a time (`_Rows`: template columns by `take`). A stat
+XStat refuses raises the error parsing its run whole gives (`pbwire.Run.check`).
+
 Steps: a host event with a `step_num` stat marks a step (JAX's
 `jax.profiler.StepTraceAnnotation("train", step_num=i)`, TF2's
 `tf.profiler.experimental.Trace("train", step_num=i, _r=1)`): its span is the step's
