@@ -2,6 +2,7 @@
 (issue 29), each format in the same process, interleaved, best of --repeat.
 
     python bench/bench_decoders.py [--mb 100] [--nsys-copies 200] [--megengine-copies 200] [--repeat 3]
+                                   [--formats xspace,tf_stepstats,nsys,megengine] [--unique-ids]
 
 The files are made from the real traces we ship by repeating their elements
 (`tests/bigtrace.py`; written uncompressed, so both sides read the same bytes):
@@ -66,6 +67,23 @@ def _plain(make, dst: Path, *args) -> Path:
         shutil.copyfileobj(src, out, 1 << 20)
     gz.unlink()
     return dst
+
+
+def unique_ids(path: Path) -> Path:
+    """The XSpace at `path` rewritten with every event's `correlation_id`, `scope_range_id`
+    and `cuda_graph_node_id` made its own (`--unique-ids`): repeated events otherwise repeat
+    these stats' encodings, which the reader decodes once each (a real trace's differ)."""
+    space = xplane_pb2.XSpace.FromString(path.read_bytes())
+    for plane in space.planes:
+        ids = {k for k, m in plane.stat_metadata.items()
+               if m.name in ("correlation_id", "scope_range_id", "cuda_graph_node_id")}
+        for line in plane.lines:
+            for i, ev in enumerate(line.events):
+                for st in ev.stats:
+                    if st.metadata_id in ids and (which := st.WhichOneof("value")) in ("int64_value", "uint64_value"):
+                        setattr(st, which, getattr(st, which) + 1_000_003 * i)
+    path.write_bytes(space.SerializeToString())
+    return path
 
 
 def grow_nsys(dst: Path, copies: int) -> Path:
@@ -142,16 +160,24 @@ def main() -> None:
     ap.add_argument("--nsys-copies", type=int, default=200)
     ap.add_argument("--megengine-copies", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--formats", default="xspace,tf_stepstats,nsys,megengine",
+                    help="comma-separated: which of the formats to make and time")
+    ap.add_argument("--unique-ids", action="store_true",
+                    help="XSpace: give every repeated event its own correlation / scope ids (`unique_ids`)")
     args = ap.parse_args()
+    want = set(args.formats.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        files = {
-            "xspace": _plain(bigtrace.xspace, tmp / "big.xplane.pb", XSPACE, args.mb),
-            "tf_stepstats": _plain(bigtrace.step_stats, tmp / "big.stepstats.pb", STEPSTATS, args.mb),
-            "nsys": grow_nsys(tmp / "big.sqlite", args.nsys_copies),
-            "megengine": _plain(bigtrace.megengine, tmp / "big.megengine.json", MEGENGINE, args.megengine_copies),
+        makers = {
+            "xspace": lambda: (unique_ids if args.unique_ids else Path)(
+                _plain(bigtrace.xspace, tmp / "big.xplane.pb", XSPACE, args.mb)),
+            "tf_stepstats": lambda: _plain(bigtrace.step_stats, tmp / "big.stepstats.pb", STEPSTATS, args.mb),
+            "nsys": lambda: grow_nsys(tmp / "big.sqlite", args.nsys_copies),
+            "megengine": lambda: _plain(bigtrace.megengine, tmp / "big.megengine.json", MEGENGINE,
+                                        args.megengine_copies),
         }
-        statements = nsys_statements(files["nsys"])
+        files = {fmt: make() for fmt, make in makers.items() if fmt in want}
+        statements = nsys_statements(files["nsys"]) if "nsys" in files else []
         decoders = {
             "xspace": lambda p: xplane_pb2.XSpace.FromString(p.read_bytes()),
             "tf_stepstats": lambda p: step_stats_pb2.StepStats.FromString(p.read_bytes()),

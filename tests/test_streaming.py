@@ -160,7 +160,8 @@ def _rebuild(spec: pbwire.Spec, node: pbwire.Node, streamed: dict) -> object:
     msg = spec.cls()
     msg.CopyFrom(node.header)
     if spec.stream:
-        getattr(msg, spec.stream[1]).extend(streamed.get(id(node), []))
+        for e in streamed.get(id(node), []):  # an `elements` class's message: the same bytes
+            getattr(msg, spec.stream[1]).add().ParseFromString(e.SerializeToString())
     for fn, sub in spec.nested.items():
         field = spec.cls.DESCRIPTOR.fields_by_number[fn]
         for child in node.children:

@@ -8,7 +8,8 @@ hand wire-format walk for XSpace (tests/test_format_xspace.py), plain `json` for
 MegEngine (tests/test_format_megengine.py, tests/test_queries_megengine.py).
 
 - `whole_protobuf()`: while active, `pbwire.index` / `pbwire.stream` parse the whole
-  file with `ParseFromString` and hand out its messages, so the TF binary and XSpace
+  file with `ParseFromString` and hand out its messages (streamed elements as a Spec's
+  `elements` class reads them: XSpace events with raw stats), so the TF binary and XSpace
   readers run their row code on what protobuf itself parsed.
 - `whole_tf_text()`: while active, the TF text reader decodes the whole file into one
   string and hands it to `pbtext` at once, as it did before it read in chunks.
@@ -52,7 +53,11 @@ def _tree(msg: Any, spec: pbwire.Spec, path: str) -> pbwire.Node:
 
 def _whole_stream(f: Any, spec: pbwire.Spec, tree: pbwire.Node, what: str, want: Any = None) -> Iterator[tuple]:
     if spec.stream and tree.count and (want is None or want(tree)):
-        yield tree, getattr(tree.header, spec.stream[1])
+        elements = getattr(tree.header, spec.stream[1])
+        if spec.elements is not None:  # the same elements as the reader's lighter class sees them
+            elements = pbwire.Run(getattr(spec.elements.FromString(tree.header.SerializeToString()), spec.stream[1]),
+                                  lambda: None)
+        yield tree, elements
     for child in tree.children:
         yield from _whole_stream(f, child.spec, child, what, want)
 

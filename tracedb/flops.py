@@ -478,9 +478,16 @@ def annotate_nodes(batch: pa.RecordBatch) -> pa.RecordBatch:
     if len(take) == 0:
         return batch
     col = {c: batch.column(c).take(take).to_pylist()
-           for c in ("op_type", "input_shapes", "input_dtypes", "params", "flops", "memory_bytes", "flops_rule",
-                     "flops_dtype", "flops_counted")}
+           for c in ("op_type", "flops", "memory_bytes", "flops_rule", "flops_dtype", "flops_counted")}
     flops, mem, rule = col["flops"], col["memory_bytes"], col["flops_rule"]
+    # shapes, dtypes and params are read only where a rule or the precision may need them: a
+    # row with its FLOPs and precision set (a reader's own, e.g. XLA ops) never reads them
+    need = [j for j, (f, d) in enumerate(zip(flops, col["flops_dtype"])) if f is None or d is None]
+    for c in ("input_shapes", "input_dtypes", "params"):
+        col[c] = values = [None] * len(flops)
+        if need:
+            for j, v in zip(need, batch.column(c).take(take).take(pa.array(need, pa.int64())).to_pylist()):
+                values[j] = v
     # a reader that knows an op's precision (XLA: the dot's operands) sets flops_dtype itself
     dtype = [d0 if d0 is not None else precision(d) for d0, d in zip(col["flops_dtype"], col["input_dtypes"])]
     tf_rows = [j for j, op in enumerate(col["op_type"]) if op in TF_RULES and flops[j] is None]

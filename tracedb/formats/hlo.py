@@ -8,8 +8,9 @@ a command buffer (a CUDA graph) names the buffer (`command_buffer_N`) instead, a
 name is the launched fusion's name with every character outside `[A-Za-z0-9_]` made `_`
 (`gemm_fusion_dot_general.4` -> `gemm_fusion_dot_general_4`).
 
-The module is decoded on the wire (`base.wire_fields`), reading only what the FLOPs rules
-need, with the field numbers of XLA's `xla/service/hlo.proto` and `xla/xla_data.proto`:
+The module is decoded by upb, as classes declared here (`_classes`) that hold only what
+the FLOPs rules need (a 67 KB JAX profile's modules decoded on the wire in Python cost ten
+times its events: bench/RESULTS.md "Session 10"), with the field numbers of XLA's `xla/service/hlo.proto` and `xla/xla_data.proto`:
 
   HloModuleProto       name 1, computations 3
   HloComputationProto  name 1, instructions 2, id 5
@@ -35,10 +36,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
 from tracedb import flops as rules
-from tracedb.formats.base import WIRE_LEN, packed_ints, signed64, wire_fields
 
 # xla.PrimitiveType -> (the dtype name nodes use, bytes per element); sub-byte types absent.
 PRIMITIVE = {
@@ -81,21 +85,56 @@ class Shape:
         return PRIMITIVE.get(self.element_type, (None, None))[0]
 
 
-@dataclass
 class Instruction:
-    name: str = ""
-    opcode: str = ""
-    id: int = 0
-    shape: Shape = field(default_factory=Shape)
-    operand_ids: list[int] = field(default_factory=list)
-    called_ids: list[int] = field(default_factory=list)
-    fusion_kind: str = ""
-    custom_call_target: str = ""
-    backend_config: bytes = b""
-    lhs_contracting: list[int] = field(default_factory=list)
-    kernel_input_feature: int = 0
-    kernel_spatial: list[int] = field(default_factory=list)
-    batch_group_count: int = 1
+    """One instruction (an HloInstructionProto as upb parsed it): its name, opcode and id
+    read at once, the rest when a FLOPs rule asks (most instructions of a module are
+    never asked: they sit in computations no launched op reaches)."""
+
+    def __init__(self, m: Any):
+        self.m = m
+        self.name = _text(m.name)
+        self.opcode = _text(m.opcode)
+        self.id = m.id
+
+    @cached_property
+    def shape(self) -> Shape:
+        return _shape(self.m.shape)
+
+    @cached_property
+    def operand_ids(self) -> list[int]:
+        return list(self.m.operand_ids)
+
+    @cached_property
+    def called_ids(self) -> list[int]:
+        return list(self.m.called_computation_ids)
+
+    @property
+    def fusion_kind(self) -> str:
+        return _text(self.m.fusion_kind)
+
+    @property
+    def custom_call_target(self) -> str:
+        return _text(self.m.custom_call_target)
+
+    @property
+    def backend_config(self) -> bytes:
+        return self.m.backend_config
+
+    @property
+    def lhs_contracting(self) -> list[int]:
+        return list(self.m.dot_dimension_numbers.lhs_contracting_dimensions)
+
+    @property
+    def kernel_input_feature(self) -> int:
+        return self.m.convolution_dimension_numbers.kernel_input_feature_dimension
+
+    @property
+    def kernel_spatial(self) -> list[int]:
+        return list(self.m.convolution_dimension_numbers.kernel_spatial_dimensions)
+
+    @property
+    def batch_group_count(self) -> int:
+        return self.m.batch_group_count or 1
 
 
 @dataclass
@@ -127,76 +166,73 @@ def kernel_name(instruction: str) -> str:
     return _KERNEL_NAME.sub("_", instruction)
 
 
-def _shape(buf: bytes) -> Shape:
-    s = Shape()
-    for fn, wt, v in wire_fields(buf):
-        if fn == 2:
-            s.element_type = v
-        elif fn == 3:
-            s.dims += [signed64(d) for d in packed_ints(wt, v)]
-        elif fn == 4:
-            s.tuple_shapes.append(_shape(v))
-    return s
+def _classes() -> dict[str, type]:
+    """upb classes for the few messages of XLA's `hlo.proto` / `xla_data.proto` the FLOPs
+    rules read, declared here by field number (the rest of each message is skipped as
+    unknown fields). Text fields are declared `bytes` and decoded with "replace", so a
+    name that is not UTF-8 does not fail the module."""
+    T, D = descriptor_pb2.FieldDescriptorProto, descriptor_pb2.FileDescriptorProto
+    one, many = T.LABEL_OPTIONAL, T.LABEL_REPEATED
+    text, i64, msg = T.TYPE_BYTES, T.TYPE_INT64, T.TYPE_MESSAGE
+    messages = {
+        "Shape": [("element_type", 2, T.TYPE_INT32, one), ("dimensions", 3, i64, many),
+                  ("tuple_shapes", 4, msg, many, "Shape")],
+        "DotDims": [("lhs_contracting_dimensions", 1, i64, many)],
+        "ConvDims": [("kernel_input_feature_dimension", 3, i64, one), ("kernel_spatial_dimensions", 6, i64, many)],
+        "Instruction": [("name", 1, text, one), ("opcode", 2, text, one), ("shape", 3, msg, one, "Shape"),
+                        ("fusion_kind", 11, text, one), ("convolution_dimension_numbers", 16, msg, one, "ConvDims"),
+                        ("custom_call_target", 28, text, one), ("dot_dimension_numbers", 30, msg, one, "DotDims"),
+                        ("id", 35, i64, one), ("operand_ids", 36, i64, many), ("called_computation_ids", 38, i64, many),
+                        ("backend_config", 43, T.TYPE_BYTES, one), ("batch_group_count", 58, i64, one)],
+        "Computation": [("instructions", 2, msg, many, "Instruction"), ("id", 5, i64, one)],
+        "Module": [("name", 1, text, one), ("computations", 3, msg, many, "Computation")],
+        "HloProto": [("hlo_module", 1, T.TYPE_BYTES, one)],  # bytes: a bare module is tried too
+    }
+    f = D(name="tracedb_hlo_subset.proto", package="tracedb_hlo", syntax="proto3")
+    for name, fields in messages.items():
+        m = f.message_type.add(name=name)
+        for fname, number, typ, label, *ref in fields:
+            fd = m.field.add(name=fname, number=number, type=typ, label=label)
+            if ref:
+                fd.type_name = f".tracedb_hlo.{ref[0]}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"tracedb_hlo.{name}"))
+            for name in messages}
 
 
-def _instruction(buf: bytes) -> Instruction:
-    ins = Instruction()
-    for fn, wt, v in wire_fields(buf):
-        if fn == 1:
-            ins.name = v.decode("utf-8", "replace")
-        elif fn == 2:
-            ins.opcode = v.decode("utf-8", "replace")
-        elif fn == 3:
-            ins.shape = _shape(v)
-        elif fn == 11:
-            ins.fusion_kind = v.decode("utf-8", "replace")
-        elif fn == 16:
-            for f, w, x in wire_fields(v):
-                if f == 3:
-                    ins.kernel_input_feature = x
-                elif f == 6:
-                    ins.kernel_spatial += packed_ints(w, x)
-        elif fn == 28:
-            ins.custom_call_target = v.decode("utf-8", "replace")
-        elif fn == 30:
-            ins.lhs_contracting += [d for f, w, x in wire_fields(v) if f == 1 for d in packed_ints(w, x)]
-        elif fn == 35:
-            ins.id = v
-        elif fn == 36:
-            ins.operand_ids += packed_ints(wt, v)
-        elif fn == 38:
-            ins.called_ids += packed_ints(wt, v)
-        elif fn == 43 and wt == WIRE_LEN:
-            ins.backend_config = v
-        elif fn == 58:
-            ins.batch_group_count = v or 1
-    return ins
+_PB = _classes()
+
+
+def _text(v: bytes) -> str:
+    return v.decode("utf-8", "replace")
+
+
+def _shape(m: Any) -> Shape:
+    return Shape(m.element_type, list(m.dimensions), [_shape(t) for t in m.tuple_shapes])
 
 
 def parse_module(data: bytes) -> Module:
-    """The launched ops of an `Hlo Proto` stat (an HloProto, or a bare HloModuleProto).
-    ValueError when the bytes are not one."""
-    module = next((v for fn, wt, v in wire_fields(data) if fn == 1 and wt == WIRE_LEN), None)
-    if module is None:
-        raise ValueError("no HloModuleProto in field 1")
-    fields = list(wire_fields(module))
-    if not any(fn == 3 and wt == WIRE_LEN for fn, wt, _ in fields):  # a bare HloModuleProto
-        fields = list(wire_fields(data))
-    name = next((v.decode("utf-8", "replace") for fn, wt, v in fields if fn == 1 and wt == WIRE_LEN), "")
+    """The launched ops of an `Hlo Proto` stat (an HloProto, or a bare HloModuleProto),
+    decoded by upb (`_classes`). ValueError when the bytes are not one."""
+    try:
+        inner = _PB["HloProto"].FromString(data).hlo_module
+        if not inner:
+            raise ValueError("no HloModuleProto in field 1")
+        try:
+            module = _PB["Module"].FromString(inner)
+        except DecodeError:  # field 1 of a bare module is its name
+            module = None
+        if module is None or not module.computations:
+            module = _PB["Module"].FromString(data)
+    except DecodeError as e:
+        raise ValueError(f"not an HloProto or HloModuleProto: {e}") from None
     comps: dict[int, list[Instruction]] = {}
     order: list[int] = []
-    for fn, wt, v in fields:
-        if fn != 3 or wt != WIRE_LEN:
-            continue
-        cid, body = 0, []
-        for f, w, x in wire_fields(v):
-            if f == 2:
-                body.append(_instruction(x))
-            elif f == 5:
-                cid = x
-        comps[cid] = body
-        order.append(cid)
-    return _Costs(name, comps, order).module()
+    for c in module.computations:
+        comps[c.id] = [Instruction(i) for i in c.instructions]
+        order.append(c.id)
+    return _Costs(_text(module.name), comps, order).module()
 
 
 class _Costs:
@@ -207,7 +243,7 @@ class _Costs:
         self.by_id = {i.id: i for body in comps.values() for i in body}
         # Computations a fusion (or a reduce, a map, ...) calls run inside their caller's kernel;
         # the others (the entry, while / conditional bodies) hold the launched instructions.
-        called = {c for body in comps.values() for i in body if i.opcode not in _CONTROL for c in i.called_ids}
+        called = {c for body in comps.values() for i in body if i.opcode not in _CONTROL for c in i.m.called_computation_ids}
         self.launched = [i for cid in order if cid not in called for i in comps[cid]]
 
     def _operands(self, ins: Instruction) -> list[Shape]:
@@ -215,6 +251,8 @@ class _Costs:
 
     def cost(self, ins: Instruction, depth: int = 0) -> tuple[int, str, str | None] | None:
         """(FLOPs, rule, dtype) of an instruction (a fusion: of the dots and convolutions in it)."""
+        if ins.opcode not in ("dot", "convolution", "custom-call", "fusion"):
+            return None
         ops = self._operands(ins)
         out = ins.shape.first()
         if ins.opcode == "dot" and ops:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import gzip
 import os
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterator, NoReturn
 
 from google.protobuf.message import DecodeError, Message
 
@@ -62,6 +62,27 @@ class Spec:
     nested: dict[int, "Spec"] = field(default_factory=dict)
     stream: tuple[int, str] | None = None
     keep: bool = True
+    # A lighter class of the same wire format to parse the streamed runs with (XSpace:
+    # events whose stats stay undecoded bytes); `stream` then yields each run as a `Run`,
+    # whose `check()` raises the error `cls` gives for its bytes.
+    elements: type[Message] | None = None
+
+
+class Run:
+    """A run of streamed elements parsed by a Spec's `elements` class: iterate it; a reader
+    that finds a part `elements` left undecoded to be bad calls `check()`, which raises the
+    error the full class gives for the run (the element's index and offset)."""
+
+    __slots__ = ("items", "check")
+
+    def __init__(self, items: Any, check: Callable[[], Any]):
+        self.items, self.check = items, check
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
 
 
 @dataclass
@@ -322,12 +343,12 @@ def _stream(r: _Reader, spec: Spec, node: Node, end: int | None,
     if stream_fn is not None and want is not None and not want(node):
         stream_fn = None  # its elements are skipped like any other field
     pending: list[bytes] = []  # encodings of the elements not yet parsed
-    size = first = done = k = 0
+    size = first = done = k = held = 0  # held: how many elements `pending` encodes
     for fn, wt, start in _fields(r, end, node.path, spec):
         if wt == 2 and fn in spec.nested:
             if pending:  # keep file order: elements before this child go first
                 yield node, _elements(r, spec, node, pending, first, done)
-                done, pending, size = done + _count(pending), [], 0
+                done, pending, size, held = done + held, [], 0, 0
             yield from _stream(r, spec.nested[fn], node.children[k], r.stop, want)
             r.stop, r.extra = r.pos, 0
             k += 1
@@ -341,9 +362,10 @@ def _stream(r: _Reader, spec: Spec, node: Node, end: int | None,
             pending.append(more)
             r.stop, r.extra = r.pos, extra
             size += n + len(more)
+            held += 1 + extra
             if size >= CHUNK_BYTES:
                 yield node, _elements(r, spec, node, pending, first, done)
-                done, pending, size = done + _count(pending), [], 0
+                done, pending, size, held = done + held, [], 0, 0
         elif wt != 2:
             _scalar(r, wt, fn)
     if pending:
@@ -360,20 +382,34 @@ def _split(data: bytes) -> Iterator[bytes]:
         i = j + n
 
 
-def _count(pending: list[bytes]) -> int:
-    return sum(1 for p in pending for _ in _split(p))
-
-
 def _elements(r: _Reader, spec: Spec, node: Node, pending: list[bytes], at: int, done: int) -> Any:
-    """The elements encoded in `pending`, parsed in one call; on bad input, an error naming
-    the first bad element (its index in the container) and its offset."""
+    """The elements encoded in `pending`, parsed in one call (a `Run` with `spec.elements`);
+    on bad input, an error naming the first bad element (its index in the container) and
+    its offset."""
+    assert spec.stream is not None
+    name = spec.stream[1]
+    data = b"".join(pending)
+    cls = spec.elements or spec.cls
+    try:
+        items = getattr(cls.FromString(data), name)
+    except (DecodeError, RecursionError):
+        _bad_element(r, spec, node, data, at, done)
+    if spec.elements is None:
+        return items
+    return Run(items, lambda: _bad_element(r, spec, node, data, at, done))
+
+
+def _bad_element(r: _Reader, spec: Spec, node: Node, data: bytes, at: int, done: int) -> NoReturn:
+    """Raise the error `spec.cls` gives for a run of elements (error path only)."""
     assert spec.stream is not None
     name = spec.stream[1]
     try:
-        return getattr(spec.cls.FromString(b"".join(pending)), name)
+        spec.cls.FromString(data)
     except (DecodeError, RecursionError):
         pass
-    for i, one in enumerate(_split(b"".join(pending))):  # which element (error path only)
+    else:
+        raise r.error(f"bad {_join(node.path, name)} from element {done}", at)
+    for i, one in enumerate(_split(data)):  # which element
         try:
             spec.cls.FromString(one)
         except (DecodeError, RecursionError) as e:

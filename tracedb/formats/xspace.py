@@ -16,6 +16,16 @@ peak RSS 208 MB vs 896 MB for `ParseFromString` + the same rows (most of the 208
 65536-row batch; with 2048-row batches 19 MB vs 789 MB), CPU 1.00-1.02x; +1.5 ms on a
 small file (two passes: 1.3-1.4x on the 67 KB fixture; an ingest's fixed cost is ~85 ms).
 
+Rows per event, without a Python object per stat: a run of events parses with each stat
+left as its encoded bytes (`_raw_line`: xplane.proto's classes with `XEvent.stats` made
+`repeated bytes`), each distinct encoding is decoded once per plane (`_Plane.entry`), and
+an event's row comes from a template, one per event metadata and set of column-deciding
+stat encodings (`_SPECIAL`: kernel details, the HLO op, ...), made by the row rules run
+once with the event's other stat values as placeholders (`_Slot`); per event only the
+times, the correlation id, the op link and the params JSON's varying values are filled
+in. Batches are built a column at a time (`_Rows`: template columns by `take`). A stat
+XStat refuses raises the error parsing its run whole gives (`pbwire.Run.check`).
+
 Steps: a host event with a `step_num` stat marks a step (JAX's
 `jax.profiler.StepTraceAnnotation("train", step_num=i)`, TF2's
 `tf.profiler.experimental.Trace("train", step_num=i, _r=1)`): its span is the step's
@@ -38,20 +48,26 @@ buffer (cuBLAS, cuDNN: named by the library) cannot be told apart and get no op 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import operator
 import re
 from bisect import bisect_right
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+from json.encoder import encode_basestring_ascii as _json_str  # json.dumps' str encoder (ensure_ascii)
 
-from tracedb import devices
+from tracedb import devices, schema
 from tracedb.errors import TraceFormatError
 from tracedb import flops as flop_rules
 from tracedb.formats import hlo, pbwire
-from tracedb.formats.base import (BatchBuilder, ReadContext, copy_kind, copy_kind_of_sides, flush, open_trace,
-                                  varint)
+from tracedb.formats.base import (BatchBuilder, ReadContext, annotate_nodes, classify_kernels, copy_kind,
+                                  copy_kind_of_sides, flush, open_trace, varint)
+from tracedb.kernel_types import classify
 from tracedb.proto import xplane_pb2
 
 NAME = "xspace"
@@ -96,20 +112,79 @@ def sniff(head: bytes) -> bool:
 
 
 _WHAT = "truncated or corrupt XSpace protobuf"
+
+
+def _raw_line() -> type:
+    """XLine's events as upb parses them with each stat left as its encoded bytes: the
+    classes of xplane.proto copied with `XEvent.stats` made `repeated bytes` (same field
+    number and wire type), so a run of events parses in one C call without a message per
+    stat, and each distinct stat encoding is decoded once (`_Plane.entry`)."""
+    f = descriptor_pb2.FileDescriptorProto(name="tracedb_xspace_raw.proto", package="tracedb_xspace_raw",
+                                           syntax="proto3")
+    line, event = f.message_type.add(), f.message_type.add()
+    xplane_pb2.XLine.DESCRIPTOR.CopyToProto(line)
+    xplane_pb2.XEvent.DESCRIPTOR.CopyToProto(event)
+    for fd in line.field:
+        if fd.name == "events":
+            fd.type_name = ".tracedb_xspace_raw.XEvent"
+    for fd in event.field:
+        if fd.name == "stats":
+            fd.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+            fd.ClearField("type_name")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("tracedb_xspace_raw.XLine"))
+
+
 # Walked on the wire (`pbwire`): each plane's and line's own fields first (names, the
-# metadata maps), then the events a run at a time.
-_LINE = pbwire.Spec(xplane_pb2.XLine, "lines", stream=(4, "events"))
+# metadata maps), then the events a run at a time, their stats as bytes (`_raw_line`).
+_LINE = pbwire.Spec(xplane_pb2.XLine, "lines", stream=(4, "events"), elements=_raw_line())
 _SPACE = pbwire.Spec(xplane_pb2.XSpace, "", nested={
     1: pbwire.Spec(xplane_pb2.XPlane, "planes", nested={3: _LINE})})
 
+# Stats whose value decides a row's columns (not only its params): an event's template
+# (`_Plane.template`) is keyed by their encodings; every other stat only by its metadata id,
+# its value filled in per event.
+_SPECIAL = frozenset({"memalloc_details", "memfree_details", "memory_residency_details", "memcpy_details",
+                      "memset_details", "kernel_details", "theoretical_occupancy_pct", "program_id", "hlo_module",
+                      "hlo_op", "flops", "bytes_accessed", "tf_op"})
+_KEY = operator.itemgetter(0)  # a `_Stat`'s key
+_INT_TAGS = (0x18, 0x20, 0x38)  # XStat.uint64_value, int64_value, ref_value (varints)
+_CACHE_MAX = 1 << 16  # distinct stat encodings / templates kept per line before starting over
+
+
+class _BadStat(Exception):
+    """A stat's bytes that XStat does not parse: the run is checked for pbwire's error."""
+
+
+# A decoded stat is a tuple (a `NamedTuple`'s construction costs more than its decode):
+# its key (its bytes for a `_SPECIAL` name, else its metadata id), its name and value as
+# `_Plane.value` gives them, its `"name": value` JSON, the value as `_int` reads it, its
+# metadata id, and the raw integer the step pass reads (int64 / uint64 values only).
+_Stat = tuple
+_S_KEY, _S_NAME, _S_VALUE, _S_PIECE, _S_INT, _S_MID, _S_RAW = range(7)  # its fields
+
+
+class _Slot:
+    """A template's stand-in for an event's own stat value (its index in the event's stats)."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i: int):
+        self.i = i
+
 
 class _Plane:
-    """A plane's metadata maps, for resolving event names and stat values."""
+    """A plane's metadata maps, for resolving event names and stat values; each distinct
+    stat encoding decoded once (`entry`), each event metadata's stats once (`md_entries`)."""
 
     def __init__(self, plane: xplane_pb2.XPlane):
         self.plane = plane
         self.stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
         self.event_md = plane.event_metadata
+        self.cache: dict[bytes, _Stat] = {}
+        self._md: dict[int, list[_Stat]] = {}
+        self._names: dict[int, tuple[str, str, bool]] = {}
 
     def value(self, stat: xplane_pb2.XStat) -> Any:
         which = stat.WhichOneof("value")
@@ -131,12 +206,103 @@ class _Plane:
                 out[name] = self.value(st)
         return out
 
-    def event(self, ev: xplane_pb2.XEvent) -> tuple[str, str, dict[str, Any]]:
-        """(name, display name, stats) of an event."""
-        md = self.event_md.get(ev.metadata_id)
+    def _stat(self, st: xplane_pb2.XStat, raw: bytes | None) -> _Stat:
+        which = st.WhichOneof("value")
+        raw_int = getattr(st, which) if which in ("int64_value", "uint64_value") else None
+        return self._make(st.metadata_id, self.value(st), raw_int, raw if raw is not None else st.SerializeToString())
+
+    def _make(self, mid: int, value: Any, raw_int: int | None, raw: bytes) -> _Stat:
+        name, jname, special = self._name(mid)
+        cls = value.__class__  # the piece as json.dumps({name: value}, default=str) writes it
+        text = int.__repr__(value) if cls is int else _json_str(value) if cls is str else json.dumps(value)
+        return (raw if special else mid, name, value, jname + text, value if cls is int else _int(value), mid, raw_int)
+
+    def _name(self, mid: int) -> tuple[str, str, bool]:
+        """(name, its JSON and ': ', whether `_SPECIAL`) of a stat metadata id."""
+        out = self._names.get(mid)
+        if out is None:
+            name = self.stat_names.get(mid) or f"stat_{mid}"
+            out = self._names[mid] = (name, _json_str(name) + ": ", name in _SPECIAL)
+        return out
+
+    def entry(self, raw: bytes) -> _Stat:
+        """The decoded stat of an encoding (cached); `_BadStat` when XStat refuses it. An
+        integer stat in its usual encoding (metadata id < 128, then one int64 / uint64 / ref
+        varint of up to 9 bytes, nothing else) is read here; anything else by XStat."""
+        e = self.cache.get(raw)
+        if e is None:
+            n = len(raw)
+            v = _varint_to_end(raw) if 3 < n < 13 and raw[0] == 0x08 and raw[1] < 0x80 and raw[2] in _INT_TAGS else None
+            if v is not None:
+                e = self._make(raw[1], self.stat_names.get(v, v), None, raw) if raw[2] == 0x38 else \
+                    self._make(raw[1], v, v, raw)
+            else:
+                try:
+                    st = xplane_pb2.XStat.FromString(raw)
+                except DecodeError:
+                    raise _BadStat from None
+                e = self._stat(st, raw)
+            if len(self.cache) >= _CACHE_MAX:
+                self.cache.clear()
+            self.cache[raw] = e
+        return e
+
+    def md_entries(self, mid: int) -> list[_Stat]:
+        out = self._md.get(mid)
+        if out is None:
+            md = self.event_md.get(mid)
+            out = self._md[mid] = [self._stat(st, None) for st in md.stats] if md is not None else []
+        return out
+
+    def names(self, mid: int) -> tuple[str, str]:
+        """(name, display name) of an event's metadata."""
+        md = self.event_md.get(mid)
         if md is None:
-            return f"event_{ev.metadata_id}", f"event_{ev.metadata_id}", self.stats(ev.stats)
-        return md.name, md.display_name or md.name, self.stats(md.stats, ev.stats)
+            return f"event_{mid}", f"event_{mid}"
+        return md.name, md.display_name or md.name
+
+    def symbolic(self, mid: int, ents: list[_Stat]) -> dict[str, Any]:
+        """The stats dict of an event (`stats(md.stats, ev.stats)`) with the values of the
+        event's own non-`_SPECIAL` stats left as `_Slot`s, to be filled in per event."""
+        out: dict[str, Any] = {e[_S_NAME]: e[_S_VALUE] for e in self.md_entries(mid)}
+        for i, e in enumerate(ents):
+            out[e[_S_NAME]] = e[_S_VALUE] if e[_S_NAME] in _SPECIAL else _Slot(i)
+        return out
+
+
+def _recipe(stats: dict[str, Any]) -> tuple[str | None, tuple[int, ...]]:
+    """The params JSON of a symbolic stats dict, `json.dumps(stats, default=str)` once the
+    slots' `"name": value` pieces are in: (the text, ()) without slots, else (a format
+    string, the slots it takes, in order); (None, ()) for no stats."""
+    if not stats:
+        return None, ()
+    parts, slots = [], []
+    for k, v in stats.items():
+        if isinstance(v, _Slot):
+            parts.append("{}")
+            slots.append(v.i)
+        else:
+            parts.append(json.dumps({k: v}, default=str)[1:-1].replace("{", "{{").replace("}", "}}"))
+    fmt = "{{" + ", ".join(parts) + "}}"
+    return (fmt, tuple(slots)) if slots else (fmt.format(), ())
+
+
+def _varint_to_end(raw: bytes) -> int | None:
+    """The varint at raw[3:] if it ends exactly at the end of `raw`, else None."""
+    v = shift = 0
+    last = len(raw) - 1
+    for i in range(3, last + 1):
+        b = raw[i]
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return v if i == last else None
+        shift += 7
+    return None
+
+
+def _pick(v: Any, ents: list[_Stat], field: int) -> Any:
+    """A symbolic value for one event: a slot's field of its stat, else the constant."""
+    return ents[v.i][field] if isinstance(v, _Slot) else v
 
 
 def _times(line: xplane_pb2.XLine, ev: xplane_pb2.XEvent) -> tuple[int, int]:
@@ -239,7 +405,7 @@ class _Steps:
                    "kernel_count": work[2] if work else 0}
 
 
-def _marked_steps(path: Path, tree: pbwire.Node) -> _Steps:
+def _marked_steps(path: Path, tree: pbwire.Node, planes: dict[int, _Plane]) -> _Steps:
     """The steps marked on the host plane (`step_num` stats), with the launches' times: a
     pass over the host lines alone, made only when the plane names a `step_num` stat."""
     steps, host = _Steps(), {}
@@ -248,44 +414,144 @@ def _marked_steps(path: Path, tree: pbwire.Node) -> _Steps:
             ids = {m.name: k for k, m in node.header.stat_metadata.items()}
             if _STEP_STAT in ids:
                 for ln in node.children:
-                    host[id(ln)] = (node.header, ids[_STEP_STAT], ids.get("correlation_id"))
+                    host[id(ln)] = (planes[id(node)], ids[_STEP_STAT], ids.get("correlation_id"))
     if not host:
         return steps
     with open_trace(path) as f:
         for ln, events in pbwire.stream(f, _SPACE, tree, _WHAT, want=lambda n: id(n) in host):
-            plane, step_id, corr_id = host[id(ln)]
-            for ev in events:
-                if ev.WhichOneof("data") == "num_occurrences":
-                    continue
-                n = corr = None
-                for st in ev.stats:
-                    if st.metadata_id == step_id or st.metadata_id == corr_id:
-                        which = st.WhichOneof("value")
-                        v = _int(getattr(st, which)) if which in ("int64_value", "uint64_value") else None
-                        if st.metadata_id == step_id:
-                            n = v
-                        else:
-                            corr = v
-                start, dur = _times(ln.header, ev)
-                if n is not None:
-                    md = plane.event_metadata.get(ev.metadata_id)
-                    steps.add(n, start, start + dur, ln.header.id, md.name if md else f"step {n}")
-                elif corr is not None:
-                    steps.launches[corr] = start
+            p, step_id, corr_id = host[id(ln)]
+            with _checked(events):
+                for ev in events:
+                    if ev.WhichOneof("data") == "num_occurrences":
+                        continue
+                    n = corr = None
+                    for raw in ev.stats:
+                        e = p.entry(raw)
+                        if e[_S_MID] == step_id:
+                            n = e[_S_RAW]
+                        elif e[_S_MID] == corr_id:
+                            corr = e[_S_RAW]
+                    start, dur = _times(ln.header, ev)
+                    if n is not None:
+                        md = p.event_md.get(ev.metadata_id)
+                        steps.add(n, start, start + dur, ln.header.id, md.name if md else f"step {n}")
+                    elif corr is not None:
+                        steps.launches[corr] = start
     steps.seal()
     return steps
 
 
-def _kernel_row(p: _Plane, line, ev, device: str, raw: str, stream: int) -> dict | None:
-    full, name, stats = p.event(ev)
-    if any(k in stats for k in ("memalloc_details", "memfree_details", "memory_residency_details")):
-        return None  # driver memory management, not stream activity
-    start, dur = _times(line, ev)
-    row: dict[str, Any] = {
-        "device": device, "device_raw": raw, "stream": stream, "name": name,
-        "start_ns": start, "duration_ns": dur,
-        "correlation_id": _int(stats.pop("correlation_id", None)),
-    }
+@contextlib.contextmanager
+def _checked(events: pbwire.Run) -> Iterator[None]:
+    """A stat XStat refuses is the run's error, as parsing it whole gives it (`Run.check`)."""
+    try:
+        yield
+    except _BadStat:
+        events.check()
+        raise TraceFormatError(f"{_WHAT}: a stat does not parse") from None
+
+
+class _Tpl:
+    """One row template's column values, and its index among a batch's templates."""
+
+    __slots__ = ("values", "gen", "n")
+
+    def __init__(self, values: tuple):
+        self.values, self.gen, self.n = values, None, 0
+
+
+class _Rows:
+    """Rows of one table as (template index, the varying columns...) tuples: a batch's
+    template columns are built once per template and spread by `take`, the varying ones
+    from their Python values, so a row costs a tuple, not a dict (`BatchBuilder`'s
+    conversion, and its error message for a value Arrow refuses, on the dict rows)."""
+
+    def __init__(self, table: str, static: tuple[str, ...], varying: tuple[str, ...]):
+        self.table, self.static, self.varying = table, static, varying
+        self.batch_rows = BatchBuilder(table).batch_rows  # batches as every reader's
+        self.schema = schema.TABLES[table]
+        self.rows: list[tuple] = []
+        self.tpls: list[tuple] = []
+        self.gen = object()
+        self.emitted = 0
+
+    def index(self, t: _Tpl) -> int:
+        if t.gen is not self.gen:
+            t.gen, t.n = self.gen, len(self.tpls)
+            self.tpls.append(t.values)
+        return t.n
+
+    def append(self, row: tuple) -> Iterable[tuple[str, pa.RecordBatch]]:
+        rows = self.rows
+        rows.append(row)
+        if len(rows) >= self.batch_rows:
+            return list(self.flush())
+        return ()
+
+    def flush(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        if not self.rows:
+            return
+        try:
+            batch = self._batch()
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError):
+            batch = self._as_dicts()
+        self.emitted += len(self.rows)
+        self.rows, self.tpls, self.gen = [], [], object()
+        if self.table == "kernels":
+            batch = classify_kernels(batch)
+        elif self.table == "nodes":
+            batch = annotate_nodes(batch)
+        yield self.table, batch
+
+    def _batch(self) -> pa.RecordBatch:
+        n, field = len(self.rows), self.schema.field
+        cols = list(zip(*self.rows))
+        idx = pa.array(cols[0], pa.int32())
+        arrays = {name: pa.array([t[j] for t in self.tpls], field(name).type).take(idx)
+                  for j, name in enumerate(self.static)}
+        arrays.update({name: pa.array(cols[j + 1], field(name).type) for j, name in enumerate(self.varying)})
+        return pa.RecordBatch.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type)
+                                           for f in self.schema], schema=self.schema)
+
+    def _as_dicts(self) -> pa.RecordBatch:
+        """The batch through `BatchBuilder` (error path: it names the row and field Arrow refused)."""
+        b = BatchBuilder(self.table, annotate=False)
+        b.emitted = self.emitted
+        b.rows = [{**dict(zip(self.static, self.tpls[r[0]])), **dict(zip(self.varying, r[1:]))} for r in self.rows]
+        return next(iter(b.flush()))[1]
+
+
+_KERNEL_STATIC = ("device", "device_raw", "stream", "name", "kind", "copy_kind", "bytes", "grid", "block",
+                  "registers_per_thread", "shared_memory_bytes", "occupancy", "node_name", "kernel_type",
+                  "kernel_category")
+_KERNEL_VARYING = ("start_ns", "duration_ns", "correlation_id", "step", "node_seq", "params")
+_NODE_STATIC = ("device", "device_raw", "node_name", "op_type", "input_shapes", "input_dtypes", "output_shapes",
+                "output_dtypes", "flops", "memory_bytes", "flops_rule", "flops_counted", "flops_dtype")
+_NODE_VARYING = ("step", "start_ns", "duration_ns", "thread_id", "seq", "correlation_id", "params")
+# How a kernel links to its op row (`_DeviceOps`): none, an op row of its own, one execution
+# of an HLO instruction (kernels of one execution share its key), a command buffer's kernel.
+_NO_OP, _OWN_OP, _EXEC_OP, _BUFFER_OP = range(4)
+
+
+class _KernelTpl:
+    """What every GPU event of one metadata and one set of `_SPECIAL` stat encodings has in
+    common: the kernel row's columns (`_kernel_row` with the event's own other stats as
+    `_Slot`s), how its params JSON is filled in, and the op it links to."""
+
+    __slots__ = ("skip", "row", "corr", "scope", "scope_is_corr", "fmt", "slots", "link", "key", "op_row",
+                 "op_params")
+
+
+def _kernel_template(p: _Plane, mid: int, ents: list[_Stat], device: str, raw: str, stream: int,
+                     modules: dict) -> _KernelTpl:
+    t = _KernelTpl()
+    full, name = p.names(mid)
+    stats = p.symbolic(mid, ents)
+    t.skip = any(k in stats for k in ("memalloc_details", "memfree_details", "memory_residency_details"))
+    if t.skip:  # driver memory management, not stream activity
+        return t
+    t.corr = stats.pop("correlation_id", None)
+    row: dict[str, Any] = {"device": device, "device_raw": raw, "stream": stream, "name": name}
     lname = name.lower()
     if "memcpy_details" in stats or lname.startswith("memcpy"):
         det = _details(stats.pop("memcpy_details", None))
@@ -307,9 +573,10 @@ def _kernel_row(p: _Plane, line, ev, device: str, raw: str, stream: int) -> dict
         )
         occ = stats.pop("theoretical_occupancy_pct", None)
         row["occupancy"] = float(occ) if occ is not None else _float(det.get("occ_pct"))
-    row["_op"] = (stats.get("program_id"), stats.get("hlo_module"), stats.get("hlo_op"),
-                  stats.get("scope_range_id", row["correlation_id"]),
-                  _reported(stats.get("flops")), _reported(stats.get("bytes_accessed")))
+    program, module_name, hlo_op = stats.get("program_id"), stats.get("hlo_module"), stats.get("hlo_op")
+    t.scope_is_corr = "scope_range_id" not in stats
+    t.scope = stats.get("scope_range_id")
+    flops, nbytes = _reported(stats.get("flops")), _reported(stats.get("bytes_accessed"))
     if stats.get("hlo_op"):  # the op that launched it
         row["node_name"] = stats.pop("hlo_op")
     elif (op := _tf_op(stats.get("tf_op"))) is not None:
@@ -317,8 +584,43 @@ def _kernel_row(p: _Plane, line, ev, device: str, raw: str, stream: int) -> dict
         stats.pop("tf_op")
     if full != name:
         stats["full_name"] = full
-    row["params"] = _params(stats)
-    return row
+    t.fmt, t.slots = _recipe(stats)
+    row["kernel_type"], row["kernel_category"] = classify(name, row["kind"])
+    t.row = _Tpl(tuple(row.get(c) for c in _KERNEL_STATIC))
+    _link(t, modules, program, module_name, hlo_op, flops, nbytes, row)
+    return t
+
+
+def _link(t: _KernelTpl, modules: dict, program: Any, module_name: Any, hlo_op: Any, flops: int | None,
+          nbytes: int | None, k: dict) -> None:
+    """The op a template's kernels run (`_DeviceOps`): found by the kernel's `program_id` and
+    `hlo_op`, or inside a command buffer by its own name; the op row's columns."""
+    module = modules.get(_int(program)) if program is not None else None
+    module = module or modules.get(module_name) if module_name else module
+    op = None
+    t.key = (program, module_name, hlo_op)
+    if module is not None and hlo_op in module.ops:
+        op, t.link = module.ops[hlo_op], _EXEC_OP
+    elif module is not None and (name := module.by_kernel.get(k["name"])) is not None:
+        op, t.link = module.ops[name], _BUFFER_OP  # one kernel of a command buffer: an execution by itself
+    else:
+        t.link = _OWN_OP
+    if op is None and flops is None:
+        t.link = _NO_OP
+        return
+    row: dict[str, Any] = {"device": k["device"], "device_raw": k["device_raw"],
+                           "node_name": op.name if op else hlo_op or k["name"], "op_type": op.op_type if op else hlo_op}
+    if op is not None:
+        row.update(input_shapes=op.input_shapes, input_dtypes=op.input_dtypes,
+                   output_shapes=op.output_shapes, output_dtypes=op.output_dtypes)
+    f, b, rule = (flops, nbytes, flop_rules.REPORTED) if flops is not None else (op.flops, op.bytes, op.rule)
+    if f is not None:
+        row.update(flops=f, memory_bytes=b, flops_rule=rule, flops_counted=True,
+                   flops_dtype=flop_rules.precision([op.dtype] if op and op.dtype else None))
+    t.op_row = _Tpl(tuple(row.get(c) for c in _NODE_STATIC))
+    params = {"hlo_module": module.name if module else None, "stream": k["stream"],
+              **({"fusion_kind": op.fusion_kind} if op and op.fusion_kind else {})}
+    t.op_params = json.dumps({**params, "kernels": 0}, default=str)[:-2]  # + the kernel count + "}"
 
 
 def _gpu_stream(line: xplane_pb2.XLine) -> int | None:
@@ -346,70 +648,79 @@ class _DeviceOps:
     cuBLAS) share its `scope_range_id`; a kernel inside a command buffer (`hlo_op` names the
     buffer, not an instruction) is found by its own name and is one execution by itself.
     FLOPs: the op's own `flops` / `bytes_accessed` stats where the plane has them, else the
-    HLO module's (`hlo.Module`)."""
+    HLO module's (`hlo.Module`). The op of a kernel template is resolved once (`_link`)."""
 
-    def __init__(self, modules: dict, nodes: BatchBuilder, seq: list[int]):
-        self.modules, self.nodes, self.seq = modules, nodes, seq
-        self.open: dict | None = None
+    def __init__(self, nodes: _Rows, seq: list[int]):
+        self.nodes, self.seq = nodes, seq
+        self.open: list | None = None  # [template, step, seq, kernels]
         self.key: Any = None
 
-    def kernel(self, row: dict) -> Iterator[tuple[str, pa.RecordBatch]]:
-        """Link a kernel row to its op's node row (opened here, emitted when the op ends)."""
-        program, module_name, hlo_op, scope, flops, nbytes = row.pop("_op")
-        module = self.modules.get(_int(program)) if program is not None else None
-        module = module or self.modules.get(module_name) if module_name else module
-        op = key = None
-        if module is not None and hlo_op in module.ops:
-            op, key = module.ops[hlo_op], (program, module_name, hlo_op, scope)
-        elif module is not None and (name := module.by_kernel.get(row["name"])) is not None:
-            op, key = module.ops[name], object()  # one kernel of a command buffer: an execution by itself
-        if op is None and flops is None:
-            yield from self.close()
-            return
-        if key is None or key != self.key:
-            yield from self.close()
-            self.key = key
-            self.open = self._row(row, module, op, hlo_op, flops, nbytes)
+    def kernel(self, t: _KernelTpl, scope: Any, step: int | None) -> tuple[int | None, Iterable]:
+        """(the kernel's node_seq, batches of op rows it closed)."""
+        link = t.link
+        if link == _NO_OP:
+            return None, self.close()
+        if link == _EXEC_OP:
+            key = (*t.key, scope)
+            if key == self.key and self.open is not None:
+                self.open[3] += 1
+                return self.open[2], ()
         else:
-            self.open["_kernels"] += 1
-        row["node_seq"] = self.open["seq"]
-
-    def _row(self, k: dict, module: Any, op: Any, hlo_op: Any, flops: int | None, nbytes: int | None) -> dict:
+            key = None
+        out = self.close()
+        self.key = key
         seq = self.seq[0]
         self.seq[0] += 1
-        reported = flops is not None
-        row = {"device": k["device"], "device_raw": k["device_raw"], "step": k["step"],
-               "node_name": op.name if op else hlo_op or k["name"], "op_type": op.op_type if op else hlo_op,
-               "seq": seq, "_kernels": 1,
-               "_params": {"hlo_module": module.name if module else None, "stream": k["stream"],
-                           **({"fusion_kind": op.fusion_kind} if op and op.fusion_kind else {})}}
-        if op is not None:
-            row.update(input_shapes=op.input_shapes, input_dtypes=op.input_dtypes,
-                       output_shapes=op.output_shapes, output_dtypes=op.output_dtypes)
-        f, b, rule = (flops, nbytes, flop_rules.REPORTED) if reported else (op.flops, op.bytes, op.rule)
-        if f is not None:
-            row.update(flops=f, memory_bytes=b, flops_rule=rule, flops_counted=True,
-                       flops_dtype=flop_rules.precision([op.dtype] if op and op.dtype else None))
-        return row
+        self.open = [t, step, seq, 1]
+        return seq, out
 
-    def close(self) -> Iterator[tuple[str, pa.RecordBatch]]:
-        if self.open is not None:
-            row, self.open, self.key = self.open, None, None
-            row["params"] = _params({**row.pop("_params"), "kernels": row.pop("_kernels")})
-            yield from self.nodes.append(row)
+    def close(self) -> Iterable[tuple[str, pa.RecordBatch]]:
+        if self.open is None:
+            return ()
+        (t, step, seq, kernels), self.open, self.key = self.open, None, None
+        nodes = self.nodes
+        n = t.op_row.n if t.op_row.gen is nodes.gen else nodes.index(t.op_row)
+        return nodes.append((n, step, None, None, None, seq, None, f"{t.op_params}{kernels}}}"))
 
 
-def _gpu_events(p: _Plane, line: xplane_pb2.XLine, events: Any, device: str, stream: int,
-                kernels: BatchBuilder, steps: _Steps, ops: _DeviceOps) -> Iterator[tuple[str, pa.RecordBatch]]:
-    raw = p.plane.name
+def _gpu_events(p: _Plane, line: xplane_pb2.XLine, events: Any, kind: "_LineKind", kernels: _Rows,
+                steps: _Steps, ops: _DeviceOps, modules: dict) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Kernel rows of a run of a GPU stream's events: per event, its stats' cached decodes,
+    its template (by metadata and `_SPECIAL` encodings), the few columns that vary."""
+    entry, get, tpls = p.entry, p.cache.get, kind.templates
+    base, device, raw, stream = line.timestamp_ns, kind.device, p.plane.name, kind.stream
+    launched = steps.of_launch if steps.launches else None
     for ev in events:
+        sts = ev.stats
+        ents = list(map(get, sts))
+        if None in ents:
+            ents = [e or entry(b) for e, b in zip(ents, sts)]
         if ev.WhichOneof("data") == "num_occurrences":
             continue  # aggregated: no start time
-        row = _kernel_row(p, line, ev, device, raw, stream)
-        if row is not None:
-            row["step"] = steps.of_launch(row["correlation_id"], row["start_ns"], row["duration_ns"])
-            yield from ops.kernel(row)
-            yield from kernels.append(row)
+        mid = ev.metadata_id
+        key = (mid, *map(_KEY, ents))
+        t = tpls.get(key)
+        if t is None:
+            if len(tpls) >= _CACHE_MAX:
+                tpls.clear()
+            t = tpls[key] = _kernel_template(p, mid, ents, device, raw, stream, modules)
+        if t.skip:
+            continue
+        start, dur = base + ev.offset_ps // 1000, ev.duration_ps // 1000
+        c = t.corr
+        corr = ents[c.i][_S_INT] if c.__class__ is _Slot else _int(c)
+        step = launched(corr, start, dur) if launched is not None else None
+        if t.link != _NO_OP or ops.open is not None:
+            sc = corr if t.scope_is_corr else _pick(t.scope, ents, _S_VALUE)
+            node_seq, out = ops.kernel(t, sc, step)
+            yield from out
+        else:
+            node_seq = None
+        slots = t.slots
+        params = t.fmt.format(*[ents[i][_S_PIECE] for i in slots]) if slots else t.fmt
+        tr = t.row
+        n = tr.n if tr.gen is kernels.gen else kernels.index(tr)
+        yield from kernels.append((n, start, dur, corr, step, node_seq, params))
 
 
 def _allocation_row(stats: dict[str, Any], sign: int, ts: int) -> dict[str, Any]:
@@ -430,30 +741,62 @@ def _allocation_row(stats: dict[str, Any], sign: int, ts: int) -> dict[str, Any]
     }
 
 
-def _host_events(p: _Plane, line: xplane_pb2.XLine, events: Any, nodes: BatchBuilder,
+class _HostTpl:
+    """What every host event of one metadata and one set of `_SPECIAL` stat encodings on one
+    thread has in common: the node row's columns, or that it is an allocation."""
+
+    __slots__ = ("alloc", "row", "corr", "fmt", "slots")
+
+
+def _host_template(p: _Plane, mid: int, ents: list[_Stat], thread_name: str) -> _HostTpl:
+    t = _HostTpl()
+    full, display = p.names(mid)
+    stats = p.symbolic(mid, ents)
+    t.alloc = _MEMORY_EVENTS.get(full) if "allocator_name" in stats else None
+    if t.alloc is not None:
+        return t
+    node_name, op_type = full, display
+    if (op := _tf_op(stats.get("tf_op"))) is not None:
+        node_name, op_type = op
+        stats.pop("tf_op")
+    extra = {"thread_name": thread_name, **stats}
+    if display != full:
+        extra["display_name"] = display
+    t.corr = stats.get("correlation_id")
+    t.fmt, t.slots = _recipe(extra)
+    t.row = _Tpl(("CPU:0", p.plane.name, node_name, op_type) + (None,) * (len(_NODE_STATIC) - 4))
+    return t
+
+
+def _host_events(p: _Plane, line: xplane_pb2.XLine, events: Any, kind: "_LineKind", nodes: _Rows,
                  allocs: BatchBuilder, seq: list[int], steps: _Steps) -> Iterator[tuple[str, pa.RecordBatch]]:
-    raw, device = p.plane.name, "CPU:0"  # one host per XSpace
-    thread_name = line.display_name or line.name
+    entry, get, tpls = p.entry, p.cache.get, kind.templates
+    thread_name = line.display_name or line.name  # one host per XSpace: device CPU:0
     for ev in events:
+        sts = ev.stats
+        ents = list(map(get, sts))
+        if None in ents:
+            ents = [e or entry(b) for e, b in zip(ents, sts)]
         if ev.WhichOneof("data") == "num_occurrences":
             continue
-        full, display, stats = p.event(ev)
+        mid = ev.metadata_id
+        key = (mid, *map(_KEY, ents))
+        t = tpls.get(key)
+        if t is None:
+            if len(tpls) >= _CACHE_MAX:
+                tpls.clear()
+            t = tpls[key] = _host_template(p, mid, ents, thread_name)
         start, dur = _times(line, ev)
-        if full in _MEMORY_EVENTS and "allocator_name" in stats:
-            yield from allocs.append({**_allocation_row(stats, _MEMORY_EVENTS[full], start), "step": steps.at(start)})
+        if t.alloc is not None:
+            stats = {k: _pick(v, ents, _S_VALUE) for k, v in p.symbolic(mid, ents).items()}
+            yield from allocs.append({**_allocation_row(stats, t.alloc, start), "step": steps.at(start)})
             continue
-        node_name, op_type = full, display
-        if (op := _tf_op(stats.get("tf_op"))) is not None:
-            node_name, op_type = op
-            stats.pop("tf_op")
-        extra = {"thread_name": thread_name, **stats}
-        if display != full:
-            extra["display_name"] = display
-        yield from nodes.append({
-            "device": device, "device_raw": raw, "step": steps.at(start), "node_name": node_name, "op_type": op_type,
-            "start_ns": start, "duration_ns": dur, "thread_id": line.id, "seq": seq[0],
-            "correlation_id": _int(stats.get("correlation_id")), "params": _params(extra),
-        })
+        c = t.corr
+        corr = ents[c.i][_S_INT] if c.__class__ is _Slot else _int(c)
+        params = t.fmt.format(*[ents[i][_S_PIECE] for i in t.slots]) if t.slots else t.fmt
+        tr = t.row
+        n = tr.n if tr.gen is nodes.gen else nodes.index(tr)
+        yield from nodes.append((n, steps.at(start), start, dur, line.id, seq[0], corr, params))
         seq[0] += 1
 
 
@@ -482,21 +825,30 @@ def _hlo_modules(tree: pbwire.Node, ctx: ReadContext) -> dict:
     return out
 
 
-def _line_kinds(tree: pbwire.Node) -> dict[int, tuple[_Plane, str | None, int | None]]:
-    """id(line node) -> (its plane, its GPU device or None for the host, its stream), for
-    the lines whose events become rows; other lines' events are skipped unparsed."""
-    out: dict[int, tuple[_Plane, str | None, int | None]] = {}
+class _LineKind:
+    """A line whose events become rows: its plane, its GPU device and stream (None: a host
+    thread), and the templates of its events."""
+
+    __slots__ = ("plane", "device", "stream", "templates")
+
+    def __init__(self, plane: _Plane, device: str | None, stream: int | None):
+        self.plane, self.device, self.stream, self.templates = plane, device, stream, {}
+
+
+def _line_kinds(tree: pbwire.Node, planes: dict[int, _Plane]) -> dict[int, _LineKind]:
+    """id(line node) -> its `_LineKind`, for the lines whose events become rows; other
+    lines' events are skipped unparsed."""
+    out: dict[int, _LineKind] = {}
     for node in tree.children:
         name = node.header.name
         if m := _GPU_PLANE.match(name):
-            p, device = _Plane(node.header), devices.canonical("GPU", m.group(1))
+            p, device = planes[id(node)], devices.canonical("GPU", m.group(1))
             for ln in node.children:
                 if (stream := _gpu_stream(ln.header)) is not None:
-                    out[id(ln)] = (p, device, stream)
+                    out[id(ln)] = _LineKind(p, device, stream)
         elif name == "/host:CPU":
-            p = _Plane(node.header)
             for ln in node.children:
-                out[id(ln)] = (p, None, None)
+                out[id(ln)] = _LineKind(planes[id(node)], None, None)
         # other planes (metadata, call stacks, task environment, TPUs) carry no GPU/host ops
     return out
 
@@ -507,24 +859,30 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     if not tree.children:
         raise TraceFormatError("XSpace has no planes")
     _metadata(tree, ctx)
-    kinds = _line_kinds(tree)
-    steps = _marked_steps(path, tree)
-    kernels, nodes, allocs = BatchBuilder("kernels"), BatchBuilder("nodes"), BatchBuilder("allocations")
+    planes = {id(node): _Plane(node.header) for node in tree.children}
+    kinds = _line_kinds(tree, planes)
+    steps = _marked_steps(path, tree, planes)
+    kernels = _Rows("kernels", _KERNEL_STATIC, _KERNEL_VARYING)
+    nodes = _Rows("nodes", _NODE_STATIC, _NODE_VARYING)
+    allocs = BatchBuilder("allocations")
     seq = [0]  # host events and device ops numbered in file order
     modules = _hlo_modules(tree, ctx)
-    ops, last = _DeviceOps(modules, nodes, seq), None
+    ops, last = _DeviceOps(nodes, seq), None
     with open_trace(path) as f:
         for ln, events in pbwire.stream(f, _SPACE, tree, _WHAT, want=lambda n: id(n) in kinds):
             if ln is not last:  # an op ends with its line
                 yield from ops.close()
                 last = ln
-            p, device, stream = kinds[id(ln)]
-            if device is not None:
-                yield from _gpu_events(p, ln.header, events, device, stream, kernels, steps, ops)
-            else:
-                yield from _host_events(p, ln.header, events, nodes, allocs, seq, steps)
+            kind = kinds[id(ln)]
+            with _checked(events):
+                if kind.device is not None:
+                    yield from _gpu_events(kind.plane, ln.header, events, kind, kernels, steps, ops, modules)
+                else:
+                    yield from _host_events(kind.plane, ln.header, events, kind, nodes, allocs, seq, steps)
     yield from ops.close()
     rows = BatchBuilder("steps")
     for row in steps.rows():
         yield from rows.append(row)
-    yield from flush(kernels, nodes, allocs, rows)
+    yield from kernels.flush()
+    yield from nodes.flush()
+    yield from flush(allocs, rows)
