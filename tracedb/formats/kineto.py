@@ -113,6 +113,8 @@ BATCH_ROWS = 16384
 # The events are decoded this much JSON text at a time (`jsonstream.StructStream`): each
 # piece's events are read while they are in the CPU cache.
 CHUNK_CHARS = 32 << 10
+# Events whose times wait to be converted together (`_Pending`).
+PENDING_EVENTS = 4096
 # A file of up to this much JSON is decoded once: pass 1 keeps its pieces for pass 2
 # (one rank of the H200 fixture is 4.1 MB); a larger one is decoded again for pass 2.
 KEEP_CHARS = WHOLE_DECODE_BYTES
@@ -592,6 +594,23 @@ def _event_times(events: list[dict]) -> None:
             d[k] = v
 
 
+class _Pending:
+    """Events of several pieces waiting for their times (`_ns`, `_event_times`): Arrow's
+    conversion costs ~0.1 ms a call, so it runs on a few thousand values at a time, not a
+    piece's hundred. Their Raw times keep the text of their pieces alive until then."""
+
+    def __init__(self):
+        self.clear_ops()
+        self.others: list[tuple[int, Any, Any]] = []
+
+    def clear_ops(self) -> None:
+        self.ts: list[msgspec.Raw] = []
+        self.dur: list[msgspec.Raw] = []
+        self.ops: list[_Ev] = []
+        self.seqs: list[int] = []
+        self.steps: list[tuple[int, int, Any, int]] = []  # (pending position, N, tid, seq)
+
+
 class _Index:
     """Pass 1: what linking rows needs, as ints and interned names (ns relative to base)."""
 
@@ -603,8 +622,15 @@ class _Index:
         self._start()
         op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
         ext_pos = array("q")  # the ops with an int External id
+        pending = _Pending()
         for events in pieces:
-            self._piece(events, op_cols, ext_pos)
+            self._piece(events, op_cols, ext_pos, pending)
+            if len(pending.ops) >= PENDING_EVENTS:
+                self._op_times(pending, op_cols)
+            if len(pending.others) >= PENDING_EVENTS:
+                self._others(pending)
+        self._op_times(pending, op_cols)
+        self._others(pending)
         ops = self.ops
         ops.cols = [_take(op_cols[4], ext_pos), _take(op_cols[1], ext_pos), _take(op_cols[2], ext_pos),
                     _take(op_cols[3], ext_pos)]
@@ -612,16 +638,15 @@ class _Index:
         self._finish(op_cols, meta())
         return self
 
-    def _piece(self, events: list[_Ev], op_cols: list[array], ext_pos: array) -> None:
+    def _piece(self, events: list[_Ev], op_cols: list[array], ext_pos: array, pending: _Pending) -> None:
         """Pass 1 of one piece: the cpu_ops (most events) read from their Structs in the
-        loop, written out inline; their times converted in bulk after it (`_ns`); the
-        piece's other `X` events as dicts through `_other`."""
+        loop, written out inline, their times left to `_op_times` (in bulk); the other `X`
+        events left to `_others`."""
         th_add, seq_add, name_add = op_cols[0].append, op_cols[3].append, op_cols[4].append
-        ts_raw, dur_raw, op_evs, op_seqs = [], [], [], []
-        step_ops: list[tuple[int, int, Any, int]] = []  # (op position in the piece, N, tid, seq)
-        others: list[tuple[int, _Ev, Any]] = []
+        ts_raw, dur_raw, op_evs, op_seqs = pending.ts, pending.dur, pending.ops, pending.seqs
+        step_ops, others = pending.steps, pending.others
         threads, name_ix, add_name, old_cats = self._threads, self._name_ix, self.name, _OLD_CATS
-        ops_keys, first = self.ops.keys, len(op_cols[0])
+        ops_keys = self.ops.keys
         last: tuple = (_NO_ARGS, _NO_ARGS, 0)  # (pid, tid, thread key) of the last op (equal to no id)
         i = self._seq
         for ev in events:
@@ -656,7 +681,7 @@ class _Index:
             if name.startswith("ProfilerStep#"):
                 m = _STEP.match(name)
                 if m:
-                    step_ops.append((len(op_evs) - 1, int(m[1]), tid, i))
+                    step_ops.append((len(op_seqs) - 1, int(m[1]), tid, i))
             ext = args.get("External id")
             if ext is None:
                 ext = args.get("external id")
@@ -664,26 +689,37 @@ class _Index:
                 if ops_keys and ext < ops_keys[-1]:
                     self.ops._sorted = False
                 ops_keys.append(ext)
-                ext_pos.append(first + len(op_evs) - 1)
+                ext_pos.append(len(op_cols[0]) - 1)
             i += 1
         self._seq = i
-        if op_evs:
-            starts = _ns(ts_raw, op_evs, op_seqs, "ts")
-            durs = _ns(dur_raw, op_evs, op_seqs, "dur")
-            try:
-                ends = _int64s(pc.add_checked(_arrow(starts), _arrow(durs)))
-            except pa.ArrowInvalid:  # overflow: the first op past int64 named
-                k = next(k for k, (s, d) in enumerate(zip(starts, durs)) if not _INT64[0] <= s + d < _INT64[1])
-                raise event_error(OverflowError("end past int64 ns"), _as_dict(op_evs[k]), op_seqs[k]) from None
-            op_cols[1].extend(starts)
-            op_cols[2].extend(ends)
-            for k, n, tid, seq in step_ops:
-                self.steps.append((starts[k], ends[k], n, tid, seq))
-        if others:
-            dicts = [_as_dict(ev) for _, ev, _ in others]
-            _event_times(dicts)
-            for (i, _, cat), ev in zip(others, dicts):  # (`ev`, `i`: named as errors find them, jsonstream.located)
-                self._other(i, ev, cat)
+
+    def _op_times(self, pending: _Pending, op_cols: list[array]) -> None:
+        """The pending ops' starts and ends (ns), converted in bulk (`_ns`); their steps."""
+        if not pending.ops:
+            return
+        op_evs, op_seqs = pending.ops, pending.seqs
+        starts = _ns(pending.ts, op_evs, op_seqs, "ts")
+        durs = _ns(pending.dur, op_evs, op_seqs, "dur")
+        try:
+            ends = _int64s(pc.add_checked(_arrow(starts), _arrow(durs)))
+        except pa.ArrowInvalid:  # overflow: the first op past int64 named
+            k = next(k for k, (s, d) in enumerate(zip(starts, durs)) if not _INT64[0] <= s + d < _INT64[1])
+            raise event_error(OverflowError("end past int64 ns"), _as_dict(op_evs[k]), op_seqs[k]) from None
+        op_cols[1].extend(starts)
+        op_cols[2].extend(ends)
+        for k, n, tid, seq in pending.steps:
+            self.steps.append((starts[k], ends[k], n, tid, seq))
+        pending.clear_ops()
+
+    def _others(self, pending: _Pending) -> None:
+        """Pass 1 of the pending `X` events other than cpu_ops, as dicts, in file order."""
+        if not pending.others:
+            return
+        dicts = [_as_dict(ev) for _, ev, _ in pending.others]
+        _event_times(dicts)
+        for (i, _, cat), ev in zip(pending.others, dicts):  # (`ev`, `i`: named as errors find them, jsonstream.located)
+            self._other(i, ev, cat)
+        pending.others = []
 
     def _start(self) -> None:
         self.steps: list[tuple[int, int, int, Any, int]] = []  # (start, end, N, tid, seq)
@@ -931,9 +967,9 @@ def _rows(index: _Index, pieces: Iterator[list[_Ev]], ctx: ReadContext) -> Itera
     nodes = _NodeCols()
     i = 0
     old_cats, flow_cats = _OLD_CATS, _FLOW_CATS
+    rest: list[tuple[int, _Ev]] = []  # the other events, waiting for their times (`_Pending`)
+    add_op = nodes.add
     for events in pieces:
-        rest: list[tuple[int, _Ev]] = []
-        add_op = nodes.add
         for ev in events:
             ph, cat = ev.ph, ev.cat
             if cat != "cpu_op" or ph != "X":  # (most events are cpu_ops: no _OLD_CATS lookup for them)
@@ -945,18 +981,25 @@ def _rows(index: _Index, pieces: Iterator[list[_Ev]], ctx: ReadContext) -> Itera
                     continue
             add_op(ev)
             i += 1
-        if rest:
-            dicts = [_as_dict(ev) for _, ev in rest]
-            _event_times(dicts)
-            for (i2, _), ev in zip(rest, dicts):
-                cat = ev.get("cat")
-                p2.add(i2, ev, ev.get("ph"), old_cats.get(cat, cat))
+        if len(rest) >= PENDING_EVENTS:
+            _rest_rows(rest, p2)
+            rest = []
         if len(nodes) >= BATCH_ROWS:
             yield "nodes", nodes.batch(index, p2.base, p2.rank)
         yield from out.flush_full()
+    _rest_rows(rest, p2)
     if len(nodes):
         yield "nodes", nodes.batch(index, p2.base, p2.rank)
     yield from p2.finish()
+
+
+def _rest_rows(rest: list[tuple[int, _Ev]], p2: _Pass2) -> None:
+    """The rows of events other than cpu_ops: as dicts, their times in bulk (`_event_times`)."""
+    dicts = [_as_dict(ev) for _, ev in rest]
+    _event_times(dicts)
+    for (i, _), ev in zip(rest, dicts):  # (`ev`, `i`: named as errors find them, jsonstream.located)
+        cat = ev.get("cat")
+        p2.add(i, ev, ev.get("ph"), _OLD_CATS.get(cat, cat))
 
 
 class _NodeCols:
