@@ -594,6 +594,18 @@ def _event_times(events: list[dict]) -> None:
             d[k] = v
 
 
+# Rows of the enclosing-op sweep made Python values at a time (`_sorted_rows`).
+SWEEP_ROWS = 1 << 16
+
+
+def _sorted_rows(table: pa.Table, order: pa.Array) -> Iterator[tuple]:
+    """The table's rows in `order`, as tuples, SWEEP_ROWS at a time: the sorted copy and its
+    Python ints (~200 B a row for five columns) never exist for the whole table at once."""
+    for lo in range(0, len(order), SWEEP_ROWS):
+        part = table.take(order.slice(lo, SWEEP_ROWS))
+        yield from zip(*(col.to_pylist() for col in part.columns))
+
+
 class _Pending:
     """Events of several pieces waiting for their times (`_ns`, `_event_times`): Arrow's
     conversion costs ~0.1 ms a call, so it runs on a few thousand values at a time, not a
@@ -799,14 +811,14 @@ class _Index:
         pos = pa.concat_arrays([pa.array(range(n_ops), pa.int64()), pa.array(range(n_calls), pa.int64())])
         table = pa.table({"th": th, "start": start, "kind": kind, "negend": pc.negate(end),
                           "seq": seq, "pos": pos})
-        table = table.take(pc.sort_indices(table, sort_keys=[
+        order = pc.sort_indices(table, sort_keys=[
             ("th", "ascending"), ("start", "ascending"), ("kind", "ascending"),
-            ("negend", "ascending"), ("seq", "ascending")]))
+            ("negend", "ascending"), ("seq", "ascending")])
+        table = table.select(["th", "start", "kind", "negend", "pos"])
         op_seq = op_cols[3]
         stack: list[tuple[int, int]] = []  # (end, op position)
         cur = None
-        for t, s, k, ne, p in zip(*(table.column(c).to_pylist()
-                                     for c in ("th", "start", "kind", "negend", "pos"))):
+        for t, s, k, ne, p in _sorted_rows(table, order):
             if t != cur:
                 stack, cur = [], t
             while stack and stack[-1][0] < s:
