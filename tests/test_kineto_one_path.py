@@ -92,6 +92,11 @@ def test_a_file_past_8_mib_matches_the_raw_json(big, monkeypatch):
                           for r in tables["kernels"])
     assert got_kernels == Counter((a.device, a.stream, a.kind, a.name, a.node, a.start, a.dur, a.step, a.bytes,
                                    a.copy_kind, a.launch) for a in want.kernels)
+    linked = [r for r in tables["kernels"] if r["launch_start_ns"] is not None]
+    assert len(linked) == COPIES * 942 and {r["link"] for r in linked} == {"launch"}  # by the launch call's op
+    ops = {e["args"]["External id"]: e["name"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op"}
+    calls = [r for r in tables["runtime_calls"] if r["external_id"] in ops]
+    assert len(calls) > COPIES * 900 and all(r["node_name"] == ops[r["external_id"]] for r in calls)
     got_nodes = Counter((r["node_name"], r["start_ns"], r["duration_ns"], r["step"]) for r in tables["nodes"])
     assert got_nodes == Counter((a.name, a.start, a.dur, a.step) for a in want.nodes)
     assert sorted((r["step"], r["start_ns"], r["start_ns"] + r["duration_ns"]) for r in tables["steps"]) == \
