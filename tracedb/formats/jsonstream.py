@@ -106,7 +106,7 @@ class BadNumber(TraceFormatError):
 
 
 class Ns(int):
-    """A time a reader's fast path has converted to ns already, in bulk (exactly, as
+    """A time a reader has converted to ns already, in bulk (exactly, as
     `us_to_ns` would): `us_to_ns` gives its value back."""
 
     __slots__ = ()

@@ -317,7 +317,7 @@ def _params(args: dict, known: tuple[str, ...], extra: dict | None = None, dumps
 
 
 class _F(float):
-    """A float of the fast path's decoding (`_Ev` args): `_MSGSPEC_ENCODE` spells it as json does."""
+    """A float of the reader's decoding (`_Ev` args): `_MSGSPEC_ENCODE` spells it as json does."""
 
     __slots__ = ()
 
@@ -330,10 +330,10 @@ def _json_float(o: Any) -> msgspec.Raw:
     raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
-# `dumps_compact` of the fast path's values (str, int, `_F`, lists, dicts; never a Decimal,
+# `dumps_compact` of the reader's values (str, int, `_F`, lists, dicts; never a Decimal,
 # which msgspec would write as a string) is this encoder's output where the two cannot
 # differ (ASCII without DEL: json escapes the others): 4.3 ms against 12.2 for the
-# fixture's 7,245 op params. Used inline in `_Index.fused`.
+# fixture's 7,245 op params. Used inline in `_NodeCols.add`.
 _MSGSPEC_ENCODE = msgspec.json.Encoder(enc_hook=_json_float).encode
 
 
