@@ -11,8 +11,8 @@ top-level keys skipped. Ingest: `tracedb.ingest.ingest([file], fresh_warehouse)`
 convert, write Parquet, commit, snapshot). Rounds alternate the two; CPU seconds
 (`time.process_time`, this process and its threads) and wall seconds, best and median.
 Default input: the H200 fixture's events replicated to --mb MB of JSON
-(`bench_kineto_memory.synthesize`; one 4.1 MB rank is read by the decoded-once path, a
-larger file streams), or --file (e.g. tests/data/hta_nccl_allreduce/rank-0.json.gz, the
+(`bench_kineto_memory.synthesize`; the reader decodes a file of up to 8 MiB once, a
+larger one twice, one piece at a time), or --file (e.g. tests/data/hta_nccl_allreduce/rank-0.json.gz, the
 largest Kineto fixture, 9.3 MB). Run it niced and give the machine's load (`uptime`).
 """
 

@@ -15,7 +15,8 @@ tests/test_format_kineto.py, tests/test_format_chrome_trace.py and the query tes
 - the same reader today, forced down the standard-library path (no msgspec, no decode
   once): both decodings must agree on every file, and on hand-made documents where
   msgspec and `json` differ (NaN, lone surrogates, control characters, a repeated
-  `traceEvents` key), where the fast path has to step aside.
+  `traceEvents` key), which the Kineto reader's struct decoding (`jsonstream.StructStream`)
+  takes from the standard library event by event.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def stdlib_only(monkeypatch):
 
     from tracedb.formats import jsonstream
 
-    def refuse(parse_float):
+    def refuse(*_):
         def decode(*_):
             raise msgspec.DecodeError("forced: standard library path")
         return decode
@@ -88,59 +89,67 @@ def test_tables_identical_to_the_reader_before_the_change(path):
 
 def test_an_abandoned_read_unfreezes(monkeypatch):
     from tracedb import process
-    from tracedb.formats import kineto
+    from tracedb.formats import chrome_trace, kineto
     from tracedb.formats.base import ReadContext
 
     monkeypatch.setattr(process, "OWN", True)  # as in `tracedb ingest` and its workers
 
     fixture = DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
     reader = kineto.read(fixture, ReadContext("r", "f"))
-    next(reader)  # the fast path (kineto._fast) has read the whole file: nothing left frozen
+    next(reader)  # the Kineto reader made a kept file's batches before the first: nothing frozen
     assert gc.get_freeze_count() == 0
     reader.close()
-    monkeypatch.setattr(kineto, "_fast", lambda path, ctx: None)  # the general path freezes
-    reader = kineto.read(fixture, ReadContext("r", "f"))
+    timeline = DATA / "chrome_trace_tf_timeline" / "timeline_step0.json"
+    reader = chrome_trace.read(timeline, ReadContext("r", "f"))  # decoded once, frozen while read
     next(reader)
     assert gc.get_freeze_count() > 0
     reader.close()
     assert gc.get_freeze_count() == 0
 
 
-@pytest.fixture
-def general_path(monkeypatch):
-    """The Kineto reader without its fast path (`kineto._fast`): decoded once into dicts
-    (Decimal numbers) when small, else streamed."""
-    from tracedb.formats import kineto
-
-    monkeypatch.setattr(kineto, "_fast", lambda path, ctx: None)
-
-
-def test_the_kineto_fast_path_is_taken_and_steps_aside(tmp_path):
+def test_the_kineto_reader_reads_usual_files_and_names_odd_ones(tmp_path):
+    """Every file takes the one path: the fixture reads; odd events get their one-line
+    errors (as the dict-based reader of old worded them), or read where they are no
+    error (a fractional `size` is no byte count; a file without Kineto events is
+    handed to the generic Chrome-trace reader by `formats.read`)."""
+    from tracedb.errors import TraceFormatError
     from tracedb.formats import kineto
     from tracedb.formats.base import ReadContext
 
     fixture = DATA / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
     ctx = ReadContext("r", "f")
-    batches = kineto._fast(fixture, ctx)
-    assert batches is not None
+    batches = list(kineto.read(fixture, ctx))
     assert sum(b.num_rows for t, b in batches if t == "nodes") == 7245  # the fixture's cpu_op events
     assert ctx.metadata["kineto"]["baseTimeNanoseconds"] == 1790857026000000000
-    odd = {  # the general path words each one's error, or reads what the fast one does not keep
-        "no_ts": '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "dur": 1}]}',
-        "name_not_text": '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": 5, "ts": 1, "dur": 1}]}',
-        "args_list": '{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1, "dur": 1, "args": [1]}]}',
-        "float_size": '{"traceEvents": [{"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpy", "ts": 1, "dur": 1, '
-                      '"args": {"size": 1.5}}]}',
-        "no_kineto": '{"traceEvents": [{"ph": "X", "cat": "mine", "name": "op", "ts": 1, "dur": 1}]}',
-        "big": '{"baseTimeNanoseconds": 9223372036854775000, "traceEvents": [{"ph": "X", "cat": "cpu_op", '
-               '"name": "op", "ts": 1, "dur": 1}]}',
+    odd = {
+        "no_ts": ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "dur": 1}]}',
+                  r"^cpu_op event #0 \('op'\) has no 'ts'$"),
+        "null_dur": ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1, "dur": null}]}',
+                     r"^cpu_op event #0 \('op'\) has no 'dur'$"),
+        "name_not_text": ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": 5, "ts": 1, "dur": 1}]}',
+                          r"^cpu_op event #0 \('5'\): TypeError: the name is no string: 5$"),
+        "args_list": ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "ts": 1, "dur": 1, "args": [1]}]}',
+                      r"^cpu_op event #0 \('op'\): TypeError: 'args' is no JSON object: \[1\]$"),
+        "nan_ts": ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "ts": NaN, "dur": 1}]}',
+                   r"^cpu_op event #0 \('op'\) field ts: not a finite number: nan$"),
+        "text_ts": ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "op", "ts": "x", "dur": 1}]}',
+                    r"^cpu_op event #0 \('op'\): not a number: 'x'$"),
+        "no_kineto": ('{"traceEvents": [{"ph": "X", "cat": "mine", "name": "op", "ts": 1, "dur": 1}]}',
+                      r"^no Kineto events"),
+        "big": ('{"baseTimeNanoseconds": 9223372036854775000, "traceEvents": [{"ph": "X", "cat": "cpu_op", '
+                '"name": "op", "ts": 1, "dur": 1}]}', r"int64|overflow"),
     }
-    for name, text in odd.items():
+    for name, (text, error) in odd.items():
         p = tmp_path / f"{name}.json"
         p.write_text(text, encoding="utf-8")
-        ctx = ReadContext("r", "f")
-        assert kineto._fast(p, ctx) is None, name
-        assert ctx.metadata == {} and ctx.warnings == {}, name
+        with pytest.raises(TraceFormatError, match=error):
+            list(kineto.read(p, ReadContext("r", "f")))
+    p = tmp_path / "float_size.json"
+    p.write_text('{"traceEvents": [{"ph": "X", "cat": "cuda_runtime", "name": "hipMemcpy", "ts": 1, "dur": 1, '
+                 '"args": {"size": 1.5, "correlation": 3}}, {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", '
+                 '"ts": 1.5, "dur": 1, "args": {"device": 0, "correlation": 3}}]}', encoding="utf-8")
+    tables = {t: b.to_pylist() for t, b in kineto.read(p, ReadContext("r", "f"))}
+    assert tables["kernels"][0]["bytes"] is None and tables["kernels"][0]["launch_start_ns"] == 1000
 
 
 @pytest.mark.parametrize("texts", [
@@ -163,27 +172,6 @@ def test_kineto_bulk_ns_is_exact(texts):
         return
     assert list(_ns(raws)) == expected
     assert expected[:2] == {"26": [26000, 4796273132357979], "1.2345": [1234, 1234]}[texts[0]]
-
-
-def kineto_traces() -> list[Path]:
-    from tracedb.formats import detect
-
-    return [p for p in json_traces() if detect(p).NAME == "kineto"]
-
-
-@pytest.mark.parametrize("path", kineto_traces(), ids=_key)
-def test_kineto_fast_path_matches_the_general_path(path, request):
-    from tracedb.formats import kineto
-    from tracedb.formats.base import ReadContext, open_trace
-    from tracedb.formats.jsonstream import WHOLE_DECODE_BYTES
-
-    with open_trace(path) as f:
-        small = len(f.read()) <= WHOLE_DECODE_BYTES
-    # every small Kineto trace here is a usual one: the fast path reads it (hta_nccl_allreduce, 9.3 MB, streams)
-    assert (kineto._fast(path, ReadContext("r", "f")) is not None) == small
-    fast = digest(path)
-    request.getfixturevalue("general_path")
-    assert digest(path) == fast
 
 
 @pytest.mark.parametrize("path", json_traces(), ids=_key)
@@ -230,18 +218,22 @@ def test_odd_documents_read_the_same_either_way(tmp_path, doc, request):
     p = tmp_path / "t.json"
     p.write_text(doc, encoding="utf-8")
     fast = digest(p)
-    request.getfixturevalue("general_path")
-    assert digest(p) == fast
+    assert "not a valid string" in fast.get("error", "not a valid string")  # (a lone surrogate: no UTF-8)
     request.getfixturevalue("stdlib_only")
     assert digest(p) == fast
 
 
 @pytest.mark.parametrize("times", [("1.5", "2", "3.25"), ("1.2345", "1e3", "2.0005"), ("7", "1.5E+1", "-0.5")])
-def test_fast_path_event_times_match_the_general_path(tmp_path, times, request):
-    """The fast path converts the times of the events other than cpu_ops in bulk
+def test_event_times_in_bulk_are_exact(tmp_path, times, request):
+    """The reader converts the times of the events other than cpu_ops in bulk
     (`kineto._event_times`: Arrow, exact to the ns); where Arrow refuses one (more than
-    3 decimals), all are decoded as the general path decodes them (and rounded as it
-    rounds): the same rows either way, and the fast path reads each document."""
+    3 decimals), each is decoded exactly and rounded half-even: the times worked out
+    from the text with `Decimal`, and the same rows from the standard library's decoding."""
+    from decimal import ROUND_HALF_EVEN, Decimal
+
+    def ns(text):
+        return int((Decimal(text) * 1000).to_integral_value(ROUND_HALF_EVEN))
+
     from tracedb.formats import kineto
     from tracedb.formats.base import ReadContext
 
@@ -262,19 +254,24 @@ def test_fast_path_event_times_match_the_general_path(tmp_path, times, request):
            f'{{"ph": "i", "cat": "python_function", "name": "inst", "pid": 1, "tid": 1, "ts": {mem}, "s": "t"}}]}}')
     p = tmp_path / "t.json"
     p.write_text(doc, encoding="utf-8")
-    batches = kineto._fast(p, ReadContext("r", "f"))
-    assert batches is not None  # the fast path reads it
+    batches = list(kineto.read(p, ReadContext("r", "f")))
     assert {t for t, _ in batches} >= {"kernels", "runtime_calls", "annotations", "allocations", "events", "steps"}
+    tables = {t: b.to_pylist() for t, b in batches}
+    for t in ("kernels", "runtime_calls"):
+        assert (tables[t][0]["start_ns"], tables[t][0]["duration_ns"]) == (1000 + ns(ts), ns(dur)), t
+    assert tables["allocations"][0]["ts_ns"] == 1000 + ns(mem)
+    assert sorted(r["start_ns"] for r in tables["events"]) == [1000 + ns(mem)] * 2
+    assert tables["steps"][0]["duration_ns"] == ns(dur)
     fast = digest(p)
-    request.getfixturevalue("general_path")
+    request.getfixturevalue("stdlib_only")
     assert digest(p) == fast
 
 
-def test_fast_path_op_params_and_steps_match_the_general_path(tmp_path, request):
-    """The fast path's inline op params (a text tid joins them, replacing an args `tid` in
+def test_op_params_and_steps(tmp_path, request):
+    """The reader's inline op params (a text tid joins them, replacing an args `tid` in
     place; non-ASCII and DEL text spelled by json; nested TensorList dims kept; only known
     args: NULL) and its node steps (one Arrow pass a step: before, between, inside, at the
-    end of, and after the steps) read as the general path reads them."""
+    end of, and after the steps), the same from the standard library's decoding."""
     from tracedb.formats import kineto
     from tracedb.formats.base import ReadContext
 
@@ -293,9 +290,7 @@ def test_fast_path_op_params_and_steps_match_the_general_path(tmp_path, request)
     ]
     p = tmp_path / "t.json"
     p.write_text(json.dumps({"baseTimeNanoseconds": 1000, "traceEvents": events}), encoding="utf-8")
-    batches = kineto._fast(p, ReadContext("r", "f"))
-    assert batches is not None  # the fast path reads it
-    nodes = dict(batches)["nodes"].to_pydict()
+    nodes = dict(kineto.read(p, ReadContext("r", "f")))["nodes"].to_pydict()
     by_name = dict(zip(nodes["node_name"], zip(nodes["step"], nodes["params"])))
     assert by_name["before"] == (None, '{"x":1.5}')
     assert by_name["in3"] == (3, '{"tid":"main","z":"caf\\u00e9"}')
@@ -304,56 +299,57 @@ def test_fast_path_op_params_and_steps_match_the_general_path(tmp_path, request)
     assert by_name["in4"] == (4, '{"d":"a\\u007fb","n":null,"l":[1.0,2,"x"]}')  # json escapes DEL
     assert by_name["after"] == (None, '{"tid":"t2"}') and by_name["plain"] == (4, None)
     fast = digest(p)
-    request.getfixturevalue("general_path")
+    request.getfixturevalue("stdlib_only")
     assert digest(p) == fast
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 40, 1 << 20])
-def test_struct_chunks_give_the_events_of_one_decoding(tmp_path, chunk):
-    """`decode_structs(chunk_bytes=...)` cuts the array at `},{` between events; text that
-    holds `},{` inside a string or a nested value makes a piece invalid, and the rest is
-    decoded in one call: the same events in every case, top-level array or object."""
+def test_struct_stream_gives_the_events_of_one_decoding(tmp_path, chunk):
+    """`StructStream` decodes the array a buffer's cut at a time; text that holds `},{`
+    inside a string or a nested value makes a cut invalid, and the events around it are
+    decoded one at a time: the same events in every case, top-level array or object."""
     import msgspec
 
-    from tracedb.formats.jsonstream import decode_structs
-    from tracedb.formats.kineto import _Ev
+    from tracedb.formats.jsonstream import StructStream
+    from tracedb.formats.kineto import _F, _MSGSPEC_ENCODE, _Ev, _from_dict
 
     events = [
-        {"ph": "X", "cat": "cpu_op", "name": "a}, {b", "ts": 1, "dur": 2, "args": {"l": [{"x": 1}, {"y": 2}]}},
+        {"ph": "X", "cat": "cpu_op", "name": "a}, {b", "ts": 1, "dur": 2, "args": {"l": [{"x": 1}, {"y": 2.5}]}},
         {"ph": "X", "cat": "cpu_op", "name": "c},{\"d", "ts": 3.25, "dur": 4, "args": {"o": {"p": {}}}},
         {"ph": "i", "name": "}, {", "ts": 5, "s": "g"},
     ] + [{"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": 10 + i, "dur": 1, "args": {"correlation": i}}
          for i in range(20)]
+    whole = msgspec.json.Decoder(list[_Ev], float_hook=_F).decode(json.dumps(events))
     for doc in ({"baseTimeNanoseconds": 7, "traceEvents": events}, events):
         path = tmp_path / "t.json"
         path.write_text(json.dumps(doc, indent=1 if chunk == 7 else None), encoding="utf-8")
-        whole = decode_structs(path, _Ev)
-        pieces = decode_structs(path, _Ev, chunk_bytes=chunk)
-        assert pieces.meta == whole.meta and not isinstance(pieces.events, list)
-        got = list(pieces.events)
-        assert msgspec.json.encode(got) == msgspec.json.encode(whole.events)
+        stream = StructStream(path, _Ev, _F, _from_dict, chunk_chars=chunk)
+        pieces = list(stream)
+        got = [ev for piece in pieces for ev in piece]
+        assert _MSGSPEC_ENCODE(got) == _MSGSPEC_ENCODE(whole)
         assert len(got) == 23 and got[1].name == 'c},{"d'
+        assert (len(pieces) > 1) == (chunk < 1000)
+        assert stream.meta == ({"baseTimeNanoseconds": 7} if isinstance(doc, dict) else {})
 
 
-def test_struct_chunks_raise_at_a_bad_event_and_the_kineto_fast_path_steps_aside(tmp_path):
-    import msgspec
-
+def test_struct_stream_raises_at_a_bad_event(tmp_path):
+    from tracedb.errors import TraceFormatError
     from tracedb.formats import kineto
     from tracedb.formats.base import ReadContext
-    from tracedb.formats.jsonstream import decode_structs
+    from tracedb.formats.jsonstream import StructStream
 
     good = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "ts": i, "dur": 1} for i in range(50)]
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": good + [{"ph": "X", "name": {"not": "text"}, "ts": 1}]}))
-    assert decode_structs(path, kineto._Ev) is not None  # any value decodes (name: Any)
+    assert len([e for p in StructStream(path, kineto._Ev, kineto._F, kineto._from_dict) for e in p]) == 51
     path.write_text(json.dumps({"traceEvents": good + [[1, 2]]}))  # an event that is no object
-    assert decode_structs(path, kineto._Ev) is None
-    pieces = decode_structs(path, kineto._Ev, chunk_bytes=64)
-    assert len(good) > 40  # several pieces come before the bad one
-    with pytest.raises(msgspec.DecodeError):
-        list(pieces.events)
+    stream = iter(StructStream(path, kineto._Ev, kineto._F, kineto._from_dict, chunk_chars=64))
+    assert len(next(stream)) < 50  # pieces come before the bad one
+    with pytest.raises(TraceFormatError, match=r"^trace event #50 is not a JSON object$"):
+        list(stream)
     ctx = ReadContext("r", "f")
-    assert kineto._fast(path, ctx) is None and ctx.metadata == {}
+    with pytest.raises(TraceFormatError, match=r"^trace event #50 is not a JSON object$"):
+        list(kineto.read(path, ctx))
 
 
 if __name__ == "__main__":  # regenerate the oracle (see the module docstring)

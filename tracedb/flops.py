@@ -4,7 +4,7 @@
 `flops_dtype` and `flops_counted` of a batch, from what the row already holds: its
 `op_type`, `input_shapes`, `input_dtypes` and the `Concrete Inputs` kept in `params`
 (PyTorch's stride, padding, dilation, groups, is_causal). Readers call it on their node
-batches (`BatchBuilder.flush`, Kineto's fast path), and migration 0010 on the rows of
+batches (`BatchBuilder.flush`, Kineto's node batches), and migration 0010 on the rows of
 runs ingested before, so old and new runs count the same.
 
 Rules (FLOPs: a multiply-add is 2 FLOPs, as PyTorch's `torch.utils.flop_counter`, the

@@ -42,12 +42,10 @@ timestamps); a msgspec Struct of only the fields pass 1 reads decodes in 8 ms, b
 need a second decoding of every event for the rows. `decode_whole` decodes a document of
 up to WHOLE_DECODE_BYTES in one call, so a reader's two passes walk the same events
 (each event decoded once); larger documents stream as above (`_bulk` uses msgspec too).
-`decode_structs` decodes such a document into a Struct per event of every field a
-reader reads (Kineto's fast path: `ts`/`dur` as `msgspec.Raw` source text, other numbers
-native): 22 ms for the fixture, freeing included, against 34 ms for dicts with Decimal
-numbers; or, given `chunk_bytes`, lazily a piece of the array's text at a time (cut at a
-top-level `},{`), for the reason the streaming chunks are small: a reader then walks
-events that are still in the CPU cache (`_struct_chunks`).
+`StructStream` streams a document's events into msgspec Structs of
+the fields a reader reads, a buffer's cut at a time (the Kineto reader: `ts`/`dur` as
+`msgspec.Raw` source text, other numbers native), with `EventStream`'s errors and its
+standard-library fallback for what msgspec refuses.
 """
 
 from __future__ import annotations
@@ -108,7 +106,7 @@ class BadNumber(TraceFormatError):
 
 
 class Ns(int):
-    """A time a reader's fast path has converted to ns already, in bulk (exactly, as
+    """A time a reader has converted to ns already, in bulk (exactly, as
     `us_to_ns` would): `us_to_ns` gives its value back."""
 
     __slots__ = ()
@@ -529,6 +527,54 @@ class EventStream(JsonCursor):
                 return
 
 
+class StructStream(EventStream):
+    """`EventStream` whose events are msgspec Structs of `event_type` (the fields a
+    reader reads; the others skipped), yielded a list at a time: each list is the
+    events of one bulk decode of the buffer (`_bulk`, ~CHUNK_CHARS of text), decoded in
+    one C call into Structs, so a reader walks them while they are in the CPU cache and
+    holds one list at a time, whatever the file's size. Untyped floats decode to
+    `float_hook(text)`. Where msgspec refuses a piece (NaN, lone surrogates, control
+    characters, a cut inside a string) the standard library decodes it as `EventStream`
+    does (floats as JNum) and `from_dict(event)` makes each dict a Struct; errors
+    (truncated or invalid JSON, an event that is no object) are `EventStream`'s.
+    `meta` as `EventStream.meta`."""
+
+    def __init__(self, path: Path, event_type: type, float_hook: type, from_dict: Callable[[dict], Any],
+                 chunk_chars: int = CHUNK_CHARS):
+        super().__init__(path, chunk_chars, floats="exact")
+        self._kind, self._from_dict = event_type, from_dict
+        self._fast = _msgspec_decoder(float_hook, list[event_type])
+
+    def position(self) -> int:
+        """Chars of the document consumed so far."""
+        return self._consumed + self._pos
+
+    def _events(self) -> Iterator[list]:  # type: ignore[override]
+        if self._peek() == "]":
+            self._pos += 1
+            return
+        i = 0
+        self._bad_until = 0
+        kind = {self._kind}
+        while True:
+            events = self._bulk()
+            if events is None:
+                events = [self._value(self._decode_event)]
+            if set(map(type, events)) != kind:  # (checked in C) dicts from the standard library
+                events = [self._struct(ev, i + k) for k, ev in enumerate(events)]
+            yield events
+            i += len(events)
+            if self._expect(",]", "',' or ']' in traceEvents") == "]":
+                return
+
+    def _struct(self, ev: Any, i: int) -> Any:
+        if type(ev) is self._kind:
+            return ev
+        if type(ev) is not dict:
+            raise TraceFormatError(f"trace event #{i} is not a JSON object")
+        return self._from_dict(ev)
+
+
 class _Marker:
     def __init__(self, name: str):
         self.name = name
@@ -610,10 +656,10 @@ def _float_type(floats: str) -> type:
     return parse_float
 
 
-def _msgspec_decoder(parse_float: type) -> Any:
-    """msgspec's decode with `parse_float`'s meaning: its float_hook gets the number's
-    source text, as json's parse_float does."""
-    return msgspec.json.Decoder(float_hook=parse_float).decode
+def _msgspec_decoder(parse_float: type, kind: Any = Any) -> Any:
+    """msgspec's decode (of values of `kind`) with `parse_float`'s meaning: its float_hook
+    gets the number's source text, as json's parse_float does."""
+    return msgspec.json.Decoder(kind, float_hook=parse_float).decode
 
 
 _TOP = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
@@ -645,74 +691,6 @@ def decode_whole(path: Path, floats: str = "exact", limit: int | None = None) ->
         return _decode_doc(data, _msgspec_decoder(_float_type(floats)))
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
-
-
-def decode_structs(path: Path, event_type: type, float_hook: type | None = None,
-                   chunk_bytes: int | None = None) -> DecodedTrace | None:
-    """`decode_whole` with each event decoded into `event_type`, a msgspec.Struct of the
-    fields a reader uses (the decoder skips the others, and fills a missing one with its
-    default): no dict per event, and numbers native (floats as float: a field typed
-    `msgspec.Raw` keeps its source text, for exact times). None where `decode_whole`
-    would give None, or an event is no object of that type's fields. `float_hook` as
-    msgspec's: what a float (its source text) of an untyped field decodes to.
-
-    With `chunk_bytes`, `events` is an iterator, to be walked once, that decodes the
-    events about `chunk_bytes` of text at a time (`_struct_chunks`); an event that is no
-    object of the type's fields then raises msgspec.DecodeError where it comes."""
-    data = _small_document(path, None)
-    if data is None:
-        return None
-    decode = msgspec.json.Decoder(list[event_type], float_hook=float_hook).decode
-    try:
-        if chunk_bytes:
-            raw, meta = _events_text(data)
-            return None if raw is None else DecodedTrace(_struct_chunks(raw, decode, chunk_bytes), meta)
-        return _decode_doc(data, decode, event_type)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
-
-
-# A cut between two events of the array: `}`, a comma, `{` (JSON whitespace around).
-_EVENT_CUT = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
-
-
-def _events_text(data: bytes) -> tuple[bytes | None, dict[str, Any]]:
-    """(the text of the `traceEvents` array, the top-level keys) as `_decode_doc` finds
-    them (the whole document validated on the way); (None, {}) where it would give None."""
-    start = _JSON_WS.match(data).end()
-    first = data[start:start + 1]
-    if first == b"[":
-        return data[start:], {}
-    if first == b"{" and data.count(b'"traceEvents"') == 1:
-        top = _TOP(data)
-        raw = top.pop("traceEvents", None)
-        text = bytes(raw) if raw is not None else b""
-        if text[:1] == b"[":
-            return text, {k: json.loads(bytes(v), parse_float=JNum) for k, v in top.items()}
-    return None, {}
-
-
-def _struct_chunks(text: bytes, decode: Any, chunk_bytes: int) -> Iterator[Any]:
-    """The events of a JSON array's text, decoded `chunk_bytes` at a time: each piece
-    ends at the first `},{` past its size and is decoded as `[piece]`, so a reader walks
-    each event soon after it is made, while it is still in the CPU cache, and frees the
-    events it does not keep a piece at a time. A cut can only fall inside a string or a
-    nested value if that text holds `},{`; the piece is then no valid array (its string
-    or brackets are left open) and the rest of the array is decoded in one call.
-    On the 4.1 MB H200 fixture, decoding plus the Kineto reader's pass 1: 84 -> 70 ms of
-    CPU in 16-64 KB pieces (the whole array at once: 88-93 ms, as in one piece)."""
-    start, end = 1, len(text)
-    while start + chunk_bytes < end:
-        cut = _EVENT_CUT.search(text, start + chunk_bytes)
-        if cut is None:
-            break
-        try:
-            events = decode(b"[" + text[start:cut.start() + 1] + b"]")
-        except msgspec.DecodeError:
-            break  # a cut inside a value (or a bad event: the rest's decoding says so)
-        yield from events
-        start = cut.end() - 1
-    yield from decode(b"[" + text[start:])
 
 
 def _small_document(path: Path, limit: int | None) -> bytes | None:

@@ -48,50 +48,43 @@ activities by correlation); pass 2 emits rows. Two passes because Kineto writes 
 ops before the ProfilerStep spans and the GPU events after, and top-level keys (base
 time, rank) may follow `traceEvents`.
 
-Fast path (`_fast`), for a usual file of up to `jsonstream.WHOLE_DECODE_BYTES` (8 MiB of
-JSON; one rank of the H200 fixture is 4.1 MB): msgspec decodes each event into a Struct
-of the fields read here (`_Ev`: the rest skipped, `ts`/`dur` kept as their source text
-and converted to ns exactly and in bulk by Arrow's decimal parser, other floats plain
-floats of the same value), 32 KB of JSON at a time (`CHUNK_BYTES`): pass 1 walks each
-piece's events while they are in the CPU cache, and the cpu_ops' Structs go a piece at a
-time; pass 1 builds each cpu_op's node row at once (the op's
-fields are then in the CPU cache; columns built a field at a time over all ops measured
-1.5x slower), with its params encoded by msgspec; a node's step is looked up after the
-loop; the other events (a quarter) become dicts as the general path decodes them and go
-through the same row functions, their times converted to ns in bulk first (`_event_times`,
-`jsonstream.Ns`; where Arrow refuses one, decoded as Decimals as the general path does:
-a rank's 3,618 such events 15.2 -> 10.8 ms with their `us_to_ns` calls). Anything it
-does not expect (a missing time, a name that is no string, fractional `size`/`device`
-args, a value Arrow refuses, any error) makes it step aside before anything is yielded
-or put in ctx: the general path then reads the file, with its exact errors. Tests check
-both paths give the same tables on every Kineto trace.
+One code path for every file size. `jsonstream.StructStream` decodes the events into
+Structs of the fields read here (`_Ev`: the rest skipped, `ts`/`dur` kept as their
+source text, other floats `_F`, plain floats of the same value), ~32 KB of JSON at a
+time (`CHUNK_CHARS`), in one msgspec call a piece: each piece's events are walked while
+they are in the CPU cache. Pass 1 (`_Index.build`) reads the cpu_ops (most events) from
+their Structs in an inline loop and converts their times to ns exactly and in bulk by
+Arrow's decimal parser (`_ns`: where Arrow refuses a value, it is decoded as a Decimal
+and rounded half-even; a bad one names its event); the piece's other `X` events become
+dicts for `_other`. Pass 2 (`_rows`) builds each cpu_op's node columns from its Struct
+(`_NodeCols`: params encoded by msgspec; start, duration and name from pass 1's arrays,
+the same ops in the same order), a batch every BATCH_ROWS ops; the other events become
+dicts, their times converted in bulk (`_event_times`, `jsonstream.Ns`), and go through
+the row functions (`_kernel`, `_call`, ...). Where the events of pass 2 come from is the
+only difference between sizes (`_Source`): a file of up to KEEP_CHARS (8 MiB) of JSON
+keeps pass 1's pieces, so each event is decoded once; a larger one is decoded again, so
+memory holds a piece and pass 1's link state, not the file. What msgspec refuses (NaN,
+lone surrogates, control characters) is decoded by the standard library, event by
+event, and made a Struct as msgspec would have (`_from_dict`); errors (truncated or
+invalid JSON, an event that is no object, a missing time) are worded as before. A
+fractional `size` is no byte count; pass 1 names a fractional `device` by its text
+(`_text_device`). Rows are named tuples (`NodeRow`, `KernelRow`, ...: one type a table,
+its fields the table's columns), built into batches column-wise; numbers that reach a
+row as Decimal become floats (`plain`).
 
-General path: a file of up to 8 MiB is decoded once by msgspec into dicts
-(`decode_whole`, numbers with a fraction as Decimal) and both passes walk the same
-events; a larger one streams twice (`EventStream`, bounded memory): pass 1 reading
-numbers as text (it needs only `ts`/`dur`), pass 2 as Decimal. Either way exact and
-decoded in C; pass 1 reads a fractional `size` / `device` arg as its text in both cases
-(`_text`), so the links are the same. Pass 2 takes a cpu_op's start and end from pass
-1's arrays (the same ops in the same order). Decimals become floats where they reach a
-row (`plain`, the params encoder). Rows are named tuples (`NodeRow`, `KernelRow`, ...: one
-type a table, its fields the table's columns), built into
-batches column-wise.
-
-What each path costs, and the designs tried and dropped (columns built a field at a
-time, params of every event through msgspec): bench/RESULTS.md, "The Kineto reader's two
-paths, measured (moved from this docstring)".
+What it costs, and the designs tried and dropped: bench/RESULTS.md, "Session 10: Kineto
+one path" and "The Kineto reader's two paths, measured".
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import json
 import re
 from array import array
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import msgspec
 import pyarrow as pa
@@ -100,9 +93,8 @@ from msgspec import UNSET
 
 from tracedb.errors import TraceFormatError
 from tracedb.formats.base import BatchBuilder, ReadContext, annotate_nodes, text_head
-from tracedb.formats.jsonstream import (DecodedTrace, EventStream, Ns, decode_structs, dumps_compact,
-                                        gc_paused, located, need, num, plain, rows_decoded_once,
-                                        us_to_ns)
+from tracedb.formats.jsonstream import (WHOLE_DECODE_BYTES, JNum, Ns, StructStream, dumps_compact,
+                                        event_error, gc_paused, located, need, num, plain, us_to_ns)
 
 NAME = "kineto"
 DESCRIPTION = "PyTorch profiler (Kineto) Chrome-trace JSON, optionally gzipped"
@@ -118,9 +110,14 @@ _COPY_KIND = re.compile(r"Memcpy (\w+)")
 # Rows wait as tuples until a batch is built: 16k rows keep that to a few MB a table,
 # where 64k dict rows measured ~90 MB more peak RSS (bench/bench_kineto_memory.py).
 BATCH_ROWS = 16384
-# The fast path decodes a file's events this much JSON text at a time (`jsonstream.
-# decode_structs`): each piece's events are read while they are in the CPU cache.
-CHUNK_BYTES = 32 << 10
+# The events are decoded this much JSON text at a time (`jsonstream.StructStream`): each
+# piece's events are read while they are in the CPU cache.
+CHUNK_CHARS = 32 << 10
+# Events whose times wait to be converted together (`_Pending`).
+PENDING_EVENTS = 4096
+# A file of up to this much JSON is decoded once: pass 1 keeps its pieces for pass 2
+# (one rank of the H200 fixture is 4.1 MB); a larger one is decoded again for pass 2.
+KEEP_CHARS = WHOLE_DECODE_BYTES
 
 class NodeRow(NamedTuple):
     """A `nodes` row: one cpu_op."""
@@ -281,8 +278,6 @@ _DEVICE_TYPE = {0: ("CPU", "cpu"), 1: ("GPU", "cuda"), 6: ("GPU", "hip"), 9: ("X
 # Args that have a column (the rest go to `params`).
 _KERNEL_ARGS = ("device", "stream", "correlation", "External id", "external id", "grid", "block",
                 "registers per thread", "shared memory", "est. achieved occupancy %", "bytes")
-_NODE_ARGS = ("External id", "external id", "Input Dims", "Input type")
-_NODE_ARGS_NESTED = ("External id", "external id", "Input type")
 _CALL_ARGS = ("correlation", "External id", "external id")
 _ANNOTATION_ARGS = ("External id", "external id")  # keep nested (TensorList) dims verbatim
 _MEMORY_ARGS = ("Addr", "Bytes", "Total Allocated", "Total Reserved", "Device Type", "Device Id")
@@ -322,7 +317,7 @@ def _params(args: dict, known: tuple[str, ...], extra: dict | None = None, dumps
 
 
 class _F(float):
-    """A float of the fast path's decoding (`_Ev` args): `_MSGSPEC_ENCODE` spells it as json does."""
+    """A float of the reader's decoding (`_Ev` args): `_MSGSPEC_ENCODE` spells it as json does."""
 
     __slots__ = ()
 
@@ -335,10 +330,10 @@ def _json_float(o: Any) -> msgspec.Raw:
     raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
-# `dumps_compact` of the fast path's values (str, int, `_F`, lists, dicts; never a Decimal,
+# `dumps_compact` of the reader's values (str, int, `_F`, lists, dicts; never a Decimal,
 # which msgspec would write as a string) is this encoder's output where the two cannot
 # differ (ASCII without DEL: json escapes the others): 4.3 ms against 12.2 for the
-# fixture's 7,245 op params. Used inline in `_Index.fused`.
+# fixture's 7,245 op params. Used inline in `_NodeCols.add`.
 _MSGSPEC_ENCODE = msgspec.json.Encoder(enc_hook=_json_float).encode
 
 
@@ -415,11 +410,6 @@ _COPY_DIRECTION = {"HOST_TO_DEVICE": "HtoD", "DEVICE_TO_HOST": "DtoH", "DEVICE_T
                    "HOST_TO_HOST": "HtoH", "PEER_TO_PEER": "PtoP"}
 
 
-def _cat(ev: dict) -> Any:
-    cat = ev.get("cat")
-    return _OLD_CATS.get(cat, cat)
-
-
 def _is_runtime(cat: Any) -> bool:
     return type(cat) is str and (cat.endswith("_runtime") or cat.endswith("_driver"))
 
@@ -430,23 +420,21 @@ def _ext(args: dict) -> Any:
 
 
 def _size(v: Any) -> int:
-    """A launch call's byte count (`size`, a string in ROCm traces), else _NONE."""
+    """A launch call's byte count (`size`: an int, or a string of digits in ROCm traces),
+    else _NONE (a fraction is no byte count)."""
+    if type(v) is int:
+        return v
     if type(v) is str and v.isdigit():
         return int(v)
-    n = _int(v)
-    return n if n is not None else _NONE
-
-
-def _text(v: Any) -> Any:
-    """A Decimal as the text that pass 1 read it as when it streamed (`floats="text"`),
-    so a decoded-once file links exactly as a streamed one (an exponent is spelled as
-    Decimal spells it, 1E+5 for 1e5: no byte count or device number either way)."""
-    return str(v) if type(v) is Decimal else v
+    return _NONE
 
 
 def _text_device(args: dict) -> dict:
+    """Pass 1's view of a fractional `device` arg: its text (`GPU:0.5` for the launch's
+    activity device, as the streaming reader of old read it); NaN stays a float, so
+    `_int` names it as the error it is."""
     dev = args.get("device")
-    return {**args, "device": str(dev)} if type(dev) is Decimal else args
+    return {**args, "device": float.__repr__(dev)} if type(dev) is _F and dev - dev == 0.0 else args
 
 
 def _activity_device(cat: str, ev: dict, args: dict) -> tuple[str, str]:
@@ -478,18 +466,50 @@ def _take(a: array, positions: array) -> array:
 
 
 _NS_TYPE = pa.decimal128(19, 3)  # Chrome-trace µs with up to 3 decimals: exactly ns
-_DECIMAL_DECODE = msgspec.json.Decoder(float_hook=Decimal).decode  # as decode_whole(floats="decimal")
+_DECIMAL_DECODE = msgspec.json.Decoder(float_hook=Decimal).decode  # exact: numbers with a fraction as Decimal
+_INT64 = (-(1 << 63), 1 << 63)
 
 
-def _ns(raws: list[msgspec.Raw]) -> array:
+def _time_value(raw: msgspec.Raw) -> Any:
+    """A time's source text decoded exactly (a fraction as Decimal); what msgspec refuses
+    (NaN, Infinity) by the standard library, as the float it reads."""
+    try:
+        return _DECIMAL_DECODE(raw)
+    except msgspec.DecodeError:
+        return json.loads(bytes(raw), parse_float=Decimal)
+
+
+def _ns(raws: list[msgspec.Raw], events: list[_Ev] | None = None, seqs: list[int] | None = None,
+        key: str = "ts") -> array:
     """`us_to_ns` of JSON numbers given as their source text, in bulk: Arrow parses the
     text as decimal µs (an error, never a rounding, where a value has more than 3
     decimals or does not fit), times 1000 is exactly ns. Where Arrow refuses, each value
-    is decoded as `decode_whole(floats="decimal")` would and converted by `us_to_ns`
-    (which may raise: the caller then steps aside). 7,245 values: 1.4 ms against 5.5 ms
-    for a `us_to_ns` each."""
+    is decoded exactly (`_time_value`) and converted by `us_to_ns` (rounding half-even
+    past 3 decimals); given the events (and their seqs) the values are their `key`s, and
+    a bad one (NaN, no number, past int64) raises the error that names its event."""
     exact = _exact_ns(raws)
-    return exact if exact is not None else array("q", [us_to_ns(_DECIMAL_DECODE(r)) for r in raws])
+    if exact is not None:
+        return exact
+    if events is None:
+        return array("q", [us_to_ns(_time_value(r)) for r in raws])
+    return array("q", [_one_ns(r, ev, i, key) for r, ev, i in zip(raws, events, seqs)])
+
+
+def _one_ns(raw: msgspec.Raw, ev: _Ev, i: int, key: str) -> int:
+    value = _time_value(raw)
+    try:
+        if value is None:
+            raise KeyError(key)
+        ns = us_to_ns(value)
+        if not _INT64[0] <= ns < _INT64[1]:
+            raise OverflowError(f"{ns} ns does not fit in int64")
+        return ns
+    except (KeyError, ValueError, OverflowError, TypeError, TraceFormatError) as e:
+        d = _as_dict(ev)
+        d[key] = value
+        if value is None:
+            _need(d, key, i)
+        raise event_error(e, d, i) from e
 
 
 def _exact_ns(raws: list[msgspec.Raw]) -> array | None:
@@ -505,16 +525,12 @@ def _exact_ns(raws: list[msgspec.Raw]) -> array | None:
     return None
 
 
-class _Slow(Exception):
-    """The fast path steps aside: an event it does not expect (the general path reads it)."""
-
-
 class _Ev(msgspec.Struct, gc=False):
-    """A Kineto event as the fast path decodes it (`jsonstream.decode_structs`): only the
-    keys the reader reads (the rest are skipped), UNSET where missing; `ts` and `dur`
-    keep their source text (`_ns` converts them exactly); other numbers are ints and `_F`
-    floats (the value `float(Decimal(text))`, what the general path stores). Not tracked
-    by the GC (decoded JSON makes no reference cycles): 13,317 decode in ~1.5 ms less."""
+    """A Kineto event as the reader decodes it (`jsonstream.StructStream`): only the keys
+    the reader reads (the rest are skipped), UNSET where missing; `ts` and `dur` keep
+    their source text (`_ns` converts them exactly); other numbers are ints and `_F`
+    floats (the value of their text). Not tracked by the GC (decoded JSON makes no
+    reference cycles)."""
 
     ph: Any = UNSET
     cat: Any = UNSET
@@ -530,14 +546,40 @@ class _Ev(msgspec.Struct, gc=False):
 
 
 _EV_FIELDS = _Ev.__struct_fields__
+_ASTUPLE = msgspec.structs.astuple
+
+
+def _as_dict(ev: _Ev) -> dict:
+    """The event's keys that were there, as a dict (`ts`/`dur` still their source text)."""
+    return {k: v for k, v in zip(_EV_FIELDS, _ASTUPLE(ev)) if v is not UNSET}
+
+
+def _from_dict(d: dict) -> _Ev:
+    """An event the standard library decoded (`StructStream`: text msgspec refuses) as
+    msgspec would have decoded it: times as their text, other fractional numbers `_F`."""
+    kw = {k: _plain_f(d[k]) for k in _EV_FIELDS if k in d}
+    for k in ("ts", "dur"):
+        if k in d:
+            v = d[k]
+            kw[k] = msgspec.Raw((v.text if type(v) is JNum else json.dumps(v)).encode())
+    return _Ev(**kw)
+
+
+def _plain_f(v: Any) -> Any:
+    if isinstance(v, float):
+        return _F(v)
+    if type(v) is list:
+        return [_plain_f(x) for x in v]
+    if type(v) is dict:
+        return {k: _plain_f(x) for k, x in v.items()}
+    return v
 
 
 def _event_times(events: list[dict]) -> None:
     """Each event's `ts` / `dur` (source text, from `_Ev`) as `jsonstream.Ns`, converted in
     bulk by Arrow (`_exact_ns`), which the row functions' `us_to_ns` gives back; where
-    Arrow refuses one, all decoded as the general path decodes them (`floats="decimal"`),
-    in one msgspec call. A missing one is dropped. The fixture's 3,618 events other than
-    cpu_ops (7,236 times): 5.1 ms to decode and 4.6 ms of `us_to_ns` calls before."""
+    Arrow refuses one, each is decoded exactly (`_time_value`), and the row function's
+    `us_to_ns` rounds it or names the bad value. A missing one is dropped."""
     slots, raws = [], []
     for d in events:
         for k in ("ts", "dur"):
@@ -547,66 +589,149 @@ def _event_times(events: list[dict]) -> None:
                 raws.append(raw)
     if raws:
         exact = _exact_ns(raws)
-        values = map(Ns, exact) if exact is not None else _DECIMAL_DECODE(b"[" + b",".join(raws) + b"]")
+        values = map(Ns, exact) if exact is not None else map(_time_value, raws)
         for (d, k), v in zip(slots, values):
             d[k] = v
+
+
+# Rows of the enclosing-op sweep made Python values at a time (`_sorted_rows`).
+SWEEP_ROWS = 1 << 16
+
+
+def _sorted_rows(table: pa.Table, order: pa.Array) -> Iterator[tuple]:
+    """The table's rows in `order`, as tuples, SWEEP_ROWS at a time: the sorted copy and its
+    Python ints (~200 B a row for five columns) never exist for the whole table at once."""
+    for lo in range(0, len(order), SWEEP_ROWS):
+        part = table.take(order.slice(lo, SWEEP_ROWS))
+        yield from zip(*(col.to_pylist() for col in part.columns))
+
+
+class _Pending:
+    """Events of several pieces waiting for their times (`_ns`, `_event_times`): Arrow's
+    conversion costs ~0.1 ms a call, so it runs on a few thousand values at a time, not a
+    piece's hundred. Their Raw times keep the text of their pieces alive until then."""
+
+    def __init__(self):
+        self.clear_ops()
+        self.others: list[tuple[int, Any, Any]] = []
+
+    def clear_ops(self) -> None:
+        self.ts: list[msgspec.Raw] = []
+        self.dur: list[msgspec.Raw] = []
+        self.ops: list[_Ev] = []
+        self.seqs: list[int] = []
+        self.steps: list[tuple[int, int, Any, int]] = []  # (pending position, N, tid, seq)
 
 
 class _Index:
     """Pass 1: what linking rows needs, as ints and interned names (ns relative to base)."""
 
-    def __init__(self, stream: EventStream):
+    @classmethod
+    def build(cls, pieces: Iterator[list[_Ev]], meta: Callable[[], dict]) -> _Index:
+        """Pass 1 over the file's events, a decoded piece at a time (`_Source`); `meta()`
+        gives the top-level keys once the events are read."""
+        self = cls.__new__(cls)
         self._start()
         op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
-        threads = self._threads
-        step_match = _STEP.match
-        # The loop runs once per event: the cpu_op branch (most events) is written out
-        # inline (method calls, _cat/_ext/_need and the zip appends cost ~25% of it).
-        name_ix, add_name = self._name_ix, self.name
-        op_th, op_start, op_end, op_seq, op_name = (c.append for c in op_cols)
+        ext_pos = array("q")  # the ops with an int External id
+        pending = _Pending()
+        for events in pieces:
+            self._piece(events, op_cols, ext_pos, pending)
+            if len(pending.ops) >= PENDING_EVENTS:
+                self._op_times(pending, op_cols)
+            if len(pending.others) >= PENDING_EVENTS:
+                self._others(pending)
+        self._op_times(pending, op_cols)
+        self._others(pending)
         ops = self.ops
-        ops_keys, (ops_name, ops_start, ops_end, ops_seq) = ops.keys, ops.cols
-        old_cats = _OLD_CATS
-        for i, ev in enumerate(stream):
-            if ev.get("ph") != "X":
-                continue
-            cat = ev.get("cat")
-            cat = old_cats.get(cat, cat)
+        ops.cols = [_take(op_cols[4], ext_pos), _take(op_cols[1], ext_pos), _take(op_cols[2], ext_pos),
+                    _take(op_cols[3], ext_pos)]
+        self.kineto_events += len(op_cols[0])
+        self._finish(op_cols, meta())
+        return self
+
+    def _piece(self, events: list[_Ev], op_cols: list[array], ext_pos: array, pending: _Pending) -> None:
+        """Pass 1 of one piece: the cpu_ops (most events) read from their Structs in the
+        loop, written out inline, their times left to `_op_times` (in bulk); the other `X`
+        events left to `_others`."""
+        th_add, seq_add, name_add = op_cols[0].append, op_cols[3].append, op_cols[4].append
+        ts_raw, dur_raw, op_evs, op_seqs = pending.ts, pending.dur, pending.ops, pending.seqs
+        step_ops, others = pending.steps, pending.others
+        threads, name_ix, add_name, old_cats = self._threads, self._name_ix, self.name, _OLD_CATS
+        ops_keys = self.ops.keys
+        last: tuple = (_NO_ARGS, _NO_ARGS, 0)  # (pid, tid, thread key) of the last op (equal to no id)
+        i = self._seq
+        for ev in events:
+            ph, cat = ev.ph, ev.cat
+            if ph != "X":
+                i += 1
+                continue  # only spans link
             if cat != "cpu_op":
-                self._other(i, ev, cat)
-                continue
-            self.kineto_events += 1
-            args = ev.get("args") or _NO_ARGS
-            name, ts = ev.get("name"), ev.get("ts")
-            if name is None or ts is None:
-                for key in ("name", "ts"):
-                    _need(ev, key, i)
-            start = us_to_ns(ts)
-            m = step_match(name)
-            dur = ev.get("dur")
-            end = start + us_to_ns(dur if dur is not None else _need(ev, "dur", i))
-            if m:
-                self.steps.append((start, end, int(m[1]), ev.get("tid"), i))
+                cat = old_cats.get(cat, cat)
+                if cat != "cpu_op":
+                    others.append((i, ev, cat))
+                    i += 1
+                    continue
+            name, args, tid, pid = ev.name, ev.args, ev.tid, ev.pid
+            if not args or args is UNSET:
+                args = _NO_ARGS
+            if type(name) is not str or not ev.ts or not ev.dur or type(args) is not dict:
+                _odd_op(ev, i)
+            tid = None if tid is UNSET else tid
             ix = name_ix.get(name)
             if ix is None:
                 ix = add_name(name)
-            op_th(threads.setdefault((ev.get("pid"), ev.get("tid")), len(threads)))
-            op_start(start)
-            op_end(end)
-            op_seq(i)
-            op_name(ix)
+            if tid != last[1] or pid != last[0]:  # (ops come in runs of one thread; == as the dict's keys)
+                last = (pid, tid, threads.setdefault((None if pid is UNSET else pid, tid), len(threads)))
+            th_add(last[2])
+            seq_add(i)
+            name_add(ix)
+            ts_raw.append(ev.ts)
+            dur_raw.append(ev.dur)
+            op_evs.append(ev)
+            op_seqs.append(i)
+            if name.startswith("ProfilerStep#"):
+                m = _STEP.match(name)
+                if m:
+                    step_ops.append((len(op_seqs) - 1, int(m[1]), tid, i))
             ext = args.get("External id")
             if ext is None:
                 ext = args.get("external id")
-            if type(ext) is int:  # _IntMap.add, inline
+            if type(ext) is int:  # _IntMap.add, inline (its columns are taken at the end)
                 if ops_keys and ext < ops_keys[-1]:
-                    ops._sorted = False
+                    self.ops._sorted = False
                 ops_keys.append(ext)
-                ops_name.append(ix)
-                ops_start.append(start)
-                ops_end.append(end)
-                ops_seq.append(i)
-        self._finish(op_cols, stream.meta)
+                ext_pos.append(len(op_cols[0]) - 1)
+            i += 1
+        self._seq = i
+
+    def _op_times(self, pending: _Pending, op_cols: list[array]) -> None:
+        """The pending ops' starts and ends (ns), converted in bulk (`_ns`); their steps."""
+        if not pending.ops:
+            return
+        op_evs, op_seqs = pending.ops, pending.seqs
+        starts = _ns(pending.ts, op_evs, op_seqs, "ts")
+        durs = _ns(pending.dur, op_evs, op_seqs, "dur")
+        try:
+            ends = _int64s(pc.add_checked(_arrow(starts), _arrow(durs)))
+        except pa.ArrowInvalid:  # overflow: the first op past int64 named
+            k = next(k for k, (s, d) in enumerate(zip(starts, durs)) if not _INT64[0] <= s + d < _INT64[1])
+            raise event_error(OverflowError("end past int64 ns"), _as_dict(op_evs[k]), op_seqs[k]) from None
+        op_cols[1].extend(starts)
+        op_cols[2].extend(ends)
+        for k, n, tid, seq in pending.steps:
+            self.steps.append((starts[k], ends[k], n, tid, seq))
+        pending.clear_ops()
+
+    def _others(self, pending: _Pending) -> None:
+        """Pass 1 of the pending `X` events other than cpu_ops, as dicts, in file order."""
+        if not pending.others:
+            return
+        dicts = [_as_dict(ev) for _, ev, _ in pending.others]
+        _event_times(dicts)
+        for (i, _, cat), ev in zip(pending.others, dicts):  # (`ev`, `i`: named as errors find them, jsonstream.located)
+            self._other(i, ev, cat)
+        pending.others = []
 
     def _start(self) -> None:
         self.steps: list[tuple[int, int, int, Any, int]] = []  # (start, end, N, tid, seq)
@@ -619,6 +744,7 @@ class _Index:
         self._threads: dict[Any, int] = {}
         self.call_size = array("q")
         self.kineto_events = 0  # events of a Kineto category (else: not a Kineto trace)
+        self._seq = 0  # events seen
 
     def _other(self, i: int, ev: dict, cat: Any) -> None:
         """Pass 1 for an `X` event other than a cpu_op: step spans, launch calls, activities."""
@@ -642,7 +768,7 @@ class _Index:
             ext = _ext(args)
             th = self._threads.setdefault((ev.get("pid"), ev.get("tid")), len(self._threads))
             self.calls.add(i, start, end, th, ext if type(ext) is int else _NONE)
-            self.call_size.append(_size(_text(args.get("size"))))
+            self.call_size.append(_size(args.get("size")))
             self.call_of.add(args.get("correlation"), i)
         elif cat in _ACTIVITY_CATS:
             name = _need(ev, "name", i)
@@ -658,124 +784,6 @@ class _Index:
         self._op_cols = op_cols
         self.steps.sort()
         self._starts = [s[0] for s in self.steps]
-
-    @classmethod
-    def fused(cls, events: list[_Ev], meta: dict) -> tuple[_Index, dict[str, Any], list[tuple[int, dict]]]:
-        """Pass 1 over a decoded-once file's events (`_Ev`), fused with the nodes' columns:
-        (index, node columns, the other events to row as (seq, dict)). Raises `_Slow`
-        where an event is not what the loop expects (the general path reads the file)."""
-        self = cls.__new__(cls)
-        self._start()
-        op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
-        th_add, seq_add, name_add = op_cols[0].append, op_cols[3].append, op_cols[4].append
-        ts_raw, dur_raw, ext_pos = [], [], array("q")  # ext_pos: ops with an int External id
-        tids, shapes, dtypes, exts, params, rf_ids, pids = ([] for _ in range(7))
-        step_ops: list[tuple[int, int, Any, int]] = []  # (op position, N, tid, seq)
-        rest: list[tuple[int, dict]] = []
-        others: list[tuple[int, dict, Any]] = []  # the X events of `rest`, for pass 1
-        astuple = msgspec.structs.astuple
-        dtype_names = dict(_TORCH_DTYPES)  # grows by the names seen that map to themselves
-        dtype_of = dtype_names.__getitem__
-        threads, name_ix, add_name, old_cats = self._threads, self._name_ix, self.name, _OLD_CATS
-        ops_keys, sorted_keys = self.ops.keys, True
-        encode = _MSGSPEC_ENCODE
-        last: tuple = (_NO_ARGS, _NO_ARGS, 0)  # (pid, tid, thread key) of the last op (equal to no id)
-        for i, ev in enumerate(events):
-            ph, cat = ev.ph, ev.cat
-            if cat != "cpu_op" or ph != "X":  # (most events are cpu_ops: no _OLD_CATS lookup for them)
-                cat = old_cats.get(cat, cat)
-                if ph != "X" or cat != "cpu_op":
-                    if ph != "X" and (ph == "M" or cat in _FLOW_CATS):
-                        continue  # not stored, not linked
-                    d = {k: v for k, v in zip(_EV_FIELDS, astuple(ev)) if v is not UNSET}
-                    rest.append((i, d))
-                    if ph == "X":
-                        others.append((i, d, cat))
-                    continue
-            name, args, tid, pid = ev.name, ev.args, ev.tid, ev.pid
-            if type(name) is not str or not ev.ts or not ev.dur:
-                raise _Slow  # the general path words the error
-            if not args or args is UNSET:
-                args = _NO_ARGS
-            elif type(args) is not dict:
-                raise _Slow
-            tid = None if tid is UNSET else tid
-            ix = name_ix.get(name)
-            if ix is None:
-                ix = add_name(name)
-            if tid != last[1] or pid != last[0]:  # (ops come in runs of one thread; == as the dict's keys)
-                last = (pid, tid, threads.setdefault((None if pid is UNSET else pid, tid), len(threads)))
-            th_add(last[2])
-            seq_add(i)
-            name_add(ix)
-            ts_raw.append(ev.ts)
-            dur_raw.append(ev.dur)
-            if name.startswith("ProfilerStep#"):
-                m = _STEP.match(name)
-                if m:
-                    step_ops.append((len(tids), int(m[1]), tid, i))
-            ext = args.get("External id")
-            if ext is None:
-                ext = args.get("external id")
-            if type(ext) is int:
-                if ops_keys and ext < ops_keys[-1]:
-                    sorted_keys = False
-                ops_keys.append(ext)
-                ext_pos.append(len(tids))
-                exts.append(ext)
-            else:
-                exts.append(_int(ext))
-            rf_ids.append(_rf_id(args))
-            pids.append(pid if type(pid) is int else None)
-            dims = args.get("Input Dims")
-            shape = _shapes(dims)
-            shapes.append(shape)
-            types = args.get("Input type")
-            try:  # _dtypes, for a list of dtype names (C); mapped: only str keys
-                dtypes.append(list(map(dtype_of, types)) if type(types) is list else None)
-            except (KeyError, TypeError):
-                dtypes.append(_dtypes(types))
-                dtype_names.update((d, d) for d in types if type(d) is str and d not in dtype_names)
-            # _params(args, known, {"tid": tid} unless an int), by _MSGSPEC_ENCODE, inline (~2 ms a rank)
-            kept = args.copy()
-            pop = kept.pop
-            pop("External id", None)
-            pop("external id", None)
-            pop("Input type", None)
-            if shape is dims or shape is None:  # else (a new list, with a None) the nested dims stay (_NODE_ARGS_NESTED)
-                pop("Input Dims", None)
-            if type(tid) is int:
-                tids.append(tid)
-            else:
-                tids.append(None)
-                kept["tid"] = tid
-            if kept:
-                out = encode(kept)
-                params.append(out.decode() if out.isascii() and b"\x7f" not in out else dumps_compact(kept))
-            else:
-                params.append(None)
-        _event_times([d for _, d in rest])
-        for i, d, cat in others:  # pass 1 of the other X events, in file order
-            args = d.get("args")
-            if type(args) is dict and (isinstance(args.get("size"), float) or isinstance(args.get("device"), float)):
-                raise _Slow  # pass 1 links these by their text (`_text`): not kept here
-            self._other(i, d, cat)
-        self.kineto_events += len(tids)
-        starts, durs = _ns(ts_raw), _ns(dur_raw)
-        ends = _int64s(pc.add_checked(_arrow(starts), _arrow(durs)))
-        op_cols[1], op_cols[2] = starts, ends
-        ops = self.ops
-        ops._sorted = sorted_keys
-        ops.cols = [_take(op_cols[4], ext_pos), _take(starts, ext_pos), _take(ends, ext_pos),
-                    _take(op_cols[3], ext_pos)]
-        for k, n, tid, i in step_ops:
-            self.steps.append((starts[k], ends[k], n, tid, i))
-        self._finish(op_cols, meta)
-        names = pa.array(self.names, pa.string()).take(_arrow(op_cols[4]))  # one conversion a name
-        nodes = {"node_name": names, "op_type": names, "duration_ns": _arrow(durs), "thread_id": tids,
-                 "seq": _arrow(op_cols[3]), "input_shapes": shapes, "input_dtypes": dtypes,
-                 "correlation_id": exts, "params": params, "rf_id": rf_ids, "process_id": pids}
-        return self, nodes, rest
 
     def name(self, name: str) -> int:
         ix = self._name_ix.get(name)
@@ -803,14 +811,14 @@ class _Index:
         pos = pa.concat_arrays([pa.array(range(n_ops), pa.int64()), pa.array(range(n_calls), pa.int64())])
         table = pa.table({"th": th, "start": start, "kind": kind, "negend": pc.negate(end),
                           "seq": seq, "pos": pos})
-        table = table.take(pc.sort_indices(table, sort_keys=[
+        order = pc.sort_indices(table, sort_keys=[
             ("th", "ascending"), ("start", "ascending"), ("kind", "ascending"),
-            ("negend", "ascending"), ("seq", "ascending")]))
+            ("negend", "ascending"), ("seq", "ascending")])
+        table = table.select(["th", "start", "kind", "negend", "pos"])
         op_seq = op_cols[3]
         stack: list[tuple[int, int]] = []  # (end, op position)
         cur = None
-        for t, s, k, ne, p in zip(*(table.column(c).to_pylist()
-                                     for c in ("th", "start", "kind", "negend", "pos"))):
+        for t, s, k, ne, p in _sorted_rows(table, order):
             if t != cur:
                 stack, cur = [], t
             while stack and stack[-1][0] < s:
@@ -845,6 +853,20 @@ class _Index:
         if k >= 0 and t < self.steps[k][1]:
             return self.steps[k][2]
         return None
+
+
+def _odd_op(ev: _Ev, i: int) -> None:
+    """The error of a cpu_op pass 1 cannot read: no name, time or duration, a name that is
+    no string, args that are no object."""
+    d = _as_dict(ev)
+    for key in ("ts", "dur"):
+        if not d.get(key):
+            d.pop(key, None)
+    for key in ("name", "ts", "dur"):
+        _need(d, key, i)
+    if type(ev.name) is not str:
+        raise event_error(TypeError(f"the name is no string: {ev.name!r}"), d, i)
+    raise event_error(TypeError(f"'args' is no JSON object: {str(ev.args)[:60]}"), d, i)
 
 
 def _shapes(dims: Any) -> list | None:
@@ -895,10 +917,7 @@ class _Out:
         self.b = {table: BatchBuilder(table, BATCH_ROWS, row._fields) for table, row in _ROWS.items()}
 
     def flush_full(self) -> Iterator[tuple[str, pa.RecordBatch]]:
-        """The builders holding BATCH_ROWS rows or more. Checked every 1024 events of any
-        kind: when it was checked only after events other than cpu_ops, a file whose
-        every 1024th event was a cpu_op (an op and its launch call alternating) held all
-        its runtime calls' rows to the end (~300 B an event)."""
+        """The builders holding BATCH_ROWS rows or more (checked after every piece)."""
         for b in self.b.values():
             if len(b.rows) >= BATCH_ROWS:
                 yield from b.flush()
@@ -908,57 +927,180 @@ class _Out:
             yield from b.flush()
 
 
+class _Source:
+    """The file's events as `jsonstream.StructStream` decodes them, a piece at a time, for
+    each pass. Pass 1 keeps the pieces of a file of up to KEEP_CHARS of JSON, and pass 2
+    walks them again (each event decoded once); a larger file is decoded again for pass 2,
+    so memory holds a piece at a time, not the file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.kept: list[list[_Ev]] | None = []
+        self.meta: dict = {}
+
+    def _stream(self) -> StructStream:
+        return StructStream(self.path, _Ev, _F, _from_dict, chunk_chars=CHUNK_CHARS)
+
+    def first(self) -> Iterator[list[_Ev]]:
+        stream = self._stream()
+        for events in stream:
+            if self.kept is not None:
+                self.kept.append(events)
+                if stream.position() > KEEP_CHARS:
+                    self.kept = None
+            yield events
+        self.meta = stream.meta
+
+    def second(self) -> Iterator[list[_Ev]]:
+        if self.kept is None:
+            yield from self._stream()
+            return
+        kept, self.kept = self.kept, None
+        kept.reverse()
+        while kept:  # each piece freed once walked
+            yield kept.pop()
+
+
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    batches = _fast(path, ctx)  # a usual file of up to WHOLE_DECODE_BYTES
-    if batches is not None:
-        yield from batches
-        return
-    # decoded once when small enough, else two streaming passes
-    yield from rows_decoded_once(path, "decimal", lambda whole: _rows(path, ctx, whole))
-
-
-def _fast(path: Path, ctx: ReadContext) -> list[tuple[str, pa.RecordBatch]] | None:
-    """Every batch of a file of up to WHOLE_DECODE_BYTES read the fast way (module
-    docstring), or None where it steps aside (a larger or odd file, an event it does not
-    expect, any error): the general path then reads the file, with its exact errors.
-    Nothing reaches `ctx` unless it succeeds."""
-    whole = decode_structs(path, _Ev, _F, chunk_bytes=CHUNK_BYTES)
-    if whole is None:
-        return None
-    scratch = dataclasses.replace(ctx, metadata=dict(ctx.metadata), warnings=dict(ctx.warnings))
-    try:
-        batches = list(_fast_rows(whole, scratch))
-    except Exception:  # noqa: BLE001 - _Slow, or an error the general path words
-        return None
-    ctx.metadata.update(scratch.metadata)
-    ctx.warnings.update(scratch.warnings)
-    return batches
-
-
-def _fast_rows(whole: DecodedTrace, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    index, nodes, rest = _Index.fused(whole.events, whole.meta)
+    source = _Source(path)
+    index = _Index.build(source.first(), lambda: source.meta)
     _check_kineto(index)
+    batches = _rows(index, source.second(), ctx)
+    # A kept file's batches are all made before the first is given out: its events are
+    # freed before the consumer's GC could walk them.
+    yield from (list(batches) if source.kept is not None else batches)
+
+
+def _rows(index: _Index, pieces: Iterator[list[_Ev]], ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Pass 2: each piece's cpu_ops as node columns (`_NodeCols`), a batch each BATCH_ROWS
+    ops; its other events as dicts through `_Pass2`'s row functions."""
     out = _Out()
     p2 = _Pass2(index, ctx, out)
-    for i, ev in rest:
-        cat = ev.get("cat")
-        p2.add(i, ev, ev.get("ph"), _OLD_CATS.get(cat, cat))
-    if len(nodes["node_name"]):
-        yield "nodes", _node_batch(index, nodes, p2.base, p2.rank)
+    nodes = _NodeCols()
+    i = 0
+    old_cats, flow_cats = _OLD_CATS, _FLOW_CATS
+    rest: list[tuple[int, _Ev]] = []  # the other events, waiting for their times (`_Pending`)
+    add_op = nodes.add
+    for events in pieces:
+        for ev in events:
+            ph, cat = ev.ph, ev.cat
+            if cat != "cpu_op" or ph != "X":  # (most events are cpu_ops: no _OLD_CATS lookup for them)
+                cat = old_cats.get(cat, cat)
+                if ph != "X" or cat != "cpu_op":
+                    if ph == "X" or (ph != "M" and cat not in flow_cats):  # (M, flows: not stored)
+                        rest.append((i, ev))
+                    i += 1
+                    continue
+            add_op(ev)
+            i += 1
+        if len(rest) >= PENDING_EVENTS:
+            _rest_rows(rest, p2)
+            rest = []
+        if len(nodes) >= BATCH_ROWS:
+            yield "nodes", nodes.batch(index, p2.base, p2.rank)
+        yield from out.flush_full()
+    _rest_rows(rest, p2)
+    if len(nodes):
+        yield "nodes", nodes.batch(index, p2.base, p2.rank)
     yield from p2.finish()
 
 
-def _node_batch(index: _Index, cols: dict[str, Any], base: int, rank: int | None) -> pa.RecordBatch:
-    """The nodes of pass 1's columns (`_Index.fused`): the rows `_node` makes."""
-    starts = index._op_cols[1]
-    n = len(starts)
-    cols = {**cols, "device": pa.repeat(pa.scalar("CPU:0"), n), "device_raw": pa.repeat(pa.scalar("CPU"), n),
-            "rank": pa.repeat(pa.scalar(rank, pa.int32()), n), "step": _steps_at(index, starts),
-            "start_ns": pc.add_checked(_arrow(starts), pa.scalar(base, pa.int64()))}
-    schema = BatchBuilder("nodes").schema
-    return annotate_nodes(pa.RecordBatch.from_arrays(
-        [pa.array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema],
-        schema=schema))
+def _rest_rows(rest: list[tuple[int, _Ev]], p2: _Pass2) -> None:
+    """The rows of events other than cpu_ops: as dicts, their times in bulk (`_event_times`)."""
+    dicts = [_as_dict(ev) for _, ev in rest]
+    _event_times(dicts)
+    for (i, _), ev in zip(rest, dicts):  # (`ev`, `i`: named as errors find them, jsonstream.located)
+        cat = ev.get("cat")
+        p2.add(i, ev, ev.get("ph"), _OLD_CATS.get(cat, cat))
+
+
+class _NodeCols:
+    """The `nodes` columns of pass 2's cpu_ops until a batch is made (`batch`): read from
+    each op's Struct in one loop (its fields then in the CPU cache); start, duration, seq
+    and name come from pass 1's arrays (the same ops in the same order)."""
+
+    def __init__(self):
+        self.done = 0  # ops already in batches
+        self._clear()
+        self.dtype_names = dict(_TORCH_DTYPES)  # grows by the names seen that map to themselves
+
+    def _clear(self) -> None:
+        self.tids, self.shapes, self.dtypes, self.exts, self.params, self.rf_ids, self.pids = ([] for _ in range(7))
+
+    def __len__(self) -> int:
+        return len(self.tids)
+
+    def add(self, ev: _Ev) -> None:
+        args, tid, pid = ev.args, ev.tid, ev.pid
+        if not args or args is UNSET:
+            args = _NO_ARGS
+        tid = None if tid is UNSET else tid
+        ext = args.get("External id")
+        if ext is None:
+            ext = args.get("external id")
+        self.exts.append(ext if type(ext) is int else _int(ext))
+        self.rf_ids.append(_rf_id(args))
+        self.pids.append(pid if type(pid) is int else None)
+        dims = args.get("Input Dims")
+        shape = _shapes(dims)
+        self.shapes.append(shape)
+        types = args.get("Input type")
+        try:  # _dtypes, for a list of dtype names (C); mapped: only str keys
+            self.dtypes.append(list(map(self.dtype_names.__getitem__, types)) if type(types) is list else None)
+        except (KeyError, TypeError):
+            self.dtypes.append(_dtypes(types))
+            self.dtype_names.update((d, d) for d in types if type(d) is str and d not in self.dtype_names)
+        # _params(args, known, {"tid": tid} unless an int), by _MSGSPEC_ENCODE, inline
+        kept = args.copy()
+        pop = kept.pop
+        pop("External id", None)
+        pop("external id", None)
+        pop("Input type", None)
+        if shape is dims or shape is None:  # else (a new list, with a None) the nested dims stay in params
+            pop("Input Dims", None)
+        if type(tid) is int:
+            self.tids.append(tid)
+        else:
+            self.tids.append(None)
+            kept["tid"] = tid
+        if kept:
+            out = _MSGSPEC_ENCODE(kept)
+            self.params.append(out.decode() if out.isascii() and b"\x7f" not in out else dumps_compact(kept))
+        else:
+            self.params.append(None)
+
+    def batch(self, index: _Index, base: int, rank: int | None) -> pa.RecordBatch:
+        """The node rows of the ops added since the last batch."""
+        lo, n = self.done, len(self.tids)
+        hi = lo + n
+        starts, ends = index._op_cols[1][lo:hi], index._op_cols[2][lo:hi]
+        try:  # one conversion a name
+            names = pa.array(index.names, pa.string()).take(_arrow(index._op_cols[4][lo:hi]))
+        except (pa.ArrowInvalid, ValueError):  # (a name Arrow refuses: named below)
+            names = [index.names[k] for k in index._op_cols[4][lo:hi]]
+        cols = {"node_name": names, "op_type": names,
+                "duration_ns": pc.subtract(_arrow(ends), _arrow(starts)), "thread_id": self.tids,
+                "seq": _arrow(index._op_cols[3][lo:hi]), "input_shapes": self.shapes, "input_dtypes": self.dtypes,
+                "correlation_id": self.exts, "params": self.params, "rf_id": self.rf_ids, "process_id": self.pids,
+                "device": pa.repeat(pa.scalar("CPU:0"), n), "device_raw": pa.repeat(pa.scalar("CPU"), n),
+                "rank": pa.repeat(pa.scalar(rank, pa.int32()), n), "step": _steps_at(index, starts),
+                "start_ns": pc.add_checked(_arrow(starts), pa.scalar(base, pa.int64()))}
+        schema = BatchBuilder("nodes").schema
+        try:
+            arrays = [pa.array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError) as e:
+            raise _bad_nodes(cols, lo, e) from e
+        self.done = hi
+        self._clear()
+        return annotate_nodes(pa.RecordBatch.from_arrays(arrays, schema=schema))
+
+
+def _bad_nodes(cols: dict[str, Any], first: int, error: Exception) -> TraceFormatError:
+    """The row and column of a node batch Arrow refused, worded as `BatchBuilder` words it."""
+    values = {k: v.to_pylist() if isinstance(v, pa.Array) else list(v) for k, v in cols.items()}
+    b = BatchBuilder("nodes", columns=tuple(values))
+    b.rows, b.emitted = list(zip(*values.values())), first
+    return TraceFormatError(b._bad_value(error))
 
 
 def _steps_at(index: _Index, starts: array) -> pa.Array | list:
@@ -972,34 +1114,6 @@ def _steps_at(index: _Index, starts: array) -> pa.Array | list:
         here = pc.if_else(pc.less(t, end), pa.scalar(n, pa.int64()), pa.scalar(None, pa.int64()))
         out = pc.if_else(pc.greater_equal(t, start), here, out)
     return out
-
-
-def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[tuple[str, pa.RecordBatch]]:
-    index = _Index(whole or EventStream(path, floats="text"))
-    _check_kineto(index)
-    stream = whole or EventStream(path, floats="decimal")
-    out = _Out()
-    node_rows = out.b["nodes"].rows
-    p2 = None
-    op_k = 0  # cpu_ops come in pass 1's order: the n-th is index._op_cols[...][n]
-    for i, ev in enumerate(stream):
-        if p2 is None:  # header is complete once the first event arrives
-            p2 = _Pass2(index, ctx, out)
-        elif not i & 1023:  # a table's rows wait for at most BATCH_ROWS + 1023 events
-            yield from out.flush_full()  # (checked for every kind of event: see _Out.flush_full)
-            node_rows = out.b["nodes"].rows
-        ph = ev.get("ph")
-        cat = ev.get("cat")
-        cat = _OLD_CATS.get(cat, cat)  # _cat, inline
-        if ph == "X" and cat == "cpu_op":
-            node_rows.append(_node(ev, i, p2.base, p2.rank, index, op_k))
-            op_k += 1
-            if len(node_rows) >= BATCH_ROWS:
-                yield from out.b["nodes"].flush()
-                node_rows = out.b["nodes"].rows
-            continue
-        p2.add(i, ev, ph, cat)
-    yield from (p2 or _Pass2(index, ctx, out)).finish()  # (no events at all: metadata still)
 
 
 def _check_kineto(index: _Index) -> None:
@@ -1086,28 +1200,6 @@ def _metadata(index: _Index, ctx: ReadContext) -> tuple[int, int | None]:
     ctx.metadata["kineto"] = _jsonable({k: v for k, v in full.items()
                                         if k not in ("deviceProperties", "distributedInfo")})
     return base, rank
-
-
-def _node(ev: dict, i: int, base: int, rank: int | None, index: _Index, k: int) -> NodeRow:
-    """The row of the k-th cpu_op: pass 1 saw the same ops in the same order and kept
-    their start and end (ns), so they are not converted again."""
-    args = ev.get("args") or _NO_ARGS
-    name = ev.get("name")
-    start = index._op_cols[1][k]
-    dur = index._op_cols[2][k] - start
-    tid = ev.get("tid")
-    shapes = _shapes(args.get("Input Dims"))
-    known = _NODE_ARGS if shapes is None or None not in shapes else _NODE_ARGS_NESTED
-    ext = args.get("External id")
-    if ext is None:
-        ext = args.get("external id")
-    pid = ev.get("pid")
-    return _new(NodeRow, (
-        "CPU:0", "CPU", rank, index.step_at(start), name, name, base + start, dur,
-        tid if type(tid) is int else None, i, shapes, _dtypes(args.get("Input type")),
-        ext if type(ext) is int else _int(ext),
-        _params(args, known, None if type(tid) is int else {"tid": tid}), _rf_id(args),
-        pid if type(pid) is int else None))
 
 
 def _rf_id(args: dict) -> int | None:
