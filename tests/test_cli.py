@@ -128,22 +128,28 @@ def test_runs_rm_and_vacuum(tmp_path):
     assert listed["lstm"]["kernels"] == 755 and listed["dump"]["nodes"] == 178
     assert listed["lstm"]["formats"] == ["tf_stepstats"]
     # an orphan, as a crash between moving files and committing would leave
-    orphan = wh / "nodes" / "run_id=ghost" / "device=CPU%3A0" / "part-x.parquet"
-    orphan.parent.mkdir(parents=True)
-    shutil.copy(next(wh.glob("nodes/run_id=dump/device=CPU%3A0/*.parquet")), orphan)
+    orphan = wh / "nodes" / "part-x.parquet"
+    shutil.copy(next(wh.glob("nodes/*.parquet")), orphan)
     r = runner.invoke(app, ["vacuum", "-w", str(wh)])  # default retention: 7 days, the orphan is new
     assert r.exit_code == 0 and "removed 0" in r.output and orphan.exists()
     r = runner.invoke(app, ["vacuum", "-w", str(wh), "--retention-hours", "0"])
     assert r.exit_code == 0 and "removed 1" in r.output
     assert not orphan.exists()
+    from tracedb.lake import Lake
+
+    [group] = Lake(wh).live_files("nodes")[0]  # both runs, one ingest: one file
     r = runner.invoke(app, ["rm", "dump", "-w", str(wh)])
     assert r.exit_code == 0 and "removed 1 run(s): dump" in r.output
-    assert list(wh.glob("nodes/run_id=dump/*/*.parquet"))  # kept for open snapshots until vacuum
+    assert Lake(wh).live_files("nodes")[0] == [group]  # dump's rows stay in it, hidden, until compaction
     r = runner.invoke(app, ["vacuum", "-w", str(wh), "--retention-hours", "0"])
-    assert r.exit_code == 0 and "removed 4" in r.output  # dump's 2 nodes files + the rewritten runs and files tables' old files
-    assert not list(wh.glob("nodes/run_id=dump/*/*.parquet"))
+    assert r.exit_code == 0 and "removed 2" in r.output  # the rewritten runs and files tables' old files
     r = runner.invoke(app, ["query", "-", "-w", str(wh), "-f", "csv"], input="select count(*) n from nodes")
     assert r.output.split() == ['"n"', "577"]
+    assert runner.invoke(app, ["optimize", "-w", str(wh)]).exit_code == 0  # drops dump's rows: lstm's alone
+    r = runner.invoke(app, ["vacuum", "-w", str(wh), "--retention-hours", "0"])
+    assert r.exit_code == 0 and not (wh / group).exists()
+    [kept] = Lake(wh).live_files("nodes")[0]
+    assert pq.read_table(wh / kept, columns=["run_id"]).column("run_id").to_pylist() == ["lstm"] * 577
     r = runner.invoke(app, ["rm", "dump", "-w", str(wh)])
     assert r.exit_code == 2 and "no such run(s): dump" in r.output
 

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 import rawtrace
+from tracedb import schema
 from tracedb.cli import app
 from tracedb.errors import TracedbError
 from tracedb.report import build_report, config
@@ -395,7 +396,7 @@ def test_a_schema6_lake_gains_the_acceptances_table(tmp_path):
         tracedb.Warehouse(wh).report(["day1"], ["day2"])
     assert "0011_acceptances" in migrate.migrate_warehouse(wh)
     w = tracedb.Warehouse(wh)
-    assert w.acceptances() == [] and json.loads((wh / LAKE_JSON).read_text())["schema_version"] == 7
+    assert w.acceptances() == [] and json.loads((wh / LAKE_JSON).read_text())["schema_version"] == schema.SCHEMA_VERSION
     w.accept("day2", note="migrated")
     assert [a.run_id for a in w.acceptances()] == ["day2"]
     assert w.sql("SELECT count(*) AS n FROM acceptances").column("n").to_pylist() == [1]

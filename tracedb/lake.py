@@ -967,12 +967,24 @@ class Lake:
                 tiers.setdefault(tier, []).append(r)
         chunks = []
         for tier, files in sorted(tiers.items()):
-            if everything and tier == 0:
-                chunks += [c for c in self._by_bytes(files) if len(c) >= 2]
+            if everything and tier == 0:  # a lone small file too, if it holds rows no run's live version has
+                chunks += [c for c in self._by_bytes(files) if len(c) >= 2 or self._has_dead_rows(c[0], published)]
             else:
                 chunks += [c for c in (files[i:i + fanout] for i in range(0, len(files) - fanout + 1, fanout))
                            if sum(r["size"] for r in c) <= self.MERGE_BYTES]
         return chunks
+
+    def _has_dead_rows(self, r: dict, published: dict[str, str]) -> bool:
+        """Whether a live file holds rows of a run's superseded (or removed) ingest: its
+        run_id and ingest_id columns read (a small file's, for `optimize`)."""
+        import pyarrow.parquet as pq
+
+        src = pa.BufferReader(self.storage.read_bytes(r["path"])) if self.remote else str(self.root / r["path"])
+        keys = pq.read_table(src, columns=["run_id", INGEST_ID.name])
+        for run, ingest in set(zip(keys.column(0).to_pylist(), keys.column(1).to_pylist())):
+            if published.get(run) != ingest:
+                return True
+        return False
 
     @classmethod
     def _by_bytes(cls, files: list[dict]) -> list[list[dict]]:

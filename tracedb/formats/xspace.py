@@ -64,7 +64,7 @@ from json.encoder import encode_basestring_ascii as _json_str  # json.dumps' str
 from tracedb import devices, schema
 from tracedb.errors import TraceFormatError
 from tracedb import flops as flop_rules
-from tracedb.formats import hlo, pbwire
+from tracedb.formats import base, hlo, pbwire
 from tracedb.formats.base import (BatchBuilder, ReadContext, annotate_nodes, classify_kernels, copy_kind,
                                   copy_kind_of_sides, flush, open_trace, varint)
 from tracedb.kernel_types import classify
@@ -288,16 +288,13 @@ def _recipe(stats: dict[str, Any]) -> tuple[str | None, tuple[int, ...]]:
 
 
 def _varint_to_end(raw: bytes) -> int | None:
-    """The varint at raw[3:] if it ends exactly at the end of `raw`, else None."""
-    v = shift = 0
-    last = len(raw) - 1
-    for i in range(3, last + 1):
-        b = raw[i]
-        v |= (b & 0x7F) << shift
-        if b < 0x80:
-            return v if i == last else None
-        shift += 7
-    return None
+    """The varint at raw[3:] if it ends exactly at the end of `raw`, else None (the
+    toolkit's decoder: `base.varint`)."""
+    try:
+        v, end = base.varint(raw, 3)
+    except IndexError:
+        return None
+    return v if end == len(raw) else None
 
 
 def _pick(v: Any, ents: list[_Stat], field: int) -> Any:
