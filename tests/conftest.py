@@ -84,15 +84,17 @@ def mlp_warehouse(tmp_path_factory) -> Path:
     return _fleet(tmp_path_factory, "fleet_mlp")
 
 
-# The modules that take longest, longest first (from CI's `--durations`: the S3 whole flow
-# ~230 s, the 100 `tracedb check` processes ~75 s, ...). They run before the others, so that
-# under `pytest -n 2` (pyproject: --dist loadscope, a module whole on one worker) the two
-# workers start on the long ones and end together on short ones; the rest keep their order.
+# The modules that take longest, longest first (a module's total in `--durations=0`; the S3
+# whole flow ~230 s in CI, the 100 `tracedb check` processes ~75 s). They run before the
+# others, so that under `pytest -n 2` (pyproject: --dist loadscope, a module whole on one
+# worker) the two workers start on the long ones and end together on short ones; the rest
+# keep their order.
 SLOWEST_FIRST = [
-    "test_object_storage.py", "test_lake_faults.py", "test_json_reader_oracle.py", "test_streaming.py",
-    "test_object_storage_faults.py", "test_migrations.py", "test_lake.py", "test_spark.py", "test_ingest.py",
-    "test_report_gate.py", "test_report_fleet.py", "test_metric_rollups.py", "test_fuzz.py", "test_report.py",
-    "test_kineto_categories.py", "test_multirank.py", "test_object_storage_errors.py",
+    "test_object_storage.py", "test_lake_faults.py", "test_streaming.py", "test_spark.py",
+    "test_object_storage_faults.py", "test_json_reader_oracle.py", "test_lake.py", "test_migrations.py",
+    "test_queries_fleet_shapes.py", "test_ingest.py", "test_report_gate.py", "test_export.py",
+    "test_report_fleet.py", "test_metric_rollups.py", "test_dialects.py", "test_run_scope.py",
+    "test_bad_input.py", "test_multirank.py", "test_flops.py", "test_object_storage_errors.py",
 ]
 
 

@@ -38,3 +38,11 @@ def test_the_test_extra_holds_the_plugins_the_command_uses():
     addopts = shlex.split(pyproject["tool"]["pytest"]["ini_options"]["addopts"])
     if {"-n", "--dist"} & {a.split("=")[0] for a in args + addopts}:
         assert "pytest-xdist" in test_deps
+
+
+def test_the_slowest_first_list_names_test_modules():
+    """conftest's SLOWEST_FIRST orders modules by file name: a renamed module would drop out."""
+    from conftest import SLOWEST_FIRST
+
+    assert len(set(SLOWEST_FIRST)) == len(SLOWEST_FIRST)
+    assert [n for n in SLOWEST_FIRST if not (ROOT / "tests" / n).is_file()] == []
