@@ -24,8 +24,9 @@ def scenario(name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def moto_server() -> str:
-    """The endpoint URL of moto's S3 server, one process for the whole session (tests that
-    use it make their own bucket or prefix)."""
+    """The endpoint URL of moto's S3 server, one process for the whole session (under
+    `pytest -n 2`, one per worker, each on its own free port; tests that use it make their
+    own bucket or prefix)."""
     from s3server import moto_server
 
     with moto_server() as endpoint:
@@ -81,3 +82,22 @@ def mlp_warehouse(tmp_path_factory) -> Path:
     """tests/data/fleet_mlp ingested: night1..night4 (an MLP, 4 processes, H200),
     slow_extra_linear and mem256; the report was tuned without it."""
     return _fleet(tmp_path_factory, "fleet_mlp")
+
+
+# The modules that take longest, longest first (a module's total in `--durations=0`; the S3
+# whole flow ~230 s in CI, the 100 `tracedb check` processes ~75 s). They run before the
+# others, so that under `pytest -n 2` (pyproject: --dist loadscope, a module whole on one
+# worker) the two workers start on the long ones and end together on short ones; the rest
+# keep their order.
+SLOWEST_FIRST = [
+    "test_object_storage.py", "test_lake_faults.py", "test_streaming.py", "test_spark.py",
+    "test_object_storage_faults.py", "test_json_reader_oracle.py", "test_lake.py", "test_migrations.py",
+    "test_queries_fleet_shapes.py", "test_ingest.py", "test_report_gate.py", "test_export.py",
+    "test_report_fleet.py", "test_metric_rollups.py", "test_dialects.py", "test_run_scope.py",
+    "test_bad_input.py", "test_multirank.py", "test_flops.py", "test_object_storage_errors.py",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module stays whole

@@ -1,5 +1,5 @@
 """moto's S3 server (its server mode) in a process of its own on 127.0.0.1: the object
-store of the tests (tests/conftest.py's `moto_server`, one for the whole session) and of
+store of the tests (tests/conftest.py's `moto_server`, one per session or xdist worker) and of
 bench/bench_object_storage.py."""
 
 from __future__ import annotations
