@@ -92,7 +92,7 @@ def mlp_warehouse(tmp_path_factory) -> Path:
 SLOWEST_FIRST = [
     "test_object_storage.py", "test_lake_faults.py", "test_streaming.py", "test_spark.py",
     "test_object_storage_faults.py", "test_json_reader_oracle.py", "test_lake.py", "test_migrations.py",
-    "test_queries_fleet_shapes.py", "test_ingest.py", "test_report_gate.py", "test_export.py",
+    "test_queries_fleet_shapes.py", "test_layout_equivalence.py", "test_ingest.py", "test_report_gate.py", "test_export.py",
     "test_report_fleet.py", "test_metric_rollups.py", "test_dialects.py", "test_run_scope.py",
     "test_bad_input.py", "test_multirank.py", "test_flops.py", "test_object_storage_errors.py",
 ]
