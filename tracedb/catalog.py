@@ -503,8 +503,12 @@ def _meta_table(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, name: str, 
         con.execute(f"CREATE TABLE tracedb_{name} AS SELECT {cols} FROM _lake_table")
         con.unregister("_lake_table")
     elif paths:
-        listed = "[" + ", ".join(lake_mod.sql_str(p) for p in paths) + "]"
-        con.execute(f"CREATE VIEW tracedb_{name} AS SELECT {cols} FROM read_parquet({listed}, union_by_name = true)")
+        listed = f"read_parquet([{', '.join(lake_mod.sql_str(p) for p in paths)}], union_by_name = true)"
+        # a column the table gained (a migration's schema merge) that no file has yet: NULL
+        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {listed}").fetchall()}
+        sel = ", ".join(_ident(f.name) if f.name in have else f"CAST(NULL AS {schema.duckdb_type(f.type)}) AS {_ident(f.name)}"
+                        for f in lake_mod.delta_schema(name))
+        con.execute(f"CREATE VIEW tracedb_{name} AS SELECT {sel} FROM {listed}")
     else:
         con.execute(f"CREATE VIEW tracedb_{name} AS {_empty_select(lake_mod.delta_schema(name))}")
 
