@@ -265,3 +265,29 @@ def test_memory_events_carry_their_profiler_step(tmp_path: Path):
     allocs = pa.Table.from_batches(batches["allocations"]).to_pylist()
     assert [n["step"] for n in nodes] == [7]
     assert [(a["bytes"], a["step"]) for a in allocs] == [(512, 7), (-512, 7)]
+
+
+@pytest.mark.parametrize("cat", ["kernel", "gpu_memcpy", "cuda_runtime", "cuda_driver", "user_annotation",
+                                 "gpu_user_annotation"])
+def test_args_that_are_no_object_name_the_event_and_the_file(tmp_path, cat):
+    """`args` given as a JSON list on an event whose row reads args' keys: the one-line
+    error names the event (the generic Chrome-trace reader, tried after the Kineto
+    reader fails, refuses the file too), and `ingest` names the file; the other file of
+    the batch lands."""
+    from tracedb import formats
+    from tracedb.ingest import ingest
+
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 10,
+          "args": {"External id": 1}}
+    bad = {"ph": "X", "cat": cat, "name": "odd", "pid": 1, "tid": 1, "ts": 2, "dur": 1, "args": [1, 2]}
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    path = _write(run, {"baseTimeNanoseconds": 0, "traceEvents": [op, bad]}, name="bad.json")
+    _write(run, {"baseTimeNanoseconds": 0, "traceEvents": [op]}, name="good.json")
+    error = rf"^{cat} event #1 \('odd'\): TypeError: 'args' is no JSON object: \[1, 2\]$"
+    with pytest.raises(TraceFormatError, match=error):
+        list(formats.read(path, ReadContext("r", "f"), "kineto"))
+    summary = ingest([run], tmp_path / "wh", partial=True)
+    [(where, err)] = summary.errors
+    assert where.endswith("bad.json") and "'args' is no JSON object" in err and "\n" not in err
+    assert sum(r.rows.get("nodes", 0) for r in summary.runs) == 1  # good.json's op landed

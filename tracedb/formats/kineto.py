@@ -751,6 +751,9 @@ class _Index:
         if cat in _KINETO_CATS or _is_runtime(cat):
             self.kineto_events += 1
         args = ev.get("args") or _NO_ARGS
+        if type(args) is not dict and (cat in _ACTIVITY_CATS or cat in _ANNOTATION_CATS or _is_runtime(cat)):
+            # (their rows read args' keys; `located` words the TypeError with the event)
+            raise TypeError(f"'args' is no JSON object: {str(args)[:60]}")
         if cat == "user_annotation":
             name, ts = ev.get("name"), ev.get("ts")
             if name is None or ts is None:
