@@ -208,15 +208,33 @@ def test_event_not_an_object(tmp_path):
         _read(path)
 
 
-def test_intmap_sorts_out_of_order_ids():
-    m = kineto._IntMap(2)
-    for key in (30, 10, 20, 10_000_000_000):
-        m.add(key, key + 1, -key)
-    m.add("x", 1, 2)  # not an int: never linked
-    m.finish()
-    assert list(m.keys) == [10, 20, 30, 10_000_000_000]
-    assert m.get(20) == (21, -20) and m.get(10_000_000_000) == (10_000_000_001, -10_000_000_000)
-    assert m.get(25) is None and m.get("x") is None
+def test_ids_out_of_order_link(tmp_path):
+    """Ops, calls and kernels whose ids come in no order (one past 32 bits) link by them; an
+    id that is no int never links; the first op with an External id is the one linked."""
+    ids = (30, 10, 20, 10_000_000_000)
+    events = []
+    for k, x in enumerate(ids):
+        t = 100 * k
+        events.append({"ph": "X", "cat": "cpu_op", "name": f"op{x}", "pid": 1, "tid": 1, "ts": t, "dur": 50,
+                       "args": {"External id": x}})
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": t + 10, "dur": 5, "args": {"correlation": x}})
+    events.append({"ph": "X", "cat": "cpu_op", "name": "late_twin", "pid": 1, "tid": 2, "ts": 900, "dur": 5,
+                   "args": {"External id": 20}})  # a second op with External id 20: not linked
+    for x in reversed(ids):
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{x}", "pid": 0, "tid": 7, "ts": 1000, "dur": 1,
+                       "args": {"device": 0, "stream": 7, "correlation": x}})
+    events.append({"ph": "X", "cat": "kernel", "name": "by_ext", "pid": 0, "tid": 7, "ts": 1001, "dur": 1,
+                   "args": {"device": 0, "stream": 7, "correlation": 99, "External id": 20}})
+    events.append({"ph": "X", "cat": "kernel", "name": "text_id", "pid": 0, "tid": 7, "ts": 1002, "dur": 1,
+                   "args": {"device": 0, "stream": 7, "correlation": "30", "External id": "30"}})
+    tables, _ = _read(_write(tmp_path, {"baseTimeNanoseconds": 0, "traceEvents": events}))
+    got = {r["name"]: (r["node_name"], r["link"], r["launch_start_ns"]) for r in tables["kernels"].to_pylist()}
+    want = {f"k{x}": (f"op{x}", "launch", (100 * k + 10) * 1000) for k, x in enumerate(ids)}
+    assert got == {**want, "by_ext": ("op20", "external_id", None), "text_id": (None, None, None)}
+    calls = tables["runtime_calls"].to_pylist()
+    assert [(r["node_name"], r["kernel_name"], r["kernel_count"]) for r in calls] == [
+        (f"op{x}", f"k{x}", 1) for x in ids]
 
 
 @pytest.mark.slow
@@ -265,3 +283,56 @@ def test_memory_events_carry_their_profiler_step(tmp_path: Path):
     allocs = pa.Table.from_batches(batches["allocations"]).to_pylist()
     assert [n["step"] for n in nodes] == [7]
     assert [(a["bytes"], a["step"]) for a in allocs] == [(512, 7), (-512, 7)]
+
+
+@pytest.mark.parametrize("cat", ["kernel", "gpu_memcpy", "cuda_runtime", "cuda_driver", "user_annotation",
+                                 "gpu_user_annotation"])
+def test_args_that_are_no_object_name_the_event_and_the_file(tmp_path, cat):
+    """`args` given as a JSON list on an event whose row reads args' keys: the one-line
+    error names the event (the generic Chrome-trace reader, tried after the Kineto
+    reader fails, refuses the file too), and `ingest` names the file; the other file of
+    the batch lands."""
+    from tracedb import formats
+    from tracedb.ingest import ingest
+
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 10,
+          "args": {"External id": 1}}
+    bad = {"ph": "X", "cat": cat, "name": "odd", "pid": 1, "tid": 1, "ts": 2, "dur": 1, "args": [1, 2]}
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    path = _write(run, {"baseTimeNanoseconds": 0, "traceEvents": [op, bad]}, name="bad.json")
+    _write(run, {"baseTimeNanoseconds": 0, "traceEvents": [op]}, name="good.json")
+    error = rf"^{cat} event #1 \('odd'\): TypeError: 'args' is no JSON object: \[1, 2\]$"
+    with pytest.raises(TraceFormatError, match=error):
+        list(formats.read(path, ReadContext("r", "f"), "kineto"))
+    summary = ingest([run], tmp_path / "wh", partial=True)
+    [(where, err)] = summary.errors
+    assert where.endswith("bad.json") and "'args' is no JSON object" in err and "\n" not in err
+    assert sum(r.rows.get("nodes", 0) for r in summary.runs) == 1  # good.json's op landed
+
+
+def test_a_spill_that_cannot_be_written_is_not_blamed_on_the_source(tmp_path):
+    """The link state of a large file goes to a temporary folder (`kineto._Spill`); a write
+    there that fails (file-size limit: EFBIG) is a one-line WarehouseError, not the trace's."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent.parent
+    script = f"""
+import resource, signal, sys
+sys.path.insert(0, {str(root)!r})
+from pathlib import Path
+from tracedb.formats import kineto
+from tracedb.formats.base import ReadContext
+kineto.SPILL_BYTES = 0
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+try:
+    list(kineto.read(Path({str(FIXTURE)!r}), ReadContext("r", "f")))
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    line = out.stdout.strip().splitlines()[-1]
+    assert line.startswith("WarehouseError warehouse error: cannot write "), out.stdout + out.stderr
+    assert "temporary link state" in line and "File too large" in line and "not at fault" in line

@@ -103,8 +103,17 @@ class _Lane:
         self.device = dev
 
 
-def _copy_key(device: str, ev: dict) -> tuple:
+def _args(ev: dict) -> dict:
+    """The event's args ({} where none); args that are no JSON object are an error
+    (`jsonstream.located` words it with the event)."""
     args = ev.get("args") or {}
+    if not isinstance(args, dict):
+        raise TypeError(f"'args' is no JSON object: {str(args)[:60]}")
+    return args
+
+
+def _copy_key(device: str, ev: dict) -> tuple:
+    args = _args(ev)
     return device, ev.get("ts"), ev.get("dur"), ev.get("name"), args.get("name")
 
 
@@ -124,7 +133,7 @@ def _names(stream: EventStream) -> tuple[dict, dict, set[str], set[tuple]]:
             # pid named /memcpy, or not named yet (TF writes the names first: none of these)
             maybe_copies.append((ev.get("pid"), _event_key(ev)))
         if ev.get("ph") == "M":
-            name = (ev.get("args") or {}).get("name")
+            name = _args(ev).get("name")
             if not isinstance(name, str):
                 continue
             if ev.get("name") == "process_name":
@@ -176,7 +185,7 @@ def _rows(path: Path, ctx: ReadContext, whole: DecodedTrace | None) -> Iterator[
             start = us_to_ns(need(begin, "ts", i))
             dur = us_to_ns(need(ev, "ts", i)) - start
             if ev.get("args"):  # E may carry args too; they merge into the B's
-                begin = {**begin, "args": {**(begin.get("args") or {}), **ev["args"]}}
+                begin = {**begin, "args": {**_args(begin), **_args(ev)}}
             ev = begin
         else:
             start = us_to_ns(need(ev, "ts", i))
@@ -198,7 +207,7 @@ def _emit(ev, i, start, dur, key, lanes, procs, threads, numbered, copies, nodes
     if lane.skip:
         return
     name = need(ev, "name", i)
-    args = ev.get("args") or {}
+    args = _args(ev)
     node = args.get("name") if isinstance(args.get("name"), str) else None
     op = args.get("op") if isinstance(args.get("op"), str) else None
     # `args.step` is how tracedb's export keeps steps through a round trip.

@@ -42,11 +42,20 @@ Time: Kineto writes `ts` relative to `baseTimeNanoseconds` (PyTorch's own test r
 `ts = (absolute_ns - baseTimeNanoseconds) / 1000`), so absolute ns = base + ts µs. Older
 traces without the key write absolute epoch µs; then base is 0.
 
-Two passes: pass 1 keeps compact maps (step spans, launch calls by correlation, ops by
-External id, every op's and call's interval per thread for the enclosing-op sweep,
-activities by correlation); pass 2 emits rows. Two passes because Kineto writes the CPU
-ops before the ProfilerStep spans and the GPU events after, and top-level keys (base
-time, rank) may follow `traceEvents`.
+Two passes: pass 1 keeps the link state (step spans; every op's, runtime call's and
+activity's ids and interval as int64 columns); pass 2 emits rows. Two passes because
+Kineto writes the CPU ops before the ProfilerStep spans and the GPU events after, and
+top-level keys (base time, rank) may follow `traceEvents`. The links (each call's
+enclosing op and first activity, each activity's launch call and op, each cuda_sync's
+call) are resolved between the passes and read by pass 2 in file order, one tuple a
+row. Where the link state lives (`_Spill`) is the one difference between small and
+large files: up to SPILL_BYTES (16 MiB, ~270 k events) it stays in memory, sorted by
+Arrow and looked up by bisect (`_Index._resolve_in_memory`); past that it goes to
+Parquet files in a temporary folder, SPILL_ROWS at a time, and DuckDB joins them one
+join a statement within LINK_MEMORY (`_Index._resolve`: the enclosing-op sweep reads its
+sorted rows as a stream), so memory is bounded by a batch and those caps, not by the
+file. A failed write there (full disk, file-size limit) is a `WarehouseError`: the
+source file is not at fault.
 
 One code path for every file size. `jsonstream.StructStream` decodes the events into
 Structs of the fields read here (`_Ev`: the rest skipped, `ts`/`dur` kept as their
@@ -63,7 +72,7 @@ dicts, their times converted in bulk (`_event_times`, `jsonstream.Ns`), and go t
 the row functions (`_kernel`, `_call`, ...). Where the events of pass 2 come from is the
 only difference between sizes (`_Source`): a file of up to KEEP_CHARS (8 MiB) of JSON
 keeps pass 1's pieces, so each event is decoded once; a larger one is decoded again, so
-memory holds a piece and pass 1's link state, not the file. What msgspec refuses (NaN,
+memory holds a piece, not the file. What msgspec refuses (NaN,
 lone surrogates, control characters) is decoded by the standard library, event by
 event, and made a Struct as msgspec would have (`_from_dict`); errors (truncated or
 invalid JSON, an event that is no object, a missing time) are worded as before. A
@@ -81,6 +90,7 @@ from __future__ import annotations
 import bisect
 import json
 import re
+import tempfile
 from array import array
 from decimal import Decimal
 from pathlib import Path
@@ -89,9 +99,10 @@ from typing import Any, Callable, Iterator, NamedTuple
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from msgspec import UNSET
 
-from tracedb.errors import TraceFormatError
+from tracedb.errors import TraceFormatError, WarehouseError
 from tracedb.formats.base import BatchBuilder, ReadContext, annotate_nodes, text_head
 from tracedb.formats.jsonstream import (WHOLE_DECODE_BYTES, JNum, Ns, StructStream, dumps_compact,
                                         event_error, gc_paused, located, need, num, plain, us_to_ns)
@@ -337,59 +348,6 @@ def _json_float(o: Any) -> msgspec.Raw:
 _MSGSPEC_ENCODE = msgspec.json.Encoder(enc_hook=_json_float).encode
 
 
-class _IntMap:
-    """int key -> tuple of ints, as parallel `array('q')` columns sorted by key.
-
-    ~8 bytes a column per entry instead of ~200 for a dict of tuples: a 1 GB trace has
-    millions of ops. Lookups bisect the sorted keys (C speed).
-    """
-
-    def __init__(self, ncols: int):
-        self.keys = array("q")
-        self.cols = [array("q") for _ in range(ncols)]
-        self._sorted = True
-
-    def add(self, key: Any, *vals: int) -> None:
-        if type(key) is not int:
-            return  # Kineto ids are ints; anything else cannot be linked
-        keys = self.keys
-        if keys and key < keys[-1]:
-            self._sorted = False
-        keys.append(key)
-        for col, v in zip(self.cols, vals):
-            col.append(v)
-
-    def finish(self) -> None:
-        if self._sorted or not self.keys:
-            return
-        order = pc.sort_indices(_arrow(self.keys))
-
-        def take(a: array) -> array:
-            taken = pc.take(_arrow(a), order)
-            out = array("q")
-            out.frombytes(memoryview(taken.buffers()[1])[: 8 * len(taken)])
-            return out
-
-        self.keys = take(self.keys)
-        self.cols = [take(c) for c in self.cols]
-
-    def span(self, key: Any) -> tuple[int, int]:
-        """Positions [lo, hi) of the entries with this key (file order within a key:
-        the sort is stable)."""
-        if type(key) is not int:
-            return 0, 0
-        return bisect.bisect_left(self.keys, key), bisect.bisect_right(self.keys, key)
-
-    def get(self, key: Any) -> tuple[int, ...] | None:
-        if type(key) is not int:
-            return None
-        keys = self.keys
-        k = bisect.bisect_left(keys, key)
-        if k < len(keys) and keys[k] == key:
-            return tuple([c[k] for c in self.cols])
-        return None
-
-
 _NONE = -(1 << 63)  # "no External id" in an int column
 _NO_ARGS: dict = {}
 
@@ -594,16 +552,230 @@ def _event_times(events: list[dict]) -> None:
             d[k] = v
 
 
-# Rows of the enclosing-op sweep made Python values at a time (`_sorted_rows`).
-SWEEP_ROWS = 1 << 16
+class _Spill:
+    """Pass 1's link state: each table's int64 columns (`array('q')`, ns relative to base)
+    held in memory while they are small (SPILL_BYTES in all), and resolved there
+    (`_Index._resolve_in_memory`). Past that, in a temporary folder removed when the read
+    ends: each table's rows appended to its Parquet file SPILL_ROWS at a time, so memory
+    holds a batch of them, not the file; `_Index._resolve` joins them (DuckDB, within
+    LINK_MEMORY) into each row's links, which pass 2 reads back in file order (`rows`)."""
+
+    def __init__(self):
+        self._dir: tempfile.TemporaryDirectory | None = None
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self.cols = {t: [array("q") for _ in names] for t, names in _SPILLED.items()}
+
+    @property
+    def on_disk(self) -> bool:
+        return self._dir is not None
+
+    @property
+    def dir(self) -> Path:
+        return Path(self._dir.name)
+
+    def path(self, table: str) -> str:
+        return str(self.dir / f"{table}.parquet")
+
+    def flush(self, table: str, full: bool = False) -> None:
+        """On disk, write out `table`'s rows held (all of them, or once SPILL_ROWS are held);
+        in memory, go to disk once the tables hold more than SPILL_BYTES."""
+        if not self.on_disk:
+            if full or 8 * sum(len(c) for cols in self.cols.values() for c in cols) <= SPILL_BYTES:
+                return
+            self._dir = tempfile.TemporaryDirectory(prefix="tracedb-kineto-")
+            for t in _PASS1_TABLES:
+                self._write(t)
+            return
+        if self.cols[table][0] and (full or len(self.cols[table][0]) >= SPILL_ROWS):
+            self._write(table)
+
+    def _write(self, table: str) -> None:
+        cols = self.cols[table]
+        if not cols[0]:
+            return
+        batch = pa.record_batch([_arrow(c) for c in cols], names=list(_SPILLED[table]))
+        w = self._writers.get(table)
+        try:
+            if w is None:  # (plain ints: no dictionary or statistics to build)
+                w = self._writers[table] = pq.ParquetWriter(self.path(table), batch.schema, compression="none",
+                                                            use_dictionary=False, write_statistics=False)
+            for lo in range(0, batch.num_rows, SPILL_ROWS):
+                w.write_batch(batch.slice(lo, SPILL_ROWS))
+        except OSError as e:
+            raise _scratch_error(e, self.path(table)) from e
+        del batch  # (it views the arrays: they are emptied in place, as pass 1 holds them)
+        for c in cols:
+            del c[:]
+
+    def close(self, tables: tuple[str, ...]) -> None:
+        """On disk, these tables' rest written and their files closed (a table without
+        rows as an empty file)."""
+        if not self.on_disk:
+            return
+        for table in tables:
+            self._write(table)
+            w = self._writers.pop(table, None)
+            try:
+                if w is None:
+                    names = _SPILLED[table]
+                    pq.write_table(pa.table({n: pa.array([], pa.int64()) for n in names}), self.path(table))
+                else:
+                    w.close()
+            except OSError as e:
+                raise _scratch_error(e, self.path(table)) from e
+
+    def rows(self, table: str) -> Iterator[tuple]:
+        """`table`'s rows (on disk) in order, as tuples (None for a null), READ_ROWS at a time."""
+        for batch in pq.ParquetFile(self.path(table)).iter_batches(batch_size=READ_ROWS):
+            yield from zip(*(c.to_pylist() for c in batch.columns))
+
+    def cleanup(self) -> None:
+        for w in self._writers.values():
+            try:
+                w.close()
+            except OSError:
+                pass
+        if self._dir is not None:
+            self._dir.cleanup()
 
 
-def _sorted_rows(table: pa.Table, order: pa.Array) -> Iterator[tuple]:
-    """The table's rows in `order`, as tuples, SWEEP_ROWS at a time: the sorted copy and its
-    Python ints (~200 B a row for five columns) never exist for the whole table at once."""
-    for lo in range(0, len(order), SWEEP_ROWS):
-        part = table.take(order.slice(lo, SWEEP_ROWS))
-        yield from zip(*(col.to_pylist() for col in part.columns))
+def _scratch_error(e: OSError, path: str) -> WarehouseError:
+    """A write of the spilled link state that failed (disk full, file size limit): the
+    machine's, not the source trace's."""
+    return WarehouseError(f"cannot write {path} (the Kineto reader's temporary link state: TMPDIR): "
+                          f"{e.strerror or e} (the source file is not at fault)")
+
+
+# The link state pass 1 spills (`_Spill`): each table's int64 columns. `seq` is the event's
+# position in the file; a flag column says whether the int beside it is there (1) or not.
+_SPILLED = {
+    "ops": ("th", "t0", "t1", "seq", "name"),  # every cpu_op, file order
+    "op_ext": ("ext", "seq"),  # the ops with an int External id
+    "calls": ("seq", "t0", "t1", "th", "ext", "size", "corr", "has_corr"),  # ext, size: _NONE if none
+    "acts": ("seq", "corr", "has_corr", "name", "t0", "dev", "ext", "ext_kind"),  # ext_kind: _EXT_*
+    "syncs": ("seq", "corr", "has_corr"),  # cuda_sync events: their launch call's start
+    "call_op": ("call", "op"),  # the enclosing-op sweep's output: call seq -> op seq
+}
+_PASS1_TABLES = ("ops", "op_ext", "calls", "acts", "syncs")
+_EXT_NONE, _EXT_INT, _EXT_OTHER = 0, 1, 2  # an activity's own External id: none, an int, no int
+
+_NONE_SQL = f"CAST({_NONE} AS BIGINT)"
+# Link state held in memory at most (beyond, it goes to disk: `_Spill`).
+SPILL_BYTES = 16 << 20
+# Rows of pass 1's link state written to disk at a time, and read back at a time.
+SPILL_ROWS = 1 << 16
+# Spilled rows made Python values at a time (pass 2 reads three tables at once).
+READ_ROWS = 4096
+# DuckDB's memory for joining and sorting the link state (past it, DuckDB spills to the
+# read's temporary folder).
+LINK_MEMORY = "64MB"
+LINK_CONFIG: dict = {"threads": 1}
+
+# The links of each runtime call, activity and cuda_sync (file order), one join a
+# statement (a few joins in one query need more memory than LINK_MEMORY on large files;
+# one at a time, DuckDB spills what does not fit): (table, query) made in turn, the last
+# of each copied out as the `<name>_links` file pass 2 reads.
+_FIRST_CALLS = ("cf", "SELECT corr, min(seq) AS seq FROM calls WHERE has_corr = 1 GROUP BY corr")
+# A call: its start and end, the op enclosing it, the first activity it launched (by
+# correlation) and their count.
+_CALL_LINKS = (
+    ("af", "SELECT corr, min(seq) AS first, count(*) AS n FROM acts WHERE has_corr = 1 GROUP BY corr"),
+    ("c1", "SELECT c.seq, c.t0, c.t1, c.corr, c.has_corr, co.op FROM calls c LEFT JOIN call_op co ON co.call = c.seq"),
+    ("c2", "SELECT c1.*, o.name AS op_name FROM c1 LEFT JOIN ops o ON o.seq = c1.op"),
+    ("c3", "SELECT c2.*, af.first, af.n FROM c2 LEFT JOIN af ON c2.has_corr = 1 AND af.corr = c2.corr"),
+    ("call", "SELECT c3.t0, c3.t1, c3.op, c3.op_name, a.name AS act_name, a.t0 AS act_t0, a.dev AS act_dev, "
+             "coalesce(c3.n, 0) AS acts FROM c3 LEFT JOIN acts a ON a.seq = c3.first ORDER BY c3.seq"),
+)
+# An activity (module docstring: kernel -> op link): its launch call (the first call with
+# its correlation: start, External id, byte count), the op and how it was found (1: the
+# op enclosing the launch call, 2: the op with its External id, which must span the
+# launch; 0: none).
+_KERNEL_LINKS = (
+    ("oe", "SELECT ext, min(seq) AS seq FROM op_ext GROUP BY ext"),
+    ("k1", "SELECT a.seq, a.ext, a.ext_kind, cf.seq AS call FROM acts a "
+           "LEFT JOIN cf ON a.has_corr = 1 AND cf.corr = a.corr"),
+    ("k2", "SELECT k1.*, c.t0 AS launch, c.ext AS c_ext, c.size FROM k1 LEFT JOIN calls c ON c.seq = k1.call"),
+    ("k3", "SELECT k2.*, co.op AS l_seq FROM k2 LEFT JOIN call_op co ON co.call = k2.call"),
+    ("k4", "SELECT k3.*, o.name AS l_name, o.t0 AS l_t0 FROM k3 LEFT JOIN ops o ON o.seq = k3.l_seq"),
+    ("k5", f"SELECT k4.*, oe.seq AS x_seq FROM k4 LEFT JOIN oe ON oe.ext = CASE "
+           f"WHEN k4.ext_kind = {_EXT_INT} THEN k4.ext WHEN k4.ext_kind = {_EXT_NONE} AND k4.c_ext <> {_NONE_SQL} "
+           f"THEN k4.c_ext END"),
+    ("k6", "SELECT k5.*, o.name AS x_name, o.t0 AS x_t0, o.t1 AS x_t1, CASE WHEN l_seq IS NOT NULL THEN 1 "
+           "WHEN o.seq IS NOT NULL AND (launch IS NULL OR (o.t0 <= launch AND launch <= o.t1)) THEN 2 ELSE 0 END "
+           "AS link FROM k5 LEFT JOIN ops o ON o.seq = k5.x_seq"),
+    ("kernel", f"SELECT launch, nullif(c_ext, {_NONE_SQL}) AS call_ext, nullif(size, {_NONE_SQL}) AS size, "
+               "CASE link WHEN 1 THEN l_name WHEN 2 THEN x_name END AS op_name, "
+               "CASE link WHEN 1 THEN l_t0 WHEN 2 THEN x_t0 END AS op_t0, "
+               "CASE link WHEN 1 THEN l_seq WHEN 2 THEN x_seq END AS op_seq, link FROM k6 ORDER BY seq"),
+)
+# A cuda_sync: its launch call's start.
+_SYNC_LINKS = (
+    ("s1", "SELECT s.seq, cf.seq AS call FROM syncs s LEFT JOIN cf ON s.has_corr = 1 AND cf.corr = s.corr"),
+    ("sync", "SELECT c.t0 AS launch FROM s1 LEFT JOIN calls c ON c.seq = s1.call ORDER BY s1.seq"),
+)
+# The enclosing-op sweep's order (`_Index._enclosing`): by thread, start, ops before
+# calls, longer first, file order.
+_SWEEP = """
+SELECT th, t0, 0 AS kind, t1, seq FROM ops UNION ALL SELECT th, t0, 1, t1, seq FROM calls
+ORDER BY th, t0, kind, t1 DESC, seq"""
+
+
+class _KeyIndex:
+    """int key -> positions (file order) of the rows that hold it, for link state held in
+    memory: the keys sorted (stable) beside their positions; lookups bisect (C speed)."""
+
+    def __init__(self, keys: array, has: array | None = None):
+        k, pos = _arrow(keys), pa.array(range(len(keys)), pa.int64())
+        if has is not None:
+            mask = pc.equal(_arrow(has), pa.scalar(1, pa.int64()))
+            k, pos = pc.filter(k, mask), pc.filter(pos, mask)
+        order = pc.sort_indices(k)  # stable: file order within a key
+        self.keys, self.pos = _int64s(pc.take(k, order)), _int64s(pc.take(pos, order))
+
+    def span(self, key: int) -> tuple[int, int]:
+        """[lo, hi) in the sorted keys of the rows with this key."""
+        return bisect.bisect_left(self.keys, key), bisect.bisect_right(self.keys, key)
+
+    def first(self, key: int) -> int | None:
+        """Position of the first row with this key."""
+        keys = self.keys
+        k = bisect.bisect_left(keys, key)
+        return self.pos[k] if k < len(keys) and keys[k] == key else None
+
+
+def _enclosing_in_memory(ops: list[array], calls: list[array]) -> array:
+    """`_Index._enclosing` for link state held in memory: for each runtime call (file
+    order), the seq of the innermost cpu_op enclosing it on its thread, else _NONE."""
+    n_ops, n_calls = len(ops[0]), len(calls[0])
+    out = array("q", [_NONE]) * n_calls
+    if not n_ops or not n_calls:
+        return out
+    th, start, end, seq = (pa.concat_arrays([_arrow(a), _arrow(b)]) for a, b in zip(
+        ops[:4], (calls[3], calls[1], calls[2], calls[0])))
+    kind = pa.concat_arrays([pa.repeat(pa.scalar(0, pa.int8()), n_ops), pa.repeat(pa.scalar(1, pa.int8()), n_calls)])
+    pos = pa.concat_arrays([pa.array(range(n_ops), pa.int64()), pa.array(range(n_calls), pa.int64())])
+    table = pa.table({"th": th, "start": start, "kind": kind, "end": end, "seq": seq, "pos": pos})
+    order = pc.sort_indices(table, sort_keys=[("th", "ascending"), ("start", "ascending"), ("kind", "ascending"),
+                                              ("end", "descending"), ("seq", "ascending")])
+    table = table.select(["th", "start", "kind", "end", "pos"])
+    op_seq = ops[3]
+    stack: list[tuple[int, int]] = []  # (end, op position)
+    cur = None
+    for lo in range(0, len(order), SPILL_ROWS):
+        part = table.take(order.slice(lo, SPILL_ROWS))
+        for t, s, k, e, p in zip(*(col.to_pylist() for col in part.columns)):
+            if t != cur:
+                stack, cur = [], t
+            while stack and stack[-1][0] < s:
+                stack.pop()
+            if k == 0:
+                stack.append((e, p))
+                continue
+            for j in range(len(stack) - 1, -1, -1):
+                if stack[j][0] >= e:
+                    out[p] = op_seq[stack[j][1]]
+                    break
+    return out
 
 
 class _Pending:
@@ -624,51 +796,51 @@ class _Pending:
 
 
 class _Index:
-    """Pass 1: what linking rows needs, as ints and interned names (ns relative to base)."""
+    """Pass 1: what linking rows needs, as ints and interned names (ns relative to base);
+    the link state spilled to disk (`_Spill`) and resolved at its end (`_resolve`)."""
 
     @classmethod
-    def build(cls, pieces: Iterator[list[_Ev]], meta: Callable[[], dict]) -> _Index:
+    def build(cls, pieces: Iterator[list[_Ev]], meta: Callable[[], dict], spill: _Spill) -> _Index:
         """Pass 1 over the file's events, a decoded piece at a time (`_Source`); `meta()`
         gives the top-level keys once the events are read."""
         self = cls.__new__(cls)
-        self._start()
-        op_cols = [array("q") for _ in range(5)]  # thread key, start, end, seq, name index
-        ext_pos = array("q")  # the ops with an int External id
+        self._start(spill)
+        op_cols = spill.cols["ops"]  # thread key, start, end, seq, name index
         pending = _Pending()
         for events in pieces:
-            self._piece(events, op_cols, ext_pos, pending)
+            self._piece(events, op_cols, pending)
             if len(pending.ops) >= PENDING_EVENTS:
                 self._op_times(pending, op_cols)
             if len(pending.others) >= PENDING_EVENTS:
                 self._others(pending)
         self._op_times(pending, op_cols)
         self._others(pending)
-        ops = self.ops
-        ops.cols = [_take(op_cols[4], ext_pos), _take(op_cols[1], ext_pos), _take(op_cols[2], ext_pos),
-                    _take(op_cols[3], ext_pos)]
-        self.kineto_events += len(op_cols[0])
-        self._finish(op_cols, meta())
+        self._finish(meta())
         return self
 
-    def _piece(self, events: list[_Ev], op_cols: list[array], ext_pos: array, pending: _Pending) -> None:
+    def _piece(self, events: list[_Ev], op_cols: list[array], pending: _Pending) -> None:
         """Pass 1 of one piece: the cpu_ops (most events) read from their Structs in the
         loop, written out inline, their times left to `_op_times` (in bulk); the other `X`
         events left to `_others`."""
         th_add, seq_add, name_add = op_cols[0].append, op_cols[3].append, op_cols[4].append
+        ext_add, ext_seq_add = self.spill.cols["op_ext"][0].append, self.spill.cols["op_ext"][1].append
         ts_raw, dur_raw, op_evs, op_seqs = pending.ts, pending.dur, pending.ops, pending.seqs
         step_ops, others = pending.steps, pending.others
         threads, name_ix, add_name, old_cats = self._threads, self._name_ix, self.name, _OLD_CATS
-        ops_keys = self.ops.keys
         last: tuple = (_NO_ARGS, _NO_ARGS, 0)  # (pid, tid, thread key) of the last op (equal to no id)
         i = self._seq
         for ev in events:
             ph, cat = ev.ph, ev.cat
             if ph != "X":
+                if cat == "cuda_sync" and ph != "M":
+                    self._sync(i, ev)
                 i += 1
                 continue  # only spans link
             if cat != "cpu_op":
                 cat = old_cats.get(cat, cat)
                 if cat != "cpu_op":
+                    if cat == "cuda_sync":
+                        self._sync(i, ev)
                     others.append((i, ev, cat))
                     i += 1
                     continue
@@ -697,16 +869,26 @@ class _Index:
             ext = args.get("External id")
             if ext is None:
                 ext = args.get("external id")
-            if type(ext) is int:  # _IntMap.add, inline (its columns are taken at the end)
-                if ops_keys and ext < ops_keys[-1]:
-                    self.ops._sorted = False
-                ops_keys.append(ext)
-                ext_pos.append(len(op_cols[0]) - 1)
+            if type(ext) is int:
+                ext_add(ext)
+                ext_seq_add(i)
             i += 1
         self._seq = i
 
+    def _sync(self, i: int, ev: _Ev) -> None:
+        """A cuda_sync event's correlation (as `_event` reads it), for its launch call."""
+        args = ev.args
+        corr = args.get("correlation") if isinstance(args, dict) else None
+        if corr is None and ev.ph in ("s", "f", "t"):
+            corr = ev.id
+        cols = self.spill.cols["syncs"]
+        cols[0].append(i)
+        cols[1].append(corr if type(corr) is int else 0)
+        cols[2].append(type(corr) is int)
+
     def _op_times(self, pending: _Pending, op_cols: list[array]) -> None:
-        """The pending ops' starts and ends (ns), converted in bulk (`_ns`); their steps."""
+        """The pending ops' starts and ends (ns), converted in bulk (`_ns`); their steps.
+        Then the ops written out once SPILL_ROWS are held."""
         if not pending.ops:
             return
         op_evs, op_seqs = pending.ops, pending.seqs
@@ -721,7 +903,10 @@ class _Index:
         op_cols[2].extend(ends)
         for k, n, tid, seq in pending.steps:
             self.steps.append((starts[k], ends[k], n, tid, seq))
+        self.kineto_events += len(op_evs)
         pending.clear_ops()
+        self.spill.flush("ops")
+        self.spill.flush("op_ext")
 
     def _others(self, pending: _Pending) -> None:
         """Pass 1 of the pending `X` events other than cpu_ops, as dicts, in file order."""
@@ -732,17 +917,15 @@ class _Index:
         for (i, _, cat), ev in zip(pending.others, dicts):  # (`ev`, `i`: named as errors find them, jsonstream.located)
             self._other(i, ev, cat)
         pending.others = []
+        for table in ("calls", "acts", "syncs"):
+            self.spill.flush(table)
 
-    def _start(self) -> None:
+    def _start(self, spill: _Spill) -> None:
+        self.spill = spill
         self.steps: list[tuple[int, int, int, Any, int]] = []  # (start, end, N, tid, seq)
-        self.ops = _IntMap(4)  # cpu_op External id -> (name index, start, end, seq)
-        self.calls = _IntMap(4)  # runtime call seq -> (start, end, thread key, External id)
-        self.call_of = _IntMap(1)  # correlation -> runtime call seq
-        self.acts = _IntMap(3)  # correlation -> (name index, start, device index), file order
         self.names: list[str] = []
         self._name_ix: dict[str, int] = {}
         self._threads: dict[Any, int] = {}
-        self.call_size = array("q")
         self.kineto_events = 0  # events of a Kineto category (else: not a Kineto trace)
         self._seq = 0  # events seen
 
@@ -751,6 +934,9 @@ class _Index:
         if cat in _KINETO_CATS or _is_runtime(cat):
             self.kineto_events += 1
         args = ev.get("args") or _NO_ARGS
+        if type(args) is not dict and (cat in _ACTIVITY_CATS or cat in _ANNOTATION_CATS or _is_runtime(cat)):
+            # (their rows read args' keys; `located` words the TypeError with the event)
+            raise TypeError(f"'args' is no JSON object: {str(args)[:60]}")
         if cat == "user_annotation":
             name, ts = ev.get("name"), ev.get("ts")
             if name is None or ts is None:
@@ -765,25 +951,31 @@ class _Index:
         elif _is_runtime(cat):
             start = us_to_ns(_need(ev, "ts", i))
             end = start + us_to_ns(_need(ev, "dur", i))
-            ext = _ext(args)
+            ext, corr = _ext(args), args.get("correlation")
             th = self._threads.setdefault((ev.get("pid"), ev.get("tid")), len(self._threads))
-            self.calls.add(i, start, end, th, ext if type(ext) is int else _NONE)
-            self.call_size.append(_size(args.get("size")))
-            self.call_of.add(args.get("correlation"), i)
+            has_corr = type(corr) is int
+            for col, v in zip(self.spill.cols["calls"], (i, start, end, th, ext if type(ext) is int else _NONE,
+                                                         _size(args.get("size")), corr if has_corr else 0,
+                                                         has_corr)):
+                col.append(v)
         elif cat in _ACTIVITY_CATS:
             name = _need(ev, "name", i)
             dev = _activity_device(cat, ev, _text_device(args))[0]
-            self.acts.add(args.get("correlation"), self.name(name),
-                          us_to_ns(_need(ev, "ts", i)), self.name(dev))
+            corr, ext = args.get("correlation"), _ext(args)
+            has_corr = type(corr) is int
+            kind = _EXT_NONE if ext is None else _EXT_INT if type(ext) is int else _EXT_OTHER
+            for col, v in zip(self.spill.cols["acts"], (i, corr if has_corr else 0, has_corr, self.name(name),
+                                                        us_to_ns(_need(ev, "ts", i)), self.name(dev),
+                                                        ext if kind == _EXT_INT else 0, kind)):
+                col.append(v)
 
-    def _finish(self, op_cols: list[array], meta: dict) -> None:
+    def _finish(self, meta: dict) -> None:
         self.meta = meta  # every top-level key, wherever it stood
-        for m in (self.ops, self.call_of, self.acts):
-            m.finish()
-        self.call_op = self._enclosing(op_cols)
-        self._op_cols = op_cols
         self.steps.sort()
         self._starts = [s[0] for s in self.steps]
+        self.spill.close(_PASS1_TABLES)
+        if self.kineto_events or meta.get("baseTimeNanoseconds"):
+            self._resolve() if self.spill.on_disk else self._resolve_in_memory()
 
     def name(self, name: str) -> int:
         ix = self._name_ix.get(name)
@@ -792,61 +984,112 @@ class _Index:
             self.names.append(name)
         return ix
 
-    def _enclosing(self, op_cols: list[array]) -> array:
-        """For each runtime call (in file order), the seq of the innermost cpu_op that
-        encloses it on its thread (start <= call start, call end <= end), else _NONE.
+    def _resolve(self) -> None:
+        """Every row's links, from the spilled link state: the enclosing-op sweep, then the
+        runtime calls', activities' and cuda_syncs' links, each written in file order."""
+        import duckdb  # (here: a reader that fails earlier never loads it)
+
+        spill = self.spill
+        con = duckdb.connect(str(spill.dir / "links.duckdb"), config={
+            "memory_limit": LINK_MEMORY, "temp_directory": str(spill.dir / "tmp"), **LINK_CONFIG})
+        try:
+            con.execute("SET enable_progress_bar = false")  # (it prints to stdout)
+            for table in _PASS1_TABLES:
+                con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{spill.path(table)}')")
+            self._enclosing(con.sql(_SWEEP).to_arrow_reader(READ_ROWS))
+            con.execute(f"CREATE VIEW call_op AS SELECT * FROM read_parquet('{spill.path('call_op')}')")
+            con.execute(f"CREATE TABLE {_FIRST_CALLS[0]} AS {_FIRST_CALLS[1]}")
+            for steps in (_CALL_LINKS, _KERNEL_LINKS, _SYNC_LINKS):
+                for table, query in steps[:-1]:
+                    con.execute(f"CREATE TABLE {table} AS {query}")
+                name, query = steps[-1]
+                con.execute(f"COPY ({query}) TO '{spill.path(name + '_links')}' "
+                            "(FORMAT parquet, COMPRESSION uncompressed)")
+                for table, _ in steps[:-1]:
+                    con.execute(f"DROP TABLE {table}")
+        except duckdb.IOException as e:
+            raise WarehouseError(f"cannot write the Kineto reader's temporary link state (TMPDIR): {e} "
+                                 "(the source file is not at fault)") from e
+        finally:
+            con.close()
+        self.links = {t: spill.rows(t) for t in ("call_links", "kernel_links", "sync_links")}
+
+    def _resolve_in_memory(self) -> None:
+        """The links of `_resolve` (the same rows, as generators), for link state held in
+        memory: ids sorted by Arrow, looked up by bisect (DuckDB takes ~0.1 s to start)."""
+        c = self.spill.cols
+        ops, calls, acts = c["ops"], c["calls"], c["acts"]
+        call_op = _enclosing_in_memory(ops, calls)
+        call_of, act_of, op_of = _KeyIndex(calls[6], calls[7]), _KeyIndex(acts[1], acts[2]), _KeyIndex(c["op_ext"][0])
+        op_ext_seq, op_seq = c["op_ext"][1], ops[3]
+
+        def call_links() -> Iterator[tuple]:
+            for p in range(len(calls[0])):
+                seq = call_op[p]
+                op_name = ops[4][bisect.bisect_left(op_seq, seq)] if seq != _NONE else None
+                lo, hi = act_of.span(calls[6][p]) if calls[7][p] else (0, 0)
+                a = act_of.pos[lo] if hi > lo else None
+                yield (calls[1][p], calls[2][p], seq if seq != _NONE else None, op_name,
+                       *((acts[3][a], acts[4][a], acts[5][a]) if a is not None else (None, None, None)), hi - lo)
+
+        def kernel_links() -> Iterator[tuple]:
+            for a in range(len(acts[0])):
+                pos = call_of.first(acts[1][a]) if acts[2][a] else None
+                launch = call_ext = size = None
+                if pos is not None:
+                    launch, call_ext, size = calls[1][pos], calls[4][pos], calls[5][pos]
+                    call_ext, size = (call_ext if call_ext != _NONE else None), (size if size != _NONE else None)
+                    seq = call_op[pos]
+                    if seq != _NONE:
+                        k = bisect.bisect_left(op_seq, seq)
+                        yield launch, call_ext, size, ops[4][k], ops[1][k], seq, 1
+                        continue
+                kind = acts[7][a]
+                ext = acts[6][a] if kind == _EXT_INT else call_ext if kind == _EXT_NONE else None
+                j = op_of.first(ext) if ext is not None else None
+                if j is not None:
+                    seq = op_ext_seq[j]
+                    k = bisect.bisect_left(op_seq, seq)
+                    if launch is None or ops[1][k] <= launch <= ops[2][k]:
+                        yield launch, call_ext, size, ops[4][k], ops[1][k], seq, 2
+                        continue
+                yield launch, call_ext, size, None, None, None, 0
+
+        def sync_links() -> Iterator[tuple]:
+            syncs = c["syncs"]
+            for s in range(len(syncs[0])):
+                pos = call_of.first(syncs[1][s]) if syncs[2][s] else None
+                yield (calls[1][pos] if pos is not None else None,)
+
+        self.links = {"call_links": call_links(), "kernel_links": kernel_links(), "sync_links": sync_links()}
+
+    def _enclosing(self, sweep: pa.RecordBatchReader) -> None:
+        """For each runtime call, the seq of the innermost cpu_op that encloses it on its
+        thread (start <= call start, call end <= end), into the spilled `call_op`.
 
         One sweep per thread over ops and calls sorted by (start, ops first, longer
         first, file order): a stack of the ops still open; ops are nested, so the first
         stack entry from the top that reaches the call's end is the innermost."""
-        n_ops, calls = len(op_cols[0]), self.calls
-        n_calls = len(calls.keys)
-        out = array("q", [_NONE]) * n_calls
-        if not n_ops or not n_calls:
-            return out
-        th, start, end, seq = (pa.concat_arrays([_arrow(a), _arrow(b)]) for a, b in zip(
-            op_cols[:4], (calls.cols[2], calls.cols[0], calls.cols[1], calls.keys)))
-        kind = pa.concat_arrays([pa.repeat(pa.scalar(0, pa.int8()), n_ops),
-                                 pa.repeat(pa.scalar(1, pa.int8()), n_calls)])
-        pos = pa.concat_arrays([pa.array(range(n_ops), pa.int64()), pa.array(range(n_calls), pa.int64())])
-        table = pa.table({"th": th, "start": start, "kind": kind, "negend": pc.negate(end),
-                          "seq": seq, "pos": pos})
-        order = pc.sort_indices(table, sort_keys=[
-            ("th", "ascending"), ("start", "ascending"), ("kind", "ascending"),
-            ("negend", "ascending"), ("seq", "ascending")])
-        table = table.select(["th", "start", "kind", "negend", "pos"])
-        op_seq = op_cols[3]
-        stack: list[tuple[int, int]] = []  # (end, op position)
+        out = self.spill.cols["call_op"]
+        add_call, add_op = out[0].append, out[1].append
+        stack: list[tuple[int, int]] = []  # (end, op seq)
         cur = None
-        for t, s, k, ne, p in _sorted_rows(table, order):
-            if t != cur:
-                stack, cur = [], t
-            while stack and stack[-1][0] < s:
-                stack.pop()
-            if k == 0:
-                stack.append((-ne, p))
-                continue
-            for j in range(len(stack) - 1, -1, -1):
-                if stack[j][0] >= -ne:
-                    out[p] = op_seq[stack[j][1]]
-                    break
-        return out
-
-    def call(self, corr: Any) -> int | None:
-        """Position (file order) of the runtime call with this correlation."""
-        hit = self.call_of.get(corr)
-        if hit is None:
-            return None
-        return bisect.bisect_left(self.calls.keys, hit[0])
-
-    def op(self, ext: Any) -> tuple[int, int, int, int] | None:
-        """(name index, start, end, seq) of the cpu_op with this External id."""
-        return self.ops.get(ext)
-
-    def op_at(self, seq: int) -> tuple[str, int]:
-        """(name, start) of the cpu_op at this seq."""
-        k = bisect.bisect_left(self._op_cols[3], seq)
-        return self.names[self._op_cols[4][k]], self._op_cols[1][k]
+        for batch in sweep:
+            for t, s, k, e, q in zip(*(col.to_pylist() for col in batch.columns)):
+                if t != cur:
+                    stack, cur = [], t
+                while stack and stack[-1][0] < s:
+                    stack.pop()
+                if k == 0:
+                    stack.append((e, q))
+                    continue
+                for j in range(len(stack) - 1, -1, -1):
+                    if stack[j][0] >= e:
+                        add_call(q)
+                        add_op(stack[j][1])
+                        break
+            self.spill.flush("call_op")
+        self.spill.close(("call_op",))
 
     def step_at(self, t: int) -> int | None:
         k = bisect.bisect_right(self._starts, t) - 1
@@ -963,12 +1206,16 @@ class _Source:
 
 def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     source = _Source(path)
-    index = _Index.build(source.first(), lambda: source.meta)
-    _check_kineto(index)
-    batches = _rows(index, source.second(), ctx)
-    # A kept file's batches are all made before the first is given out: its events are
-    # freed before the consumer's GC could walk them.
-    yield from (list(batches) if source.kept is not None else batches)
+    spill = _Spill()
+    try:
+        index = _Index.build(source.first(), lambda: source.meta, spill)
+        _check_kineto(index)
+        batches = _rows(index, source.second(), ctx)
+        # A kept file's batches are all made before the first is given out: its events are
+        # freed before the consumer's GC could walk them.
+        yield from (list(batches) if source.kept is not None else batches)
+    finally:
+        spill.cleanup()
 
 
 def _rows(index: _Index, pieces: Iterator[list[_Ev]], ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -976,7 +1223,7 @@ def _rows(index: _Index, pieces: Iterator[list[_Ev]], ctx: ReadContext) -> Itera
     ops; its other events as dicts through `_Pass2`'s row functions."""
     out = _Out()
     p2 = _Pass2(index, ctx, out)
-    nodes = _NodeCols()
+    nodes = _NodeCols(index)
     i = 0
     old_cats, flow_cats = _OLD_CATS, _FLOW_CATS
     rest: list[tuple[int, _Ev]] = []  # the other events, waiting for their times (`_Pending`)
@@ -1014,13 +1261,41 @@ def _rest_rows(rest: list[tuple[int, _Ev]], p2: _Pass2) -> None:
         p2.add(i, ev, ev.get("ph"), _OLD_CATS.get(cat, cat))
 
 
+class _Ops:
+    """Pass 1's ops (file order), read back for pass 2's node batches: from memory, or
+    from their spilled file."""
+
+    def __init__(self, spill: _Spill):
+        self._spill = spill
+        self._batches: Iterator[pa.RecordBatch] | None = None
+        self._held: list[pa.RecordBatch] = []
+        self.done = 0  # ops already taken
+
+    def take(self, n: int) -> list[pa.Array]:
+        """The next n ops' start, end, seq and name index."""
+        lo, self.done = self.done, self.done + n
+        if not self._spill.on_disk:
+            return [_arrow(c)[lo:lo + n] for c in self._spill.cols["ops"][1:]]
+        if self._batches is None:
+            self._batches = pq.ParquetFile(self._spill.path("ops")).iter_batches(
+                batch_size=SPILL_ROWS, columns=["t0", "t1", "seq", "name"])
+        held = sum(b.num_rows for b in self._held)
+        while held < n:
+            b = next(self._batches)
+            self._held.append(b)
+            held += b.num_rows
+        table = pa.Table.from_batches(self._held)
+        self._held = table.slice(n).to_batches()
+        return [c.combine_chunks() for c in table.slice(0, n).columns]
+
+
 class _NodeCols:
     """The `nodes` columns of pass 2's cpu_ops until a batch is made (`batch`): read from
     each op's Struct in one loop (its fields then in the CPU cache); start, duration, seq
     and name come from pass 1's arrays (the same ops in the same order)."""
 
-    def __init__(self):
-        self.done = 0  # ops already in batches
+    def __init__(self, index: _Index):
+        self.ops = _Ops(index.spill)
         self._clear()
         self.dtype_names = dict(_TORCH_DTYPES)  # grows by the names seen that map to themselves
 
@@ -1071,26 +1346,25 @@ class _NodeCols:
 
     def batch(self, index: _Index, base: int, rank: int | None) -> pa.RecordBatch:
         """The node rows of the ops added since the last batch."""
-        lo, n = self.done, len(self.tids)
-        hi = lo + n
-        starts, ends = index._op_cols[1][lo:hi], index._op_cols[2][lo:hi]
+        n = len(self.tids)
+        lo = self.ops.done
+        starts, ends, seqs, name_ix = self.ops.take(n)
         try:  # one conversion a name
-            names = pa.array(index.names, pa.string()).take(_arrow(index._op_cols[4][lo:hi]))
+            names = pa.array(index.names, pa.string()).take(name_ix)
         except (pa.ArrowInvalid, ValueError):  # (a name Arrow refuses: named below)
-            names = [index.names[k] for k in index._op_cols[4][lo:hi]]
+            names = [index.names[k] for k in name_ix.to_pylist()]
         cols = {"node_name": names, "op_type": names,
-                "duration_ns": pc.subtract(_arrow(ends), _arrow(starts)), "thread_id": self.tids,
-                "seq": _arrow(index._op_cols[3][lo:hi]), "input_shapes": self.shapes, "input_dtypes": self.dtypes,
+                "duration_ns": pc.subtract(ends, starts), "thread_id": self.tids,
+                "seq": seqs, "input_shapes": self.shapes, "input_dtypes": self.dtypes,
                 "correlation_id": self.exts, "params": self.params, "rf_id": self.rf_ids, "process_id": self.pids,
                 "device": pa.repeat(pa.scalar("CPU:0"), n), "device_raw": pa.repeat(pa.scalar("CPU"), n),
                 "rank": pa.repeat(pa.scalar(rank, pa.int32()), n), "step": _steps_at(index, starts),
-                "start_ns": pc.add_checked(_arrow(starts), pa.scalar(base, pa.int64()))}
+                "start_ns": pc.add_checked(starts, pa.scalar(base, pa.int64()))}
         schema = BatchBuilder("nodes").schema
         try:
             arrays = [pa.array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) for f in schema]
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError) as e:
             raise _bad_nodes(cols, lo, e) from e
-        self.done = hi
         self._clear()
         return annotate_nodes(pa.RecordBatch.from_arrays(arrays, schema=schema))
 
@@ -1103,12 +1377,12 @@ def _bad_nodes(cols: dict[str, Any], first: int, error: Exception) -> TraceForma
     return TraceFormatError(b._bad_value(error))
 
 
-def _steps_at(index: _Index, starts: array) -> pa.Array | list:
+def _steps_at(index: _Index, starts: pa.Array) -> pa.Array | list:
     """`index.step_at` of each start: with few steps, one Arrow pass a step (the last step
     starting at or before t decides, as `step_at`'s bisect): 0.1 ms against 0.9 for 7,245 ops."""
     if len(index.steps) > 16:
-        return [index.step_at(s) for s in starts]
-    t = _arrow(starts)
+        return [index.step_at(s) for s in starts.to_pylist()]
+    t = starts
     out = pa.nulls(len(t), pa.int64())
     for start, end, n, _, _ in index.steps:  # sorted by start
         here = pc.if_else(pc.less(t, end), pa.scalar(n, pa.int64()), pa.scalar(None, pa.int64()))
@@ -1129,21 +1403,24 @@ class _Pass2:
     def __init__(self, index: _Index, ctx: ReadContext, out: _Out):
         self.index, self.ctx, self.out = index, ctx, out
         self.base, self.rank = _metadata(index, ctx)
-        self.call_pos = 0  # runtime calls come in pass 1's order: the n-th is index.calls[n]
+        # Each runtime call's, activity's and cuda_sync's links, in file order (`_Index._resolve`)
+        self.call_links = index.links["call_links"]
+        self.kernel_links = index.links["kernel_links"]
+        self.sync_links = index.links["sync_links"]
         self.device_work: dict[int, list[int]] = {}  # step -> [first start, last end, count]
 
     def add(self, i: int, ev: dict, ph: Any, cat: Any) -> None:
         """The event's row, appended to its builder (the caller flushes: `_Out.flush_full`)."""
         base, rank, index, b = self.base, self.rank, self.index, self.out.b
+        sync = next(self.sync_links)[0] if cat == "cuda_sync" else None  # (pass 1 read each cuda_sync)
         if ph == "X":
             if cat in _ACTIVITY_CATS:
-                row = _kernel(ev, cat, i, base, rank, index)
+                row = _kernel(ev, cat, i, base, rank, index, next(self.kernel_links))
                 b["kernels"].rows.append(row)
                 _count_work(self.device_work, row)
                 return
             if _is_runtime(cat):
-                b["runtime_calls"].rows.append(_call(ev, cat, i, base, rank, index, self.call_pos))
-                self.call_pos += 1
+                b["runtime_calls"].rows.append(_call(ev, cat, i, base, rank, index, next(self.call_links)))
                 return
             if cat in _ANNOTATION_CATS:
                 b["annotations"].rows.append(_annotation(ev, cat, i, base, rank, index))
@@ -1155,7 +1432,7 @@ class _Pass2:
             return
         if cat not in _KNOWN:
             self.ctx.warn(f"unknown event category {str(cat)[:60]!r} (kept in events)")
-        row = _event(ev, cat, i, base, rank, index)
+        row = _event(ev, cat, i, base, rank, index, sync)
         if row is None:
             self.ctx.warn("event without 'ts' (skipped)")
         else:
@@ -1209,21 +1486,11 @@ def _rf_id(args: dict) -> int | None:
     return rf if type(rf) is int else None
 
 
-def _launching_op(index: _Index, ext: Any, pos: int | None) -> tuple[tuple[str, int, int] | None, str | None]:
-    """((name, start, seq), link) of the op that launched an activity (module docstring)."""
-    launch = None
-    if pos is not None:
-        seq = index.call_op[pos]
-        if seq != _NONE:
-            return index.op_at(seq) + (seq,), "launch"
-        launch = index.calls.cols[0][pos]
-    hit = index.op(ext)
-    if hit and (launch is None or hit[1] <= launch <= hit[2]):
-        return (index.names[hit[0]], hit[1], hit[3]), "external_id"
-    return None, None
+_LINKS = (None, "launch", "external_id")  # `_KERNEL_LINKS`' link codes
 
 
-def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index) -> KernelRow:
+def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index, links: tuple) -> KernelRow:
+    """`links`: the activity's row of `_KERNEL_LINKS` (launch call, op, how the op was found)."""
     args = ev.get("args") or _NO_ARGS
     name, ts = ev.get("name"), ev.get("ts")
     if name is None or ts is None:
@@ -1232,16 +1499,10 @@ def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Ind
     start = us_to_ns(ts)
     corr = args.get("correlation")
     ext = _ext(args)
-    pos = index.call(corr)
-    launch = size = None
-    if pos is not None:
-        launch = index.calls.cols[0][pos]
-        call_ext, call_size = index.calls.cols[3][pos], index.call_size[pos]
-        if ext is None and call_ext != _NONE:
-            ext = call_ext
-        size = call_size if call_size != _NONE else None
-    op, link = _launching_op(index, ext, pos)
-    step = index.step_at(op[1]) if op else (index.step_at(launch) if launch is not None else None)
+    launch, call_ext, size, op_name, op_start, op_seq, link = links
+    if ext is None and call_ext is not None:
+        ext = call_ext
+    step = index.step_at(op_start) if link else (index.step_at(launch) if launch is not None else None)
     device, device_raw = _activity_device(cat, ev, args)
     if cat == "mtia_ccp_events":
         kind = "memcpy" if name.startswith("dma") else "kernel"
@@ -1262,7 +1523,7 @@ def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Ind
     return _new(KernelRow, (
         device, device_raw, rank, step,
         stream if stream is not None else _int(ev.get("tid")),
-        kind, name, op[0] if op else None,
+        kind, name, index.names[op_name] if link else None,
         base + start, us_to_ns(_need(ev, "dur", i)),
         nbytes, copy_kind, _int(corr),
         base + launch if launch is not None else None,
@@ -1272,24 +1533,24 @@ def _kernel(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Ind
         _int(args.get("shared memory")),
         float(occ) if occ is not None else None,
         _params(args, _KERNEL_ARGS),
-        op[2] if op else None, link, _int(ext),
+        op_seq if link else None, _LINKS[link], _int(ext),
     ))
 
 
-def _call(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index, pos: int) -> CallRow:
+def _call(ev: dict, cat: str, i: int, base: int, rank: int | None, index: _Index, links: tuple) -> CallRow:
+    """`links`: the call's row of `_CALL_LINKS` (its times, enclosing op, first activity)."""
     args = ev.get("args") or _NO_ARGS
-    start, end = index.calls.cols[0][pos], index.calls.cols[1][pos]
+    start, end, seq, op_name, act_name, act_start, act_dev, acts = links
     corr = args.get("correlation")
-    seq = index.call_op[pos]
-    lo, hi = index.acts.span(corr)
-    first = (index.acts.cols[0][lo], index.acts.cols[1][lo], index.acts.cols[2][lo]) if hi > lo else None
+    first = act_name is not None
+    names = index.names
     tid = ev.get("tid")
     return _new(CallRow, (
         "CPU:0", "CPU", rank, index.step_at(start), cat, _need(ev, "name", i), base + start,
         end - start, tid if type(tid) is int else None, _int(corr), _int(_ext(args)),
-        index.op_at(seq)[0] if seq != _NONE else None, seq if seq != _NONE else None,
-        index.names[first[0]] if first else None, hi - lo,
-        base + first[1] if first else None, index.names[first[2]] if first else None,
+        names[op_name] if seq is not None else None, seq,
+        names[act_name] if first else None, acts,
+        base + act_start if first else None, names[act_dev] if first else None,
         i, _params(args, _CALL_ARGS, None if type(tid) is int else {"tid": tid}),
     ))
 
@@ -1315,7 +1576,9 @@ def _annotation(ev: dict, cat: str, i: int, base: int, rank: int | None, index: 
         _int(_ext(args)), i, _params(args, _ANNOTATION_ARGS, None if type(tid) is int else {"tid": tid})))
 
 
-def _event(ev: dict, cat: Any, i: int, base: int, rank: int | None, index: _Index) -> EventRow | None:
+def _event(ev: dict, cat: Any, i: int, base: int, rank: int | None, index: _Index,
+           sync: int | None) -> EventRow | None:
+    """`sync`: a cuda_sync's launch call's start (`_SYNC_LINKS`)."""
     ts = ev.get("ts")
     if ts is None:
         return None
@@ -1328,8 +1591,7 @@ def _event(ev: dict, cat: Any, i: int, base: int, rank: int | None, index: _Inde
     if cat == "cuda_sync":  # device-side: its GPU and stream; its step is its call's
         device, device_raw = _activity_device("kernel", ev, args)
         stream, thread = _int(args.get("stream")), None
-        pos = index.call(corr)
-        step = index.step_at(index.calls.cols[0][pos]) if pos is not None else None
+        step = index.step_at(sync) if sync is not None else None
     else:
         device, device_raw, stream = "CPU:0", "CPU", None
         thread, step = (tid if type(tid) is int else None), index.step_at(start)
