@@ -411,7 +411,8 @@ def test_the_forkserver_preloads_every_reader():
 
 
 def test_a_worker_reads_without_importing_anything_more(tmp_path):
-    """What a worker needs is imported once, in the forkserver: a worker's first file costs
+    """What a worker needs is imported once, in the forkserver `tracedb ingest` preloads
+    (`workers.preload_forkserver`, as the CLI's process does here): a worker's first file costs
     no import (pandas, which pyarrow pulls in on first use where installed, cost ~0.25 s of
     CPU each: neither the forkserver nor a worker imports it), and none of the caller's
     duckdb or deltalake."""
@@ -424,6 +425,7 @@ def test_a_worker_reads_without_importing_anything_more(tmp_path):
     path = scenario("kineto_h200_fp32")
     fmt, err, _ = ing._sniff(path)
     job = ing._Job(path, str(path), path.name, "r", fmt, 0, tmp_path, "i1", "i1-00000", err)
+    workers.preload_forkserver()
     pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=workers.context())
     try:
         before = set(pool.submit(eval, modules).result())
