@@ -35,13 +35,13 @@ from tracedb.store import FileResult
 _MARKER = "[pytorch|profiler|execution_"
 
 
-def link_run(results: list[FileResult], root: Path | str | storage.Storage) -> None:
+def link_run(results: list[FileResult], store: storage.Storage) -> None:
     """Join the run's execution traces to its Kineto traces (module docstring)."""
     ets = [r for r in results if r.ok and r.format == "chakra_et" and _nodes_files(r)]
     kinetos = [r for r in results if r.ok and r.format == "kineto" and _nodes_files(r)]
     if not ets or not kinetos:
         return
-    folder = storage.open_storage(root).local_path()
+    folder = store.local_path()
     if folder is None:
         for k in kinetos:
             k.warnings["execution trace not linked: the fallback join runs on a local warehouse only"] = 1

@@ -260,9 +260,8 @@ def _read_one(job: _Job) -> FileResult:
             res.warning = job.rank_note
         if sum(res.rows.values()) == 0:
             res.error = "no rows: the trace holds no events tracedb can store"
-            store = storage.open_storage(job.root)
             for w in written:
-                store.unlink(w.rel)
+                job.root.unlink(w.rel)
             res.written = []
     res.error = " ".join(res.error.split()) if res.error else None  # one line
     res.seconds = time.perf_counter() - start

@@ -285,7 +285,7 @@ class Writer:
             """A metric's rows, each run's into its file, written in the metric's thread
             while the others compute."""
             for (run_id, ingest_id, _), rollups in zip(runs, self._split(table, rows, len(runs))):
-                writer = FileWriter(root, run_id, ingest_id, f"{ingest_id}-{tag}", partitioned=partitioned)
+                writer = FileWriter(store, run_id, ingest_id, f"{ingest_id}-{tag}", partitioned=partitioned)
                 try:
                     writer.write(table, rollups)
                     files = writer.close()
@@ -340,7 +340,7 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
                 by_missing.setdefault(missing, []).append((r, live[r], sorted(inputs[r])))
         for missing, todo in by_missing.items():
             for i in range(0, len(todo), 50):  # groups of runs, as an ingest commits them
-                files += roll.write_runs(lake.root, todo[i:i + 50], tables=list(missing), tag=tag,
+                files += roll.write_runs(lake.storage, todo[i:i + 50], tables=list(missing), tag=tag,
                                          partitioned=lake.partitioned_tables())
         if anew:
             lake.replace_tables(tables, files)

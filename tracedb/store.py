@@ -162,7 +162,7 @@ def _chunks(files: list[lake.DataFile]) -> list[list[lake.DataFile]]:
     return out
 
 
-def merge_group(root: Path | str | storage.Storage, files: list[lake.DataFile], ingest_id: str) -> list[lake.DataFile]:
+def merge_group(store: storage.Storage, files: list[lake.DataFile], ingest_id: str) -> list[lake.DataFile]:
     """An ingest group's files merged into one file a table (`lake.write_merged`: rows
     ordered by run_id; one a chunk of MERGE_BYTES, `_chunks`), written beside them under the
     ingest's id; the originals are then deleted (never logged). Files of a table in the
@@ -170,7 +170,6 @@ def merge_group(root: Path | str | storage.Storage, files: list[lake.DataFile], 
     sorts and writes release the GIL)."""
     import secrets
 
-    store = storage.open_storage(root)
     by_table: dict[str, list[lake.DataFile]] = {}
     kept = []
     for f in files:
