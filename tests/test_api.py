@@ -44,3 +44,27 @@ def test_connection_for_notebooks(wh):
     con = wh.connect()
     assert con.execute("select count(*) from nodes").fetchone()[0] == 577
     con.close()
+
+
+def test_a_warehouse_normalises_its_location_once(tmp_path, monkeypatch):
+    """Issue 25 item 2: the location is normalised in the constructor and its storage is
+    handed down; no later call (ingest, queries, maintenance, report) normalises it again."""
+    from rawtrace import tf
+    from tracedb import storage
+
+    seen = []
+    real = storage.location
+    monkeypatch.setattr(storage, "location", lambda where: seen.append(where) or real(where))
+    w = tracedb.Warehouse(str(tmp_path / "wh"))
+    assert seen == [str(tmp_path / "wh")] and w.path == tmp_path / "wh" and repr(w) == f"Warehouse({str(w.path)!r})"
+    assert w.ingest(scenario("tf_stepstats_gpu_streams"), run_id="lstm").ok
+    assert w.sql("SELECT count(*) AS n FROM kernels").to_pylist() == [{"n": len(tf().kernels)}]
+    assert w.runs().column("run_id").to_pylist() == ["lstm"]
+    assert w.check() == [] and w.migrate() == []
+    w.optimize()
+    w.vacuum()
+    con = w.connect()
+    con.close()
+    assert w.report(baseline=["lstm"], candidate=["lstm"]).findings is not None
+    assert w.rm("lstm") == ["lstm"]
+    assert len(seen) == 1, seen

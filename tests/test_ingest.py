@@ -410,28 +410,46 @@ def test_the_forkserver_preloads_every_reader():
     assert workers.preload() == ["tracedb.arrow_no_pandas"] + workers.PRELOAD  # first, before any table
 
 
+WORKER_IMPORTS = r"""
+import concurrent.futures, json, sys
+from pathlib import Path
+from tracedb import ingest as ing
+from tracedb import storage, workers
+
+modules = "sorted({m.split('.')[0] for m in __import__('sys').modules})"  # eval: nothing to unpickle
+path = Path(sys.argv[1])
+fmt, err, _ = ing._sniff(path)
+job = ing._Job(path, str(path), path.name, "r", fmt, 0, storage.open_storage(sys.argv[2]), "i1", "i1-00000", err)
+workers.preload_forkserver()  # as `tracedb ingest` does, before the process's forkserver starts
+pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=workers.context())
+try:
+    before = pool.submit(eval, modules).result()
+    res = pool.submit(ing._read_one, job).result()
+    after = pool.submit(eval, modules).result()
+finally:
+    pool.shutdown()
+print(json.dumps({"ok": res.ok, "error": res.error, "kernels": res.rows.get("kernels", 0) if res.rows else 0,
+                  "before": before, "after": after}))
+"""
+
+
 def test_a_worker_reads_without_importing_anything_more(tmp_path):
-    """What a worker needs is imported once, in the forkserver: a worker's first file costs
+    """What a worker needs is imported once, in the forkserver `tracedb ingest` preloads
+    (`workers.preload_forkserver`; in a fresh interpreter, as the command's: a process has
+    one forkserver, started once): a worker's first file costs
     no import (pandas, which pyarrow pulls in on first use where installed, cost ~0.25 s of
     CPU each: neither the forkserver nor a worker imports it), and none of the caller's
     duckdb or deltalake."""
-    import concurrent.futures
+    import subprocess
+    import sys
 
-    from tracedb import ingest as ing
-    from tracedb import workers
-
-    modules = "sorted({m.split('.')[0] for m in __import__('sys').modules})"  # eval: nothing to unpickle
-    path = scenario("kineto_h200_fp32")
-    fmt, err, _ = ing._sniff(path)
-    job = ing._Job(path, str(path), path.name, "r", fmt, 0, tmp_path, "i1", "i1-00000", err)
-    pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=workers.context())
-    try:
-        before = set(pool.submit(eval, modules).result())
-        res = pool.submit(ing._read_one, job).result()
-        after = set(pool.submit(eval, modules).result())
-    finally:
-        pool.shutdown()
-    assert res.ok and res.rows["kernels"] > 0, res.error
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", WORKER_IMPORTS, str(scenario("kineto_h200_fp32")), str(tmp_path / "wh")],
+                       capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    before, after = set(got["before"]), set(got["after"])
+    assert got["ok"] and got["kernels"] > 0, got["error"]
     assert {"pyarrow", "tracedb"} <= before
     assert after - before <= {"gzip", "_compression", "zlib"}, after - before
     assert not {"duckdb", "deltalake", "pandas", "numpy"} & after

@@ -65,3 +65,33 @@ def test_ingest_and_query_leave_the_process_as_they_found_it(tmp_path):
         assert [e for e in before[key] if e not in after[key]] == [], key
     assert got["pandas_rows"] == 2
     assert "Arrow output on a DB-API result" not in r.stderr  # nothing silenced, nothing shown
+
+
+WORKERS = r"""
+import json, sys
+from multiprocessing import forkserver
+
+def state():
+    return {"preload": list(forkserver._forkserver._preload_modules)}
+
+before = state()
+import tracedb
+summary = tracedb.Warehouse(sys.argv[1]).ingest(*sys.argv[2:], jobs=2)
+print(json.dumps({"ok": summary.ok, "runs": len(summary.runs), "before": before, "after": state()}))
+"""
+
+
+def test_ingest_with_workers_leaves_the_forkserver_settings_alone(tmp_path):
+    # `Warehouse.ingest(jobs=2)` reads in worker processes from the forkserver: the process's
+    # one forkserver keeps the preload list the notebook had (['__main__'] by default); with
+    # tracedb's list a later forkserver child of the notebook's own would import
+    # `tracedb.arrow_no_pandas` and find no pandas. (Starting any process from a context
+    # fixes the default start method, multiprocessing's own doing: `spawn.get_preparation_data`.)
+    traces = [scenario("kineto_h200_fp32"), scenario("tf_stepstats_gpu_streams")]
+    r = subprocess.run([sys.executable, "-c", WORKERS, str(tmp_path / "wh"), *map(str, traces)],
+                       capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["ok"] and got["runs"] == 2
+    assert got["after"] == got["before"]
+    assert "tracedb.arrow_no_pandas" not in got["after"]["preload"]

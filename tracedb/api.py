@@ -20,8 +20,11 @@ lake, and `tracedb query` not the ingest path (measured in bench/bench_startup.p
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable
+
+from tracedb.errors import TracedbError
 
 if TYPE_CHECKING:
     import duckdb
@@ -50,14 +53,21 @@ class Warehouse:
     s3://bucket/prefix, see `tracedb.storage`), else $TRACEDB_WAREHOUSE, else ./tracedb-warehouse."""
 
     def __init__(self, path: str | Path | None = None, limits: query.QueryLimits | None = None):
-        # A folder (Path), or an object-storage URL kept as a str: "s3://bucket/prefix".
-        # = catalog.default_warehouse(), without importing duckdb for `tracedb queries`
-        from tracedb.storage import location
+        from tracedb import storage
 
-        self.path = location(path)
+        # The location is normalised here, once, and its storage (a folder, or object
+        # storage) is what every method hands down: the lake, the catalog, the query runner
+        # and the ingest take it as it is. Opening it reads nothing (no duckdb, no fsspec
+        # import for `tracedb queries`).
+        self.storage = storage.open_storage(path)
         # Time, memory and temp-space limits of `query` / `sql` / `runs`
         # (tracedb.QueryLimits; None: no timeout, DuckDB's memory default).
         self.limits = limits
+
+    @property
+    def path(self) -> Path | str:
+        """The warehouse: a folder (Path), or an object-storage URL (str, "s3://bucket/prefix")."""
+        return self.storage.root
 
     def __repr__(self) -> str:
         return f"Warehouse({str(self.path)!r})"
@@ -87,7 +97,7 @@ class Warehouse:
         unless partial=True. A bad request raises TracedbError."""
         from tracedb.ingest import ingest
 
-        return ingest([Path(p) for p in paths], self.path, run_id=run_id, jobs=jobs,
+        return ingest([Path(p) for p in paths], self.storage, run_id=run_id, jobs=jobs,
                       exclude=exclude, partial=partial, on_plan=on_plan, on_file=on_file, on_run=on_run)
 
     # ---- reading -------------------------------------------------------------------
@@ -97,7 +107,7 @@ class Warehouse:
         it is your own process's connection (`tracedb.query.sandbox(con, path)` locks it)."""
         from tracedb import catalog
 
-        return catalog.connect(self.path, read_only=read_only)
+        return catalog.connect(self.storage, read_only=read_only)
 
     def sqlalchemy_engine(self, **kwargs: Any):
         """A SQLAlchemy engine (duckdb-engine: `pip install duckdb-engine`) for pandas,
@@ -115,10 +125,9 @@ class Warehouse:
         import sqlalchemy
         from duckdb_engine import ConnectionWrapper
 
-        from tracedb import storage
-
-        local = not storage.is_remote(self.path)
-        snapshot = Path(self.path) / "catalog.duckdb" if local else None
+        folder = self.storage.local_path()  # on object storage the snapshot is a cache file
+        local = folder is not None
+        snapshot = folder / "catalog.duckdb" if local else None
 
         def stamp():
             try:
@@ -163,7 +172,7 @@ class Warehouse:
         `sql` unless allow_external=True."""
         from tracedb import query
 
-        return query.run_query(name, params, self.path, output=output, allow_external=allow_external, runs=runs,
+        return query.run_query(name, params, self.storage, output=output, allow_external=allow_external, runs=runs,
                                limits=self.limits)
 
     def sql(self, sql: str, output: str = "arrow", allow_external: bool = False,
@@ -181,7 +190,7 @@ class Warehouse:
         temp_limit="10GiB"))`; Ctrl-C (KeyboardInterrupt) stops a query within a second."""
         from tracedb import query, sqllib
 
-        return query.run_query(sqllib.parse(sql, "sql"), params, self.path, output=output,
+        return query.run_query(sqllib.parse(sql, "sql"), params, self.storage, output=output,
                                allow_external=allow_external, runs=runs, limits=self.limits)
 
     def transpile(self, name: str | sqllib.CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
@@ -196,22 +205,22 @@ class Warehouse:
         """The statements that define the lake's Delta tables and live-ingest views for
         `engine` (spark, trino, duckdb, ...): `tracedb ddl`. `location` is the lake's root
         as the engine sees it (default: the warehouse's URL or absolute path)."""
-        from tracedb import ddl, storage
+        from tracedb import ddl
 
-        where = location or (self.path if storage.is_remote(self.path) else Path(self.path).resolve().as_posix())
+        where = location or self.storage.home()
         return ddl.ddl(engine, where, schema, catalog)
 
     def runs(self, output: str = "arrow"):
         """One row per run: files, formats, rows per table, failed files, labels."""
         from tracedb import query, sqllib
 
-        return query.run_query(sqllib.parse(_RUNS_SQL, "runs"), {}, self.path, output=output, limits=self.limits)
+        return query.run_query(sqllib.parse(_RUNS_SQL, "runs"), {}, self.storage, output=output, limits=self.limits)
 
     def rm(self, *run_ids: str) -> list[str]:
         """Delete runs (one Delta commit unpublishes them); returns the run ids removed."""
         from tracedb import catalog
 
-        lake = catalog.open_lake(self.path)
+        lake = catalog.open_lake(self.storage)
         with lake.lock():
             gone = lake.delete_runs(list(run_ids))
             catalog.publish(lake)
@@ -221,7 +230,7 @@ class Warehouse:
         """Delete files no live table version references, older than the retention."""
         from tracedb import catalog
 
-        lake = catalog.open_lake(self.path)
+        lake = catalog.open_lake(self.storage)
         with lake.lock():
             removed = lake.vacuum(retention_hours)
             catalog.publish(lake)
@@ -231,7 +240,7 @@ class Warehouse:
         """Compact small files per run and device; returns files compacted per table."""
         from tracedb import catalog
 
-        lake = catalog.open_lake(self.path)
+        lake = catalog.open_lake(self.storage)
         with lake.lock():
             done = lake.optimize()
             catalog.publish(lake)
@@ -242,13 +251,13 @@ class Warehouse:
         page checksums); returns (run_id, path, problem) for each damaged one."""
         from tracedb import catalog
 
-        return catalog.open_lake(self.path).check()
+        return catalog.open_lake(self.storage).check()
 
     def migrate(self) -> list[str]:
         """Apply pending migrations; returns their names."""
         from tracedb import migrate
 
-        return migrate.migrate_warehouse(self.path)
+        return migrate.migrate_warehouse(self.storage)
 
     def report(self, baseline: list[str] = (), candidate: list[str] = (), *, baseline_labels: list[str] = (),
                candidate_labels: list[str] = (), labels: list[str] = (), history: int | None = None,
@@ -257,7 +266,7 @@ class Warehouse:
         `.findings`, `.has_regression`, `.render("markdown" | "html" | "json")`)."""
         from tracedb.report import build_report
 
-        return build_report(self.path, list(baseline), list(candidate), baseline_labels=list(baseline_labels),
+        return build_report(self.storage, list(baseline), list(candidate), baseline_labels=list(baseline_labels),
                             candidate_labels=list(candidate_labels), labels=list(labels), history=history,
                             settings=settings)
 
@@ -268,7 +277,7 @@ class Warehouse:
         from tracedb import catalog
         from tracedb.report import acceptance
 
-        lake = catalog.open_lake(self.path)
+        lake = catalog.open_lake(self.storage)
         with lake.lock():
             acc = acceptance.accept(lake, run_id, list(metrics), note, by)
             catalog.publish(lake)
@@ -280,7 +289,7 @@ class Warehouse:
         from tracedb import catalog
         from tracedb.report import acceptance
 
-        lake = catalog.open_lake(self.path)
+        lake = catalog.open_lake(self.storage)
         with lake.lock():
             gone = acceptance.revoke(lake, target, note, by)
             catalog.publish(lake)
@@ -291,7 +300,7 @@ class Warehouse:
         from tracedb import catalog
         from tracedb.report import acceptance
 
-        con = catalog.connect(self.path)
+        con = catalog.connect(self.storage)
         try:
             return acceptance.read(con)
         finally:
@@ -303,7 +312,7 @@ class Warehouse:
         stream); returns the number of events written."""
         from tracedb.export import export_chrome
 
-        return export_chrome(self.path, run_id, Path(out) if isinstance(out, str) else out, devices)
+        return export_chrome(self.storage, run_id, Path(out) if isinstance(out, str) else out, devices)
 
     def export_perfetto(self, run_id: str, out: str | Path | IO, devices: list[str] | None = None) -> int:
         """Write a run as a native Perfetto protobuf trace (TrackEvent: a track per GPU stream
@@ -312,7 +321,7 @@ class Warehouse:
         counter values written."""
         from tracedb.export_perfetto import export_perfetto
 
-        return export_perfetto(self.path, run_id, Path(out) if isinstance(out, str) else out, devices)
+        return export_perfetto(self.storage, run_id, Path(out) if isinstance(out, str) else out, devices)
 
     @staticmethod
     def schema(view: str | None = None) -> dict[str, pa.Schema]:
@@ -326,3 +335,29 @@ class Warehouse:
         if view not in schema.VIEWS:
             raise TracedbError(f"no view {view!r} (views: {', '.join(schema.VIEWS)})")
         return {view: schema.VIEWS[view]}
+
+
+def _one_line_errors(method):
+    """A Warehouse method whose object-storage set-up errors (missing credentials, a bad
+    profile, an unreachable endpoint), raised by any layer below (s3fs, delta-rs, DuckDB's
+    reads), become `tracedb.storage`'s one-line WarehouseError naming what to set."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except TracedbError:
+            raise
+        except Exception as e:  # noqa: BLE001 - only the set-up errors are translated
+            from tracedb.storage import object_store_error
+
+            err = object_store_error(e)
+            if err is None:
+                raise
+            raise err from e
+
+    return wrapper
+
+
+for _name in ("discover", "ingest", "connect", "query", "sql", "runs", "rm", "vacuum", "optimize", "check",
+              "migrate", "report", "accept", "revoke", "acceptances", "export_chrome", "export_perfetto"):
+    setattr(Warehouse, _name, _one_line_errors(getattr(Warehouse, _name)))

@@ -64,10 +64,6 @@ CATALOG = lake_mod.CATALOG
 _RUN_COLUMNS = [f.name for f in schema.RUNS]
 
 
-def default_warehouse() -> Path | str:
-    return storage.location(None)
-
-
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -81,27 +77,28 @@ def query_arrow(con: duckdb.DuckDBPyConnection, sql: str, params: dict | list | 
     return fetch()
 
 
-def is_legacy(warehouse: Path | str) -> bool:
+def is_legacy(warehouse: Path | str | storage.Storage) -> bool:
     """A schema-1 warehouse: the live-file list inside catalog.duckdb, no lake yet (only
     ever a folder)."""
-    warehouse = storage.location(warehouse)
-    if storage.is_remote(warehouse):
-        return False
-    return (warehouse / CATALOG).is_file() and not lake_mod.Lake(warehouse).exists
+    st = storage.open_storage(warehouse)
+    folder = st.local_path()
+    return folder is not None and (folder / CATALOG).is_file() and not lake_mod.Lake(st).exists
 
 
-def open_lake(warehouse: Path, create: bool = False) -> lake_mod.Lake:
-    """The warehouse's lake, refusing one that needs `tracedb migrate`."""
+def open_lake(warehouse: Path | str | storage.Storage, create: bool = False) -> lake_mod.Lake:
+    """The warehouse's lake (a location, or the storage `storage.open_storage` gave),
+    refusing one that needs `tracedb migrate`."""
     from tracedb import migrations
 
-    lake = lake_mod.Lake(storage.location(warehouse))
-    if is_legacy(lake.root):
+    lake = lake_mod.Lake(warehouse)
+    where = lake.root
+    if is_legacy(lake.storage):
         raise TracedbError(
-            f"warehouse {warehouse} was made by an older tracedb (schema 1: pending migrations: "
-            f"{', '.join(migrations.pending_names(lake.root))}); run `tracedb migrate --warehouse {warehouse}`")
+            f"warehouse {where} was made by an older tracedb (schema 1: pending migrations: "
+            f"{', '.join(migrations.pending_names(lake.root))}); run `tracedb migrate --warehouse {where}`")
     if not lake.exists:
         if not create:
-            raise TracedbError(f"no warehouse at {warehouse} (no {lake_mod.LAKE_JSON}); run `tracedb ingest` first")
+            raise TracedbError(f"no warehouse at {where} (no {lake_mod.LAKE_JSON}); run `tracedb ingest` first")
         lake.create(migrations.all_records("created at schema version %d" % schema.SCHEMA_VERSION))
     else:
         migrations.require_current(lake)
@@ -111,7 +108,7 @@ def open_lake(warehouse: Path, create: bool = False) -> lake_mod.Lake:
     return lake
 
 
-def connect(warehouse: Path | str | None = None, read_only: bool = True, config: dict | None = None) -> duckdb.DuckDBPyConnection:
+def connect(warehouse: Path | str | storage.Storage | None = None, read_only: bool = True, config: dict | None = None) -> duckdb.DuckDBPyConnection:
     """Open the warehouse's catalog snapshot with the views ready to query (rebuilt first
     when it is missing or stale). read_only=False gives a private writable copy of the views.
 
@@ -119,7 +116,7 @@ def connect(warehouse: Path | str | None = None, read_only: bool = True, config:
     duckdb.connect(path): DuckDB caches one database instance per path and process, so a
     second connect() in a notebook that still holds one would get the old snapshot. The
     attached snapshot's own record of the lake tells whether it is fresh: one open a query."""
-    lake = open_lake(storage.location(warehouse))
+    lake = open_lake(warehouse)
     path = snapshot_path(lake)
     alias = "tracedb" if read_only else "snap"
     try:
@@ -171,11 +168,18 @@ def _copy_views(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DETACH snap")
 
 
+def _in_lake(lake: lake_mod.Lake) -> Path | None:
+    """The snapshot as a file of the lake, where the lake is on this machine's disk; None
+    on object storage, where tracedb's connections attach a local cache of it."""
+    folder = lake.storage.local_path()
+    return None if folder is None else folder / CATALOG
+
+
 def snapshot_path(lake: lake_mod.Lake) -> Path:
     """The snapshot tracedb's connections attach: in the folder, or the object-storage
     lake's local cache (see the module docstring)."""
-    if not lake.remote:
-        return lake.root / CATALOG
+    if (path := _in_lake(lake)) is not None:
+        return path
     base = os.environ.get("TRACEDB_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tracedb")
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
@@ -187,8 +191,9 @@ def snapshot_path(lake: lake_mod.Lake) -> Path:
 
 def register_storage(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
     """Let DuckDB read an object-storage lake's files through its fsspec filesystem."""
-    if lake.remote:
-        con.register_filesystem(lake.storage.fs)
+    fs = lake.storage.duckdb_filesystem()
+    if fs is not None:
+        con.register_filesystem(fs)
 
 
 def _snapshot_state(path: Path) -> dict | None:
@@ -201,8 +206,7 @@ def _snapshot_state(path: Path) -> dict | None:
 
 
 def _lake_state(lake: lake_mod.Lake) -> dict:
-    root = lake.root if lake.remote else str(lake.root.resolve())
-    return {"root": root, "versions": lake.versions(), "format": SNAPSHOT_FORMAT}
+    return {"root": lake.storage.home(), "versions": lake.versions(), "format": SNAPSHOT_FORMAT}
 
 
 def ensure_fresh(lake: lake_mod.Lake) -> bool:
@@ -218,7 +222,7 @@ def ensure_fresh(lake: lake_mod.Lake) -> bool:
     state = _lake_state(lake)
     if path.is_file() and _snapshot_state(path) == state:
         return True
-    if lake.remote:  # the lake's own copy, else the reader's cache: no lease, no write to the bucket
+    if _in_lake(lake) is None:  # the lake's own copy, else the reader's cache: no lease, no write to the bucket
         if _fetch_lake_snapshot(lake, path, state):
             return True
         try:
@@ -325,7 +329,7 @@ def new_snapshot(lake: lake_mod.Lake, on: duckdb.DuckDBPyConnection | None = Non
     connection of its own)."""
     target = snapshot_path(lake)
     tmp = target.parent / f".catalog-{os.getpid()}-{secrets.token_hex(4)}.duckdb"
-    if on is not None and not lake.remote:
+    if on is not None and _in_lake(lake) is not None:
         alias = f"tracedb_new_{secrets.token_hex(4)}"
         con = on.cursor()
         try:
@@ -378,7 +382,7 @@ def publish(lake: lake_mod.Lake, new: NewSnapshot | None = None, upload: bool = 
         if wal.is_file() and wal.stat().st_size:
             raise OSError(f"{new.path}: the snapshot was not all written (its WAL remains)")
         faults.step("snapshot_before_rename")
-        if lake.remote and upload:
+        if upload and _in_lake(lake) is None:
             lake._guard()  # a writer that lost its lease uploads nothing
             lake.storage.upload(new.path, CATALOG)  # for httpfs clients; one PUT
         target = snapshot_path(lake)
@@ -463,11 +467,11 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
         hive = lake.partitioned(table)
         # A lost file would make DuckDB refuse the whole view (and so every later commit):
         # leave it out, and let `tracedb check` name its run.
-        present = lake.storage.files_under(table) if lake.remote else None  # one listing, not a HEAD a file
+        rows = list(zip(*(listed.column(c).to_pylist() for c in ("path", "run_id", "run_hi"))))
+        present = lake.storage.present(table, [r[0] for r in rows])  # object storage: one listing, not a HEAD a file
         files = []  # (absolute path or URL, least run, greatest run), in run order
-        rows = zip(*(listed.column(c).to_pylist() for c in ("path", "run_id", "run_hi")))
         for f, lo, hi in sorted(rows, key=lambda r: (r[1], r[0])):
-            if f not in unreadable and (f in present if lake.remote else (lake.root / f).is_file()):
+            if f not in unreadable and f in present:
                 files.append((lake.storage.absolute(f), lo, hi))
                 live.append((table, lo, hi, files[-1][0]))
             else:

@@ -39,7 +39,8 @@ def _wh(path: Optional[str]):
 
 
 def _errors(fn):
-    """Run a command; a TracedbError becomes a one-line message and exit 2, Ctrl-C
+    """Run a command; a TracedbError becomes a one-line message and exit 2 (an object
+    store's set-up error is one already: `tracedb.Warehouse` translates it), Ctrl-C
     (KeyboardInterrupt) the line `tracedb: interrupted` and exit 130, as a shell reports
     SIGINT."""
 
@@ -53,14 +54,6 @@ def _errors(fn):
         except KeyboardInterrupt:
             typer.echo("tracedb: interrupted", err=True)
             raise typer.Exit(130) from None
-        except Exception as e:  # an S3 client's set-up error from anywhere (delta-rs, DuckDB's reads)
-            from tracedb.storage import object_store_error
-
-            err = object_store_error(e)
-            if err is None:
-                raise
-            typer.echo(f"tracedb: error: {err}", err=True)
-            raise typer.Exit(2) from None
 
     return wrapper
 
@@ -127,6 +120,7 @@ def ingest(
         from tracedb import workers
 
         workers.arrow_without_pandas()  # never needs pandas or numpy: ~0.3-0.5 s less CPU
+        workers.preload_forkserver()  # workers forked from the forkserver start with the readers imported
     from tracedb.progress import IngestReporter, found_lines
 
     wh = _wh(warehouse)

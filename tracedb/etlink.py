@@ -35,13 +35,14 @@ from tracedb.store import FileResult
 _MARKER = "[pytorch|profiler|execution_"
 
 
-def link_run(results: list[FileResult], root: Path | str) -> None:
+def link_run(results: list[FileResult], store: storage.Storage) -> None:
     """Join the run's execution traces to its Kineto traces (module docstring)."""
     ets = [r for r in results if r.ok and r.format == "chakra_et" and _nodes_files(r)]
     kinetos = [r for r in results if r.ok and r.format == "kineto" and _nodes_files(r)]
     if not ets or not kinetos:
         return
-    if storage.is_remote(root):
+    folder = store.local_path()
+    if folder is None:
         for k in kinetos:
             k.warnings["execution trace not linked: the fallback join runs on a local warehouse only"] = 1
         return
@@ -50,7 +51,7 @@ def link_run(results: list[FileResult], root: Path | str) -> None:
         by_pid.setdefault((et.metadata.get("execution_trace") or {}).get("pid"), et)
     for k in kinetos:
         try:
-            _link_kineto(k, by_pid, Path(root))
+            _link_kineto(k, by_pid, folder)
         except Exception as e:  # noqa: BLE001 - the link is a bonus: the run lands without it
             k.warnings[f"execution trace not linked: {type(e).__name__}: {' '.join(str(e).split())}"] = 1
 

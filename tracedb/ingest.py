@@ -14,8 +14,10 @@ commits and the snapshot stay in the caller. `tracedb ingest` forks the workers 
 itself right after discovery, having imported the readers and before it starts any
 thread (`workers.ForkPoint`; the pool is made, and every sniff queued, before the
 progress bar and the lake's threads start); elsewhere, e.g. `Warehouse.ingest` in a
-user's process that may run threads, they fork from a forkserver that imported the
-readers once (`set_forkserver_preload`). Either way a worker starts in a few ms instead
+user's process that may run threads, they fork from the process's forkserver, which
+`tracedb ingest` has import the readers once (`workers.preload_forkserver`); a library call
+leaves that process-wide setting alone (its workers import the readers with their first
+task). Either way a worker starts in a few ms instead
 of re-importing tracedb, pyarrow, duckdb and protobuf (~1 s each under `spawn`, which
 made `--jobs 2` no faster than `--jobs 1`), and no DuckDB or delta-rs thread's lock can
 be inherited mid-use. Forking from the caller saves the forkserver's interpreter and
@@ -198,7 +200,7 @@ class _Job:
     run_id: str
     format: str | None
     ordinal: int
-    root: Path | str  # the warehouse (a folder or an object-storage URL)
+    root: storage.Storage  # the warehouse's storage (pickled into a worker: its location)
     ingest_id: str
     file_tag: str
     sniff_error: str | None = None
@@ -258,9 +260,8 @@ def _read_one(job: _Job) -> FileResult:
             res.warning = job.rank_note
         if sum(res.rows.values()) == 0:
             res.error = "no rows: the trace holds no events tracedb can store"
-            store = storage.open_storage(job.root)
             for w in written:
-                store.unlink(w.rel)
+                job.root.unlink(w.rel)
             res.written = []
     res.error = " ".join(res.error.split()) if res.error else None  # one line
     res.seconds = time.perf_counter() - start
@@ -290,7 +291,7 @@ def _sniff(path: Path) -> tuple[str | None, str | None, bool]:
         return None, f"cannot read: {e.strerror or e}", False
 
 
-def _plan(run: RunSpec, root: Path, ingest_id: str, start_index: int,
+def _plan(run: RunSpec, root: storage.Storage, ingest_id: str, start_index: int,
           sniffed: list[tuple[str | None, str | None, bool]]) -> tuple[list[_Job], list[FileResult]]:
     """Each file with its sniffed format and its ordinal among the run's files of that
     format; and the files no reader claims, skipped (unless named as PATH: then the
@@ -398,7 +399,7 @@ def _file_row(r: FileResult, run_id: str, ingest_id: str, when: datetime) -> dic
 
 def ingest(
     paths: list[Path],
-    warehouse: Path | str | None = None,
+    warehouse: Path | str | storage.Storage | None = None,
     run_id: str | None = None,
     jobs: int = 1,
     exclude: tuple[str, ...] | list[str] = (),
@@ -414,7 +415,7 @@ def ingest(
     # No catalog (DuckDB) import before the first read: the lake's opener thread imports it
     # (~50-75 ms of the caller's start-up before; the workers, which import this module,
     # need no DuckDB at all).
-    warehouse = storage.location(warehouse)
+    warehouse = storage.open_storage(warehouse)  # `Warehouse` hands its own down
     with timing.phase("discover"):
         runs = discover_runs([Path(p) for p in paths], run_id, tuple(exclude))
     if jobs < 1:
@@ -438,7 +439,7 @@ def ingest(
         planned = _queue(runs, warehouse, ingest_id, pool)
         _some_trace(paths, planned)  # before the lake is opened: no warehouse made for nothing
         # live from before its first file to its last commit: vacuum spares its files (`tracedb.storage`)
-        marked.enter_context(storage.open_storage(warehouse).ingest_mark(lake.INGESTS_DIR, ingest_id))
+        marked.enter_context(warehouse.ingest_mark(lake.INGESTS_DIR, ingest_id))
         _submit(planned, pool)  # the reads (which write files) only once the ingest is marked live
         landing.start()
         rows: list[int] = []  # each run's rows of the tables the metrics read, in landing order
@@ -485,7 +486,7 @@ def ingest(
         if landing:
             landing.close()
         marked.close()
-    return IngestSummary(warehouse, landing.summaries, compacted, compaction_error)
+    return IngestSummary(warehouse.root, landing.summaries, compacted, compaction_error)
 
 
 def _some_trace(paths: list[Path], planned: list[tuple[RunSpec, list[_Job], list[FileResult]]]) -> None:
@@ -511,7 +512,7 @@ def _sniff_all(runs: list[RunSpec], pool: workers.Workers | None) -> None:
         pool.submit(f"sniff-{i:06d}", _sniff, path, lambda: (None, _DIED, False))
 
 
-def _queue(runs: list[RunSpec], warehouse: Path | str, ingest_id: str,
+def _queue(runs: list[RunSpec], warehouse: storage.Storage, ingest_id: str,
            pool: workers.Workers | None) -> list[tuple[RunSpec, list[_Job], list[FileResult]]]:
     """Each run with its read jobs and its files skipped as no trace, from the sniffs
     (with workers, `_sniff_all` queued them all)."""
@@ -537,7 +538,7 @@ class _Landing:
     """The caller's side of an ingest after the reads: the runs read but not committed,
     their rollups, and the commits of groups of them into the lake."""
 
-    def __init__(self, warehouse: Path | str, on_run: Callable[[RunSummary], None] | None) -> None:
+    def __init__(self, warehouse: storage.Storage, on_run: Callable[[RunSummary], None] | None) -> None:
         self.warehouse, self.on_run = warehouse, on_run
         self.pending: list[tuple[lake.RunCommit, RunSummary]] = []
         self.rolled = 0  # pending[:rolled] have their rollup files
@@ -549,8 +550,8 @@ class _Landing:
         # files are read (by the workers, or by this process: delta-rs releases the GIL; the
         # 17 MB TF text ingest, bench_tf_text.py, was ~40 ms faster so); an existing lake opens
         # at once (a cheap check, and no file is written into a warehouse that needs `tracedb migrate`).
-        self.later = (not storage.is_remote(warehouse) and not (warehouse / lake.LAKE_JSON).exists()
-                      and not (warehouse / lake.CATALOG).exists())
+        folder = warehouse.local_path()  # on object storage the check is requests: opened at once
+        self.later = folder is not None and not (folder / lake.LAKE_JSON).exists() and not (folder / lake.CATALOG).exists()
         self.store = None if self.later else _open_lake(warehouse)
         self.last_commit = time.monotonic()
 
@@ -682,14 +683,14 @@ class _Landing:
             self.roll.close()
 
 
-def _open_lake(warehouse: Path | str) -> lake.Lake:
+def _open_lake(warehouse: storage.Storage) -> lake.Lake:
     from tracedb import catalog
 
     with timing.phase("open lake"):
         return catalog.open_lake(warehouse, create=True)
 
 
-def _add_rollups(roll: rollups.Writer, warehouse: Path, runs: list[lake.RunCommit]) -> None:
+def _add_rollups(roll: rollups.Writer, warehouse: storage.Storage, runs: list[lake.RunCommit]) -> None:
     """Each replaced run's rollup files (`tracedb.rollups`), computed from its files of the
     tables the metrics read that it is about to commit, join its files (one computation for
     the group)."""

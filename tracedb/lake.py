@@ -116,7 +116,7 @@ import pyarrow as pa
 
 from tracedb import faults, schema, storage
 from tracedb.errors import TracedbError, WarehouseError
-from tracedb.storage import sql_str  # noqa: F401  (lake.sql_str: callers quote with it)
+from tracedb.storage import concurrently, sql_str  # noqa: F401  (lake.concurrently, lake.sql_str: callers use them)
 
 META_DIR = "_tracedb"
 LAKE_JSON = f"{META_DIR}/lake.json"
@@ -253,7 +253,7 @@ def remove_action(r: dict, now_ms: int):
 ROW_GROUP_ROWS = 128 * 1024
 
 
-def write_merged(storage_: "storage.LocalStorage | storage.ObjectStorage", table: str, parts: list[pa.Table],
+def write_merged(storage_: storage.Storage, table: str, parts: list[pa.Table],
                  rel: str, ingest_id: str) -> DataFile | None:
     """Write these rows of `table` (each in the lake's file schema, run_id and device
     included) as one file at `rel`, ordered by run_id then device (a stable sort: a run's
@@ -268,19 +268,13 @@ def write_merged(storage_: "storage.LocalStorage | storage.ObjectStorage", table
     data = data.take(pc.sort_indices(data, [("run_id", "ascending"), ("device", "ascending")]))
     options = dict(compression="zstd", write_page_checksum=True, row_group_size=ROW_GROUP_ROWS,
                    use_dictionary=dictionary_columns(table))
-    if storage_.remote:
-        sink = storage_.open_write(rel)
-        try:
-            pq.write_table(data, sink, **options)
-            sink.close()  # the upload completes here
-        except BaseException:
-            sink.discard()
-            raise
-        size, digest = sink.size, sink.sha256
-    else:
-        (storage_.root / rel).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(data, str(storage_.root / rel), **options)
-        size, digest = storage_.size_and_hash(rel)
+    sink = storage_.sink(rel)
+    try:
+        pq.write_table(data, sink, **options)
+    except BaseException:
+        storage_.drop_sink(sink)
+        raise
+    size, digest = storage_.finish(rel, sink)
     runs, devices, ingests = (pc.min_max(data.column(c)) for c in ("run_id", "device", INGEST_ID.name))
     return DataFile(table, runs["min"].as_py(), devices["min"].as_py(), rel, data.num_rows, size, digest,
                     ingest_id=ingests["min"].as_py(), run_hi=runs["max"].as_py(), device_hi=devices["max"].as_py(),
@@ -311,20 +305,6 @@ def dictionary_columns(table: str) -> list[str]:
     return out
 
 
-def concurrently(calls: list) -> list:
-    """Call each function at once, in threads (Delta log reads and commits of different
-    tables: delta-rs releases the GIL); their results in order, or the first error once
-    all have finished."""
-    if len(calls) < 2:
-        return [c() for c in calls]
-    from concurrent.futures import ThreadPoolExecutor, wait
-
-    with ThreadPoolExecutor(min(len(calls), 8), thread_name_prefix="tracedb-lake") as ex:
-        futures = [ex.submit(c) for c in calls]
-        wait(futures)
-    return [f.result() for f in futures]
-
-
 @dataclass
 class RunCommit:
     """One run's part of a commit. replace=False (a file or run.json failed, without
@@ -339,11 +319,13 @@ class RunCommit:
 
 @dataclass
 class Lake:
-    root: Path | str  # a folder, or an object-storage URL (tracedb.storage)
+    # a folder, an object-storage URL, or the storage a caller opened (`storage.open_storage`:
+    # `Warehouse` hands its own down); `root` is then the storage's normalised location
+    root: Path | str | storage.Storage
     _tables: dict = field(default_factory=dict, repr=False)
     _actions: dict = field(default_factory=dict, repr=False)  # table -> (version, add_actions)
     _reads: dict = field(default_factory=dict, repr=False)  # (table, columns) -> (version, rows)
-    storage: storage.LocalStorage | storage.ObjectStorage = field(init=False, repr=False)
+    storage: storage.Storage = field(init=False, repr=False)
     _phase: str = field(default=_MAINTENANCE, init=False, repr=False)  # where a lost lease stops us (`_guard`)
     # Data tables this lake creates are partitioned as in schema <= 7: set by the migration
     # runner while a migration older than the layout's (0013) runs, which expects it.
@@ -351,17 +333,13 @@ class Lake:
     _partitioned: dict = field(default_factory=dict, repr=False)  # table -> its layout (`partitioned`)
 
     def __post_init__(self) -> None:
-        self.root = storage.location(self.root)
         self.storage = storage.open_storage(self.root)
+        self.root = self.storage.root
         self._opts = self.storage.delta_options()
 
     # -- layout -----------------------------------------------------------------------
     def uri(self, table: str) -> str:
         return self.storage.uri(table)
-
-    @property
-    def remote(self) -> bool:
-        return self.storage.remote
 
     @property
     def exists(self) -> bool:
@@ -457,9 +435,7 @@ class Lake:
         """A local table's latest version from its log folder listing (~10 us; the handle's
         `update_incremental` takes ~0.6 ms when nothing changed, 1-2 ms under load); None on
         object storage, where the listing is a request like the update's own."""
-        if self.remote:
-            return None
-        return storage.latest_log_version(self.storage.names(f"{table}/_delta_log"))
+        return self.storage.log_version_if_cheap(f"{table}/_delta_log")
 
     def _cached(self, cache: dict, key, table: str):
         """A value cached for `table`'s version, when the log has no newer one."""
@@ -474,14 +450,15 @@ class Lake:
         if rows is None:
             dt = self.table(table)
             version = dt.version()
-            if self.remote or table in schema.TABLES or dt.protocol().min_reader_version > 1:
+            folder = self.storage.local_path()
+            if folder is None or table in schema.TABLES or dt.protocol().min_reader_version > 1:
                 rows = pa.table(dt.to_pyarrow_table(columns=columns))
             else:
-                rows = self._read_live_files(table, dt, columns)
+                rows = self._read_live_files(folder, table, dt, columns)
             self._reads[key] = (version, rows)
         return rows
 
-    def _read_live_files(self, table: str, dt, columns: list[str] | None) -> pa.Table:
+    def _read_live_files(self, folder: Path, table: str, dt, columns: list[str] | None) -> pa.Table:
         """An unpartitioned local table of reader protocol 1 (no deletion vectors, no column
         mapping: its live files hold its rows as they are) read with pyarrow, file by file
         in log order as delta-rs reads them: `runs`, `files`, `ingest_log` (one file per
@@ -492,7 +469,7 @@ class Lake:
         cached = self._actions.get(table)
         actions = cached[1] if cached is not None and cached[0] == dt.version() else self._read_add_actions(table, dt)
         sch = delta_schema(table)
-        paths = [str(self.root / p) for p in actions.column("path").to_pylist()]
+        paths = [str(folder / p) for p in actions.column("path").to_pylist()]
         if not paths:
             empty = sch.empty_table()
             return empty.select(columns) if columns is not None else empty
@@ -663,14 +640,8 @@ class Lake:
         publish a file that is not there)."""
         if not files:
             return
-        if self.remote:  # one listing a table and run, not a request a file
-            found: dict[str, int] = {}
-            prefixes = sorted({f.rel.rsplit("/", 1)[0] + "/" for f in files})
-            for sizes in concurrently([lambda p=p: self.storage.sizes_under(p) for p in prefixes]):
-                found.update(sizes)
-            missing = [f for f in files if found.get(f.rel) != f.size]
-        else:
-            missing = [f for f in files if self.storage.size(f.rel) != f.size]
+        found = self.storage.sizes([f.rel for f in files])  # object storage: one listing a folder
+        missing = [f for f in files if found[f.rel] != f.size]
         if missing:
             runs = sorted({f.run_id for f in missing})
             raise WarehouseError(
@@ -979,7 +950,7 @@ class Lake:
         run_id and ingest_id columns read (a small file's, for `optimize`)."""
         import pyarrow.parquet as pq
 
-        src = pa.BufferReader(self.storage.read_bytes(r["path"])) if self.remote else str(self.root / r["path"])
+        src = self.storage.parquet_source(r["path"])
         keys = pq.read_table(src, columns=["run_id", INGEST_ID.name])
         for run, ingest in set(zip(keys.column(0).to_pylist(), keys.column(1).to_pylist())):
             if published.get(run) != ingest:
@@ -1008,7 +979,7 @@ class Lake:
         keys = pa.array([f"{r}\x00{i}" for r, i in published.items() if i is not None], pa.string())
         parts = []
         for r in chunk:
-            src = pa.BufferReader(self.storage.read_bytes(r["path"])) if self.remote else str(self.root / r["path"])
+            src = self.storage.parquet_source(r["path"])
             data = pq.read_table(src, schema=file_schema(table))
             key = pc.binary_join_element_wise(data.column("run_id"), data.column(INGEST_ID.name), "\x00")
             parts.append(data.filter(pc.is_in(key, value_set=keys)))
@@ -1065,7 +1036,7 @@ class Lake:
                 else:
                     try:  # a path or bytes, never a Python file object: pyarrow's threads
                         # reading one through the GIL aborted the process at exit (SIGABRT)
-                        source = pa.BufferReader(self.storage.read_bytes(rel)) if self.remote else str(self.root / rel)
+                        source = self.storage.parquet_source(rel)
                         pq.read_table(source, page_checksum_verification=True, use_threads=False)
                     except (OSError, pa.ArrowException) as e:
                         problem = f"unreadable parquet: {e}"
@@ -1089,7 +1060,9 @@ class Lake:
         deleted = [p for p in dead if not any(i in p.rsplit("/", 1)[-1] for i in live)]
         self._guard()
         concurrently([lambda p=p: self.storage.unlink(p) for p in deleted])
-        if not self.remote:  # under the lock no publish is under way: its temporary files are leftovers
+        # under the lock no publish is under way: its temporary files are leftovers (a
+        # folder's; an object-storage lake's snapshots are made in the reader's cache)
+        if self.storage.local_path() is not None:
             for name in self.storage.names(""):
                 if name.startswith(".catalog-") and (name.endswith(".duckdb") or name.endswith(".duckdb.wal")):
                     self.storage.unlink(name)

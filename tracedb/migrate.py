@@ -21,6 +21,7 @@ from pathlib import Path
 
 import duckdb
 
+from tracedb import storage
 from tracedb.errors import TracedbError
 from tracedb.migrations import (Migration, _now, all_records, applied, discover, label, latest, load,  # noqa: F401
                                 pending, pending_names, require_current, target)
@@ -30,17 +31,16 @@ from tracedb.migrations import (Migration, _now, all_records, applied, discover,
 LAYOUT_MIGRATION = 13
 
 
-def migrate_warehouse(warehouse: Path | str) -> list[str]:
-    """Apply pending migrations (schema-1 catalog ones, then lake ones); returns their names."""
+def migrate_warehouse(warehouse: Path | str | storage.Storage) -> list[str]:
+    """Apply pending migrations (schema-1 catalog ones, then lake ones); returns their names.
+    `warehouse`: a location, or the storage `storage.open_storage` gave."""
     from tracedb import catalog, schema
     from tracedb.lake import Lake
 
-    from tracedb import storage
-
-    warehouse = storage.location(warehouse)
     lake = Lake(warehouse)
+    warehouse = lake.root  # normalised: a folder's Path, or the URL
     done: list[str] = []
-    if catalog.is_legacy(warehouse):
+    if catalog.is_legacy(lake.storage):
         done += _migrate_legacy(warehouse)
     elif not lake.exists:
         raise TracedbError(f"no warehouse at {warehouse} (no {lake.storage.uri('catalog.duckdb')} or lake)")
@@ -52,7 +52,7 @@ def migrate_warehouse(warehouse: Path | str) -> list[str]:
                 continue
             if target(m) != "lake":
                 raise TracedbError(f"migration {label(m)} is for a schema-1 catalog, but {warehouse} is a lake")
-            if lake.remote:  # conform_lake_table rewrites files by local path
+            if lake.storage.local_path() is None:  # conform_lake_table rewrites files by local path
                 raise TracedbError(f"migration {label(m)}: migrating a lake on object storage ({warehouse}) is not "
                                    "supported yet; copy it to a folder, migrate, copy it back")
             for table in schema.ALL_TABLES:  # restated columns first: the migration may commit to them

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
+    from tracedb import storage
     from tracedb.output import Rows
 
 
@@ -202,7 +203,7 @@ def _explained(sql: str, con: duckdb.DuckDBPyConnection | None) -> str | None:
     return kind
 
 
-def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.DuckDBPyConnection:
+def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str | storage.Storage) -> duckdb.DuckDBPyConnection:
     """Lock an open catalog connection to the warehouse's own files.
 
     DuckDB then reads only under the warehouse folder (`allowed_directories`: the
@@ -215,8 +216,7 @@ def sandbox(con: duckdb.DuckDBPyConnection, warehouse: Path | str) -> duckdb.Duc
     """
     from tracedb import storage
 
-    loc = storage.location(warehouse)
-    root = (loc if storage.is_remote(loc) else loc.resolve().as_posix()).rstrip("/") + "/"
+    root = storage.open_storage(warehouse).home().rstrip("/") + "/"
     con.execute("SET allowed_directories = ?", [[root]])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -317,7 +317,7 @@ def _stop(con: duckdb.DuckDBPyConnection, done) -> None:
 
 
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
-              warehouse: Path | str | None = None, output: str = "arrow", allow_external: bool = False,
+              warehouse: Path | str | storage.Storage | None = None, output: str = "arrow", allow_external: bool = False,
               runs: list[str] | None = None, limits: QueryLimits | None = None):
     """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
 
@@ -349,8 +349,9 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
         values = bind(query, params or {}, con)  # parameter errors first, before the warehouse is opened
         from tracedb import storage
 
-        warehouse = storage.location(warehouse)  # a Path, or the URL of an object-storage lake
-        if storage.is_remote(warehouse) or not snapshot.attach_fresh(con, warehouse):
+        warehouse = storage.open_storage(warehouse)  # `Warehouse` hands its own down
+        folder = warehouse.local_path()
+        if folder is None or not snapshot.attach_fresh(con, folder):
             # the lake decides (pyarrow, ~110 ms); an object-storage lake always goes there
             from tracedb import catalog
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
 
+    from tracedb import storage
     from tracedb.lake import DataFile
 
 
@@ -251,7 +252,7 @@ class Writer:
         rows = rows.select([c for c in schema.TABLES[table].names if c != "run_id"])
         return [rows.filter(pc.equal(source, i)) for i in range(n)]
 
-    def write_runs(self, root: Path | str, runs: list[tuple[str, str, list[str]]],
+    def write_runs(self, root: Path | str | storage.Storage, runs: list[tuple[str, str, list[str]]],
                    tables: list[str] | None = None, tag: str = "rollup",
                    partitioned: frozenset[str] = frozenset()) -> list[DataFile]:
         """Compute the rollups of `runs` (run_id, ingest_id, its parquet files of the
@@ -265,10 +266,11 @@ class Writer:
         runs = [r for r in runs if r[2]]
         if not runs:
             return []
-        store = storage.open_storage(storage.location(root))
-        if store.remote and store.fs.protocol not in self._registered:  # DuckDB reads through fsspec
-            self.con.register_filesystem(store.fs)
-            self._registered.add(store.fs.protocol)
+        store = storage.open_storage(root)
+        fs = store.duckdb_filesystem()  # object storage: DuckDB reads through fsspec
+        if fs is not None and fs.protocol not in self._registered:
+            self.con.register_filesystem(fs)
+            self._registered.add(fs.protocol)
         sources = []
         for run_id, ingest_id, files in runs:
             by_table: dict[str, list[str]] = {}
@@ -283,7 +285,7 @@ class Writer:
             """A metric's rows, each run's into its file, written in the metric's thread
             while the others compute."""
             for (run_id, ingest_id, _), rollups in zip(runs, self._split(table, rows, len(runs))):
-                writer = FileWriter(root, run_id, ingest_id, f"{ingest_id}-{tag}", partitioned=partitioned)
+                writer = FileWriter(store, run_id, ingest_id, f"{ingest_id}-{tag}", partitioned=partitioned)
                 try:
                     writer.write(table, rollups)
                     files = writer.close()
@@ -338,7 +340,7 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
                 by_missing.setdefault(missing, []).append((r, live[r], sorted(inputs[r])))
         for missing, todo in by_missing.items():
             for i in range(0, len(todo), 50):  # groups of runs, as an ingest commits them
-                files += roll.write_runs(lake.root, todo[i:i + 50], tables=list(missing), tag=tag,
+                files += roll.write_runs(lake.storage, todo[i:i + 50], tables=list(missing), tag=tag,
                                          partitioned=lake.partitioned_tables())
         if anew:
             lake.replace_tables(tables, files)

@@ -1,9 +1,15 @@
 """Where a warehouse lives: a local folder, or object storage (`s3://bucket/prefix`,
 `gs://`, `az://`, any fsspec URL).
 
-`location()` turns a `--warehouse` value into a `Path` (a folder; `file://` URLs too) or
-the URL itself (a string, trailing `/` dropped). `open_storage()` gives the lake what it
-needs from either, with one interface:
+`open_storage()` is where a `--warehouse` value (an argument, $TRACEDB_WAREHOUSE, else
+./tracedb-warehouse) enters, normalised once (`location()`: a `Path` for a folder, `file://`
+URLs too; the URL itself, trailing `/` dropped, for object storage), and the one place that
+tells a folder from object storage. What it returns is handed down as it is (`Warehouse`
+holds one; the lake, the catalog, the query runner, the ingest and its workers take it), and
+what differs between the two lives behind its methods: where DuckDB and pyarrow read a file
+from (`parquet_source`, `duckdb_filesystem`), how a file is written and hashed (`sink`,
+`finish`), which files are there (`present`, `sizes`), whether a file of it is on this
+machine's disk (`local_path`: the fcntl locks, the snapshot file, `stat`). Two kinds:
 
 - `LocalStorage`: pathlib and os, exactly as tracedb has always written a folder; the
   commit lock is an fcntl lock on `_tracedb/commit.lock`.
@@ -86,12 +92,27 @@ def location(warehouse: str | Path | None) -> Path | str:
     return Path(text)
 
 
-def is_remote(loc: Path | str) -> bool:
-    return isinstance(loc, str)
+def open_storage(warehouse: str | Path | Storage | None) -> Storage:
+    """The storage of a warehouse as given (see `location`); a storage already open is
+    returned as it is, so a layer handed one never normalises the location again."""
+    if isinstance(warehouse, (LocalStorage, ObjectStorage)):
+        return warehouse
+    loc = location(warehouse)
+    return ObjectStorage(loc) if isinstance(loc, str) else LocalStorage(loc)
 
 
-def open_storage(loc: Path | str) -> LocalStorage | ObjectStorage:
-    return ObjectStorage(loc) if is_remote(loc) else LocalStorage(Path(loc))
+def concurrently(calls: list) -> list:
+    """Call each function at once, in threads (Delta log reads and commits of different
+    tables, listings of object-storage prefixes: delta-rs and s3fs release the GIL); their
+    results in order, or the first error once all have finished."""
+    if len(calls) < 2:
+        return [c() for c in calls]
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(min(len(calls), 8), thread_name_prefix="tracedb-lake") as ex:
+        futures = [ex.submit(c) for c in calls]
+        wait(futures)
+    return [f.result() for f in futures]
 
 
 def sql_str(value: str) -> str:
@@ -117,10 +138,52 @@ def sha256_of(f) -> tuple[int, str]:
 class LocalStorage:
     """A warehouse folder."""
 
-    remote = False
-
     def __init__(self, root: Path):
         self.root = root
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({str(self.root)!r})"
+
+    def home(self) -> str:
+        """The lake's root as another engine or a sandbox names it: the absolute path."""
+        return str(self.root.resolve())
+
+    def local_path(self, rel: str = "") -> Path | None:
+        """A file or folder of the lake on this machine's disk (None on object storage)."""
+        return self.root / rel if rel else self.root
+
+    def duckdb_filesystem(self):
+        """The filesystem DuckDB must be given to read the lake's files: none, it reads paths."""
+        return None
+
+    def parquet_source(self, rel: str) -> str:
+        """What pyarrow reads a Parquet file of the lake from: its path."""
+        return str(self.root / rel)
+
+    def sink(self, rel: str) -> str:
+        """Where a new file is written (pyarrow's writers take it): its path, folders made."""
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    def finish(self, rel: str, sink: str) -> tuple[int, str]:
+        """A file written to `sink`: its size and SHA-256."""
+        return self.size_and_hash(rel)
+
+    def drop_sink(self, sink: str) -> None:
+        """A sink given up (its file is unlinked by the caller)."""
+
+    def log_version_if_cheap(self, rel_dir: str) -> int | None:
+        """The latest Delta version of a log folder from its listing (~10 us in a folder)."""
+        return latest_log_version(self.names(rel_dir))
+
+    def present(self, rel_dir: str, rels: list[str]) -> set[str]:
+        """Which of these files (below `rel_dir`) are there."""
+        return {r for r in rels if (self.root / r).is_file()}
+
+    def sizes(self, rels: list[str]) -> dict[str, int | None]:
+        """Each file's size (None: not there)."""
+        return {r: self.size(r) for r in rels}
 
     def uri(self, rel: str = "") -> str:
         """What delta-rs opens (a table folder)."""
@@ -285,15 +348,39 @@ class HashingFile:
 
 
 class ObjectStorage:
-    """A warehouse at an fsspec URL."""
-
-    remote = True
+    """A warehouse at an fsspec URL. Its filesystem is made at first use (a `Warehouse`
+    made at start-up imports no fsspec, and an unusable URL is refused where it is used);
+    pickled (into an ingest's workers) it is its URL."""
 
     def __init__(self, url: str):
-        import fsspec
-
         self.root = url
         self.protocol = url.split("://", 1)[0].lower()
+        self._lease: Lease | None = None
+
+    def __repr__(self) -> str:
+        return f"ObjectStorage({self.root!r})"
+
+    def __getstate__(self) -> dict:
+        return {"root": self.root}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["root"])
+
+    @property
+    def fs(self):
+        if "_fs" not in self.__dict__:
+            self._fs, self._base = self._open()
+        return self._fs
+
+    @property
+    def base(self) -> str:
+        self.fs
+        return self._base
+
+    def _open(self):
+        import fsspec
+
+        url = self.root
         kwargs: dict = {"use_listings_cache": False}  # listings must see other writers' commits
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if self.protocol in ("s3", "s3a"):
@@ -310,11 +397,10 @@ class ObjectStorage:
             if client:
                 kwargs["client_kwargs"] = client
         try:
-            self.fs, self.base = fsspec.core.url_to_fs(url, **kwargs)
+            fs, base = fsspec.core.url_to_fs(url, **kwargs)
         except (ImportError, ValueError) as e:
             raise TracedbError(f"warehouse {url}: cannot open this URL: {e}") from e
-        self.base = self.base.rstrip("/")
-        self._lease: Lease | None = None
+        return fs, base.rstrip("/")
 
     def _p(self, rel: str) -> str:
         return f"{self.base}/{rel}" if rel else self.base
@@ -323,6 +409,49 @@ class ObjectStorage:
         return f"{self.root}/{rel}" if rel else self.root
 
     absolute = uri
+
+    def home(self) -> str:
+        return self.root
+
+    def local_path(self, rel: str = "") -> None:
+        return None
+
+    def duckdb_filesystem(self):
+        """DuckDB reads the lake's URLs through this fsspec filesystem (no httpfs needed)."""
+        return self.fs
+
+    def parquet_source(self, rel: str):
+        """One GET, the file in memory."""
+        import pyarrow as pa
+
+        return pa.BufferReader(self.read_bytes(rel))
+
+    def sink(self, rel: str) -> HashingFile:
+        """An upload that hashes as it goes."""
+        return self.open_write(rel)
+
+    def finish(self, rel: str, sink: HashingFile) -> tuple[int, str]:
+        sink.close()  # the upload completes here
+        return sink.size, sink.sha256
+
+    def drop_sink(self, sink: HashingFile) -> None:
+        sink.discard()
+
+    def log_version_if_cheap(self, rel_dir: str) -> None:
+        """None: a listing is a request, like delta-rs's own update."""
+        return None
+
+    def present(self, rel_dir: str, rels: list[str]) -> set[str]:
+        """One listing of the folder, not a request a file."""
+        return self.files_under(rel_dir) & set(rels)
+
+    def sizes(self, rels: list[str]) -> dict[str, int | None]:
+        """One listing a folder, the folders listed at once."""
+        found: dict[str, int] = {}
+        prefixes = sorted({r.rsplit("/", 1)[0] + "/" for r in rels})
+        for listed in concurrently([lambda p=p: self.sizes_under(p) for p in prefixes]):
+            found.update(listed)
+        return {r: found.get(r) for r in rels}
 
     def delta_options(self) -> dict:
         """delta-rs storage options. delta-rs reads credentials, region and endpoint from the
@@ -493,6 +622,9 @@ def _one_line_errors(method):
 for _name in ("size", "read_bytes", "write_atomic", "open_read", "open_write", "upload", "unlink",
               "size_and_hash", "names", "files_under"):
     setattr(ObjectStorage, _name, _one_line_errors(getattr(ObjectStorage, _name)))
+
+
+Storage = LocalStorage | ObjectStorage
 
 
 class Lease:

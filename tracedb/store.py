@@ -57,7 +57,7 @@ dictionary_columns = lake.dictionary_columns
 class FileWriter:
     """Writes one source file's batches into the lake, one parquet file per (table, device)."""
 
-    root: Path | str  # the warehouse: a folder or an object-storage URL (tracedb.storage)
+    root: Path | str | storage.Storage  # the warehouse (`storage.open_storage`: its storage is handed down)
     run_id: str
     ingest_id: str
     file_tag: str  # unique within the ingest: keeps several source files from colliding
@@ -66,21 +66,17 @@ class FileWriter:
     _writers: dict[tuple[str, str], pq.ParquetWriter] = field(default_factory=dict)
     _rows: dict[tuple[str, str], int] = field(default_factory=dict)
     _paths: dict[tuple[str, str], str] = field(default_factory=dict)
-    _sinks: dict[tuple[str, str], storage.HashingFile] = field(default_factory=dict)  # object storage
+    _sinks: dict[tuple[str, str], object] = field(default_factory=dict)  # where each file goes (`storage.sink`)
     _devices: dict[tuple[str, str], set] = field(default_factory=dict)  # a file's devices (unpartitioned)
 
     def __post_init__(self) -> None:
         self.fill = {**self.fill, "run_id": self.run_id}
-        self.root = storage.location(self.root)
-        self._store = storage.open_storage(self.root) if storage.is_remote(self.root) else None
+        self._store = storage.open_storage(self.root)
+        self.root = self._store.root
 
     def _open(self, key: tuple[str, str], rel: str) -> pq.ParquetWriter:
         """A folder: the file's path; object storage: an upload that hashes as it goes."""
-        if self._store is None:
-            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
-            where = self.root / rel
-        else:
-            where = self._sinks[key] = self._store.open_write(rel)
+        where = self._sinks[key] = self._store.sink(rel)
         return pq.ParquetWriter(where, lake.file_schema(key[0], key[0] in self.partitioned), compression="zstd",
                                 write_page_checksum=True, use_dictionary=dictionary_columns(key[0]))
 
@@ -116,19 +112,12 @@ class FileWriter:
     def close(self) -> list[lake.DataFile]:
         for w in self._writers.values():
             w.close()
-        for sink in self._sinks.values():
-            sink.close()  # the upload completes here
         out = [lake.DataFile(t, self.run_id, d or min(self._devices[(t, d)]), rel, self._rows[(t, d)],
-                             *self._size_and_hash((t, d), rel), ingest_id=self.ingest_id,
+                             *self._store.finish(rel, self._sinks[(t, d)]), ingest_id=self.ingest_id,
                              device_hi="" if d else max(self._devices[(t, d)]), partitioned=bool(d))
                for (t, d), rel in self._paths.items()]
         self._writers.clear()
         return out
-
-    def _size_and_hash(self, key: tuple[str, str], rel: str) -> tuple[int, str]:
-        if key in self._sinks:
-            return self._sinks[key].size, self._sinks[key].sha256
-        return lake.size_and_hash(self.root / rel)
 
     def abort(self) -> None:
         for w in self._writers.values():
@@ -137,12 +126,9 @@ class FileWriter:
             except Exception:  # noqa: BLE001 - best effort cleanup of a failed file
                 pass
         for sink in self._sinks.values():
-            sink.discard()
+            self._store.drop_sink(sink)
         for rel in self._paths.values():
-            if self._store is None:
-                (self.root / rel).unlink(missing_ok=True)
-            else:
-                self._store.unlink(rel)
+            self._store.unlink(rel)
         self._writers.clear()
 
 
@@ -176,7 +162,7 @@ def _chunks(files: list[lake.DataFile]) -> list[list[lake.DataFile]]:
     return out
 
 
-def merge_group(root: Path | str, files: list[lake.DataFile], ingest_id: str) -> list[lake.DataFile]:
+def merge_group(store: storage.Storage, files: list[lake.DataFile], ingest_id: str) -> list[lake.DataFile]:
     """An ingest group's files merged into one file a table (`lake.write_merged`: rows
     ordered by run_id; one a chunk of MERGE_BYTES, `_chunks`), written beside them under the
     ingest's id; the originals are then deleted (never logged). Files of a table in the
@@ -184,7 +170,6 @@ def merge_group(root: Path | str, files: list[lake.DataFile], ingest_id: str) ->
     sorts and writes release the GIL)."""
     import secrets
 
-    store = storage.open_storage(storage.location(root))
     by_table: dict[str, list[lake.DataFile]] = {}
     kept = []
     for f in files:
@@ -200,8 +185,7 @@ def merge_group(root: Path | str, files: list[lake.DataFile], ingest_id: str) ->
                 out += chunk
                 continue
             sch = lake.file_schema(table)
-            parts = [pq.read_table(pa.BufferReader(store.read_bytes(f.rel)) if store.remote else str(store.root / f.rel),
-                                   schema=sch) for f in chunk]
+            parts = [pq.read_table(store.parquet_source(f.rel), schema=sch) for f in chunk]
             merged = lake.write_merged(store, table, parts,
                                        f"{table}/part-{ingest_id}-g{secrets.token_hex(4)}.parquet", ingest_id)
             out += [merged] if merged is not None else []

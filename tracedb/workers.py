@@ -88,12 +88,24 @@ class _Refuse:
 
 
 def context():
-    """A forkserver that has imported the readers: workers fork from it ready to read."""
+    """The forkserver context the workers fork from. Its server and its preload list are
+    the process's own (one per process, shared with every other user of "forkserver"), so
+    a library call leaves the preload list as it is: in a notebook the workers import the
+    readers as their first task arrives. `tracedb ingest` sets it (`preload_forkserver`)."""
     import multiprocessing
 
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(preload())
-    return ctx
+    return multiprocessing.get_context("forkserver")
+
+
+def preload_forkserver() -> None:
+    """Let the forkserver import the readers once, before it forks the workers, so each
+    worker starts ready to read: only in tracedb's own process (the CLI's `ingest`). The
+    list is the process's (multiprocessing keeps one forkserver a process), and it holds
+    `arrow_no_pandas`: a user's process whose forkserver had imported it would fork
+    children whose pyarrow cannot convert to pandas."""
+    import multiprocessing
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(preload())
 
 
 def cores() -> int:
