@@ -105,6 +105,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import time
 import urllib.parse
 from contextlib import contextmanager
@@ -134,6 +135,9 @@ META_WRITTEN = ("runs", "files", "ingest_log", "checksums")
 INGEST_ID = pa.field("ingest_id", pa.string(), metadata={"doc": "ingest that wrote the row; a run's live ingest is runs.ingest_id"})
 # Files removed from the log stay on disk this long, so open snapshots keep working.
 DEFAULT_RETENTION_HOURS = 168
+# An ingest id as tracedb makes it (`ingest.ingest`): UTC time to the microsecond, then a
+# random suffix. Migrated rows may carry other ids ("migrated-0004").
+_INGEST_SHAPE = re.compile(r"\d{8}T\d{6}\.\d{6}-")
 
 
 # How a lost commit lease is reported, by where the writer was (`Lake._guard`)
@@ -593,6 +597,54 @@ class Lake:
             i, j = bisect.bisect_left(runs, lo), bisect.bisect_right(runs, hi)
             out.append([r for r in runs[i:j] if published[r] is not None and first <= published[r] <= last])
         return out
+
+    def whole_files(self, files: pa.Table, published: dict[str, str]) -> list[bool]:
+        """For each live file (`live_file_ranges` rows): True when every row it holds is
+        live, so a reader needs no `(run_id, ingest_id)` filter on it (the filter is a
+        semi-join over every row: 2.3x a fleet-wide scan's time at 1,000 runs, issue 22).
+
+        Every file is written with live rows only: an ingest group's merge (its runs are
+        published by the commit that adds it), compaction and migration 0013 keep the rows
+        of published runs' live ingests. A row dies when its run is re-ingested or removed
+        later, and every ingest writes its (run, ingest) pairs to `ingest_log` before it
+        publishes: so a row can die only if its pair is in the log and no longer
+        published (`_dead_pairs`). A file is whole when no such pair lies in its run range
+        and ingest range. The log holds every pair only for ingests since the lake took
+        schema 8 (`_logged_since`): a file holding older ingests keeps the filter."""
+        import bisect
+
+        dead = self._dead_pairs(published)
+        since = self._logged_since()
+        runs = [r for r, _ in dead]
+        out = []
+        cols = (files.column(c).to_pylist() for c in ("run_id", "run_hi", "min_ingest", "max_ingest"))
+        for lo, hi, first, last in zip(*cols):
+            if None in (lo, hi, first, last) or not (_INGEST_SHAPE.match(first) and _INGEST_SHAPE.match(last)) \
+                    or (since is not None and first <= since):
+                out.append(False)
+                continue
+            i, j = bisect.bisect_left(runs, lo), bisect.bisect_right(runs, hi)
+            out.append(not any(first <= ing <= last for _, ing in dead[i:j]))
+        return out
+
+    def _dead_pairs(self, published: dict[str, str]) -> list[tuple[str, str]]:
+        """(run_id, ingest_id) pairs of the ingest log that are not live, in run order: a
+        run's earlier ingests, a removed run's, a failed attempt's (a few a night)."""
+        log = self.read_table("ingest_log", ["run_id", "ingest_id"])
+        pairs = zip(log.column("run_id").to_pylist(), log.column("ingest_id").to_pylist())
+        return sorted({(r, i) for r, i in pairs if i is not None and published.get(r) != i})
+
+    def _logged_since(self) -> str | None:
+        """The ingest id before which `ingest_log` may lack pairs that files hold: None for
+        a lake created at schema 8 or later (every row's ingest is logged); else the time
+        migration 0013 ran, in ingest-id form (its files hold the rows of older ingests,
+        some of them from before the log existed or migrated under a made-up id)."""
+        done = {m["number"]: m for m in self.read_meta().get("migrations", [])}
+        m = done.get(13)
+        if m is not None and m.get("note"):  # recorded at creation (migrations.all_records)
+            return None
+        at = (m or {}).get("applied_at") or "9999"
+        return re.sub(r"[-:]", "", at)[:15] + ".999999~"
 
     # -- committing ---------------------------------------------------------------------
     def commit(self, runs: list[RunCommit], beside: Callable[[], object] | None = None) -> None:
