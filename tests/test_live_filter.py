@@ -31,13 +31,18 @@ def _runs_folder(root: Path, names: list[str]) -> Path:
 
 
 def _branches(wh: Path, view: str = "kernels") -> list[tuple[str, bool]]:
-    """(file, filtered) for each branch of the snapshot's view."""
+    """(file, filtered) for each live file of the snapshot's view, in run order; checks
+    that the view has the semi-join exactly when some file is filtered."""
     con = catalog.connect(wh)
     try:
         sql = con.execute("SELECT sql FROM duckdb_views() WHERE view_name = ?", [view]).fetchall()[0][0]
+        files = con.execute("SELECT path, NOT whole FROM tracedb_live_files WHERE table_name = ? "
+                            "ORDER BY run_lo, path", [view]).fetchall()
     finally:
         con.close()
-    return [(m[1], "tracedb_runs" in m[2]) for m in re.finditer(r"read_parquet\('([^']*)'\)(.*?)(?=UNION ALL|$)", sql)]
+    assert ("tracedb_runs" in sql) == any(filtered for _, filtered in files)
+    assert sorted(re.findall(r"read_parquet\('([^']*)'\)", sql)) == sorted(f for f, _ in files)
+    return files
 
 
 def _kernels_per_run(wh: Path) -> dict[str, int]:
