@@ -1,19 +1,19 @@
 """The snapshot's live filter only where a file may hold dead rows (`Lake.whole_files`).
 
 From schema 8 a file holds many runs; a run re-ingested or removed leaves its old rows in
-files that other live runs keep live, and every data view filters on `(run_id,
+files that other live runs keep live, and the data views filter on `(run_id,
 ingest_id)` in `runs` to hide them. That filter is a semi-join over every row (2.3x a
-fleet-wide scan at 1,000 runs), so the views apply it only to the branches of files that
-may hold dead rows. Scenario: three runs of the real TF StepStats trace ingested in one
-group (one file a table for the three), one re-ingested, one removed; and a lake
-migrated from schema 6, whose files hold ingests the log may not know. The oracle is the
-raw trace's kernel count (`rawtrace.tf`), per live run, once each."""
+fleet-wide scan at 1,000 runs), so from schema 9 the commit that kills rows names their
+files (`_tracedb/dead_rows.json`) and the views filter only those. Scenario: three runs of
+the real TF StepStats trace ingested in one group (one file a table for the three), one
+re-ingested, one removed, then merged; a lake migrated from schema 6; and a schema-8
+lake (its list removed) that migration 0014 reads. The oracle is the raw trace's kernel
+count (`rawtrace.tf`), per live run, once each."""
 
 from __future__ import annotations
 
 import re
 import shutil
-import time
 from pathlib import Path
 
 import rawtrace
@@ -70,45 +70,79 @@ def test_views_filter_only_the_files_that_hold_dead_rows(tmp_path):
 
     w.rm("c")
     assert _kernels_per_run(wh) == {"a": n, "b": n}
-    w.optimize()  # one file of both nights' ingests: b's and c's dead pairs lie in its ranges
-    assert [filtered for _, filtered in _branches(wh)] == [True]
+    w.optimize()  # the merge keeps live rows only: every file whole again
+    assert not any(filtered for _, filtered in _branches(wh))
     assert _kernels_per_run(wh) == {"a": n, "b": n}
 
 
-def test_a_migrated_lakes_files_keep_the_filter_and_new_ingests_do_not(tmp_path):
-    """Migration 0013's files hold ingests from before the lake kept every ingest in its
-    log (a schema-1 lake's rows carry "migrated-0004"): a re-ingest could leave rows the
-    log cannot name, so those files stay filtered; files of later ingests do not."""
+def test_a_migrated_lakes_files_are_filtered_only_where_dead_rows_are(tmp_path):
+    """The frozen schema-6 lake (re-ingested and removed runs): migration 0013 keeps live
+    rows only, so 0014 finds no dead row; a re-ingest of one of its runs names the files
+    holding that run's old rows, and only those."""
     wh = tmp_path / "wh"
     shutil.copytree(DATA / "frozen_warehouse_schema6", wh)
     w = Warehouse(wh)
     w.migrate()
-    old = _branches(wh)
-    assert old and all(filtered for _, filtered in old)
+    old = dict(_branches(wh))
+    assert old and not any(old.values())
     before = _kernels_per_run(wh)
-    time.sleep(1.1)  # the migration's time is recorded to the second: an ingest within it counts as older
-    w.ingest(_runs_folder(tmp_path / "night", ["fresh"]))
-    new = [b for b in _branches(wh) if b not in old]
-    assert len(new) == 1 and not new[0][1]
-    assert _kernels_per_run(wh) == {**before, "fresh": len(rawtrace.tf().kernels)}
+    victim = sorted(before)[0]
+    w.ingest(_runs_folder(tmp_path / "night", [victim]))
+    now = dict(_branches(wh))
+    holders = {f for f in old if _holds(f, victim)}
+    assert holders and {f for f, filtered in now.items() if filtered} == holders
+    assert _kernels_per_run(wh) == {**before, victim: len(rawtrace.tf().kernels)}
 
 
-def test_files_older_than_the_layout_migration_keep_the_filter(tmp_path):
-    """A lake migrated to schema 8 after these ingests (0013's record has no creation
-    note, and its time follows them): the log may lack pairs their files hold."""
+def test_migration_0014_names_the_files_a_schema_8_lake_left_with_dead_rows(tmp_path):
+    """A schema-8 lake kept no list: 0014 reads each live file's runs and ingests and
+    names the same files the commits would have named."""
     import json
 
     wh = tmp_path / "wh"
-    Warehouse(wh).ingest(_runs_folder(tmp_path / "night1", ["a", "b"]))
-    assert not any(filtered for _, filtered in _branches(wh))
+    w = Warehouse(wh)
+    w.ingest(_runs_folder(tmp_path / "night1", ["a", "b", "c"]))
+    w.ingest(_runs_folder(tmp_path / "night2", ["b", "d"]))
+    w.ingest(_runs_folder(tmp_path / "night3", ["e"]))
+    w.rm("e")
+    want = dict(_branches(wh))
+    assert sorted(want.values()) == [False, True]  # night 1's file (b's old rows); night 3's went with e
+    (wh / "_tracedb" / "dead_rows.json").unlink()
     meta_path = wh / "_tracedb" / "lake.json"
     meta = json.loads(meta_path.read_text())
-    for m in meta["migrations"]:
-        if m["number"] == 13:
-            del m["note"]
-            m["applied_at"] = "2999-01-01T00:00:00+00:00"
+    meta["migrations"] = [m for m in meta["migrations"] if m["number"] != 14]
+    meta["schema_version"] = 8
     meta_path.write_text(json.dumps(meta))
-    (wh / "catalog.duckdb").unlink()
-    assert all(filtered for _, filtered in _branches(wh))
+    assert w.migrate()
+    assert dict(_branches(wh)) == want
     n = len(rawtrace.tf().kernels)
-    assert _kernels_per_run(wh) == {"a": n, "b": n}
+    assert _kernels_per_run(wh) == {"a": n, "b": n, "c": n, "d": n}
+
+
+def _holds(path: str, run: str) -> bool:
+    import pyarrow.parquet as pq
+
+    return run in set(pq.read_table(path, columns=["run_id"]).column(0).to_pylist())
+
+
+def test_a_merge_written_before_a_run_died_is_named_when_it_lands(tmp_path):
+    """Compaction writes its merged file outside the lock from the runs it read then; a
+    run removed before the merge is committed leaves its rows in the merged file, which
+    the commit names."""
+    from tracedb.lake import Lake
+
+    wh = tmp_path / "wh"
+    w = Warehouse(wh)
+    w.ingest(_runs_folder(tmp_path / "night1", ["a", "b"]))
+    w.ingest(_runs_folder(tmp_path / "night2", ["c"]))
+    lake = Lake(wh)
+    published = lake.published()
+    [chunk] = lake.compaction_plan("kernels", published, everything=True)
+    merged = lake.write_compacted("kernels", chunk, published, "test")
+    w.rm("a")  # another writer, between the merge and its commit
+    with lake.lock():
+        assert lake.commit_compacted("kernels", chunk, merged, published) == 2
+        catalog.publish(lake)
+    assert _branches(wh) == [(str(wh / merged.rel), True)]
+    n = len(rawtrace.tf().kernels)
+    assert _kernels_per_run(wh) == {"b": n, "c": n}

@@ -465,7 +465,7 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
         # leave it out, and let `tracedb check` name its run.
         present = lake.storage.files_under(table) if lake.remote else None  # one listing, not a HEAD a file
         files = []  # (absolute path or URL, least run, greatest run, whole), in run order
-        whole = [False] * listed.num_rows if hive else lake.whole_files(listed, published)
+        whole = [False] * listed.num_rows if hive else lake.whole_files(listed)
         rows = zip(*(listed.column(c).to_pylist() for c in ("path", "run_id", "run_hi")), whole)
         for f, lo, hi, all_live in sorted(rows, key=lambda r: (r[1], r[0])):
             if f not in unreadable and (f in present if lake.remote else (lake.root / f).is_file()):

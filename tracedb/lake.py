@@ -105,7 +105,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import time
 import urllib.parse
 from contextlib import contextmanager
@@ -122,6 +121,8 @@ from tracedb.storage import sql_str  # noqa: F401  (lake.sql_str: callers quote 
 META_DIR = "_tracedb"
 LAKE_JSON = f"{META_DIR}/lake.json"
 LOCK_FILE = f"{META_DIR}/commit.lock"
+# live data files that may hold rows no longer live (`Lake.whole_files`); schema 9 (0014)
+DEAD_ROWS = f"{META_DIR}/dead_rows.json"
 INGESTS_DIR = f"{META_DIR}/ingests"  # marks of live ingests (`storage.LocalStorage.ingest_mark`)
 CATALOG = "catalog.duckdb"  # the DuckDB snapshot of the lake (tracedb.catalog)
 # The partition columns of a data table in the layout of schema <= 7 (one folder a run and
@@ -135,9 +136,6 @@ META_WRITTEN = ("runs", "files", "ingest_log", "checksums")
 INGEST_ID = pa.field("ingest_id", pa.string(), metadata={"doc": "ingest that wrote the row; a run's live ingest is runs.ingest_id"})
 # Files removed from the log stay on disk this long, so open snapshots keep working.
 DEFAULT_RETENTION_HOURS = 168
-# An ingest id as tracedb makes it (`ingest.ingest`): UTC time to the microsecond, then a
-# random suffix. Migrated rows may carry other ids ("migrated-0004").
-_INGEST_SHAPE = re.compile(r"\d{8}T\d{6}\.\d{6}-")
 
 
 # How a lost commit lease is reported, by where the writer was (`Lake._guard`)
@@ -598,53 +596,69 @@ class Lake:
             out.append([r for r in runs[i:j] if published[r] is not None and first <= published[r] <= last])
         return out
 
-    def whole_files(self, files: pa.Table, published: dict[str, str]) -> list[bool]:
-        """For each live file (`live_file_ranges` rows): True when every row it holds is
-        live, so a reader needs no `(run_id, ingest_id)` filter on it (the filter is a
-        semi-join over every row: 2.3x a fleet-wide scan's time at 1,000 runs, issue 22).
+    def whole_files(self, files: pa.Table) -> list[bool]:
+        """For each live file (`add_actions` rows): True when every row it holds is live, so
+        a reader needs no `(run_id, ingest_id)` filter on it (the filter is a semi-join over
+        every row: 2.3x a fleet-wide scan's time at 1,000 runs, issue 22). A file is written
+        with live rows only (an ingest group's merge, whose runs the commit adding it
+        publishes; a compaction; migration 0013), and its rows die only when a commit
+        supersedes or removes one of its runs: that commit names the file in
+        `DEAD_ROWS` first (`_mark_dead_rows`). Read `runs` before this: a run unpublished
+        after it was read has its files named already (the snapshot's filter then keeps
+        its rows, as that `runs` does)."""
+        marked = self.dead_row_files()
+        cols = (files.column(c).to_pylist() for c in ("path", "run_id", "run_hi", "min_ingest", "max_ingest"))
+        return [None not in (lo, hi, first, last) and path not in marked for path, lo, hi, first, last in zip(*cols)]
 
-        Every file is written with live rows only: an ingest group's merge (its runs are
-        published by the commit that adds it), compaction and migration 0013 keep the rows
-        of published runs' live ingests. A row dies when its run is re-ingested or removed
-        later, and every ingest writes its (run, ingest) pairs to `ingest_log` before it
-        publishes: so a row can die only if its pair is in the log and no longer
-        published (`_dead_pairs`). A file is whole when no such pair lies in its run range
-        and ingest range. The log holds every pair only for ingests since the lake took
-        schema 8 (`_logged_since`): a file holding older ingests keeps the filter."""
+    def dead_row_files(self) -> set[str]:
+        """The live data files that may hold rows no longer live (relative paths)."""
+        try:
+            raw = self.storage.read_bytes(DEAD_ROWS)
+        except FileNotFoundError:
+            return set()
+        except OSError as e:
+            raise TracedbError(f"{self.storage.uri(DEAD_ROWS)}: cannot read the list of files with dead rows: {e}") from e
+        try:
+            return set(json.loads(raw)["files"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise TracedbError(f"{self.storage.uri(DEAD_ROWS)}: not a list of files with dead rows ({e}); "
+                               "`tracedb migrate` cannot rebuild it: restore it or remove it and run `tracedb optimize`") from e
+
+    def _mark_dead_rows(self, dying: list[tuple[str, str]], extra: set[str] = frozenset()) -> None:
+        """Name in `DEAD_ROWS` every live data file that may hold rows of these (run_id,
+        ingest_id) pairs (its run and ingest ranges hold one), and `extra`; call under
+        `lock()`, before the commit that kills them. Files no longer live leave the list."""
         import bisect
 
-        dead = self._dead_pairs(published)
-        since = self._logged_since()
-        runs = [r for r, _ in dead]
-        out = []
-        cols = (files.column(c).to_pylist() for c in ("run_id", "run_hi", "min_ingest", "max_ingest"))
-        for lo, hi, first, last in zip(*cols):
-            if None in (lo, hi, first, last) or not (_INGEST_SHAPE.match(first) and _INGEST_SHAPE.match(last)) \
-                    or (since is not None and first <= since):
-                out.append(False)
-                continue
-            i, j = bisect.bisect_left(runs, lo), bisect.bisect_right(runs, hi)
-            out.append(not any(first <= ing <= last for _, ing in dead[i:j]))
-        return out
+        dying = sorted(dying)
+        runs = [r for r, _ in dying]
+        marked = self.dead_row_files()
+        live = set()
+        add = set(extra)
+        for table in schema.TABLES:
+            a = self.add_actions(table)
+            cols = (a.column(c).to_pylist() for c in ("path", "run_id", "run_hi", "min_ingest", "max_ingest"))
+            for path, lo, hi, first, last in zip(*cols):
+                live.add(path)
+                if None in (lo, hi, first, last):
+                    continue
+                i, j = bisect.bisect_left(runs, lo), bisect.bisect_right(runs, hi)
+                if any(first <= ing <= last for _, ing in dying[i:j]):
+                    add.add(path)
+        keep = (marked & live) | add
+        if keep != marked:
+            self._guard()
+            self.storage.write_atomic(DEAD_ROWS, json.dumps({"files": sorted(keep)}, indent=0).encode())
 
-    def _dead_pairs(self, published: dict[str, str]) -> list[tuple[str, str]]:
-        """(run_id, ingest_id) pairs of the ingest log that are not live, in run order: a
-        run's earlier ingests, a removed run's, a failed attempt's (a few a night)."""
-        log = self.read_table("ingest_log", ["run_id", "ingest_id"])
-        pairs = zip(log.column("run_id").to_pylist(), log.column("ingest_id").to_pylist())
-        return sorted({(r, i) for r, i in pairs if i is not None and published.get(r) != i})
-
-    def _logged_since(self) -> str | None:
-        """The ingest id before which `ingest_log` may lack pairs that files hold: None for
-        a lake created at schema 8 or later (every row's ingest is logged); else the time
-        migration 0013 ran, in ingest-id form (its files hold the rows of older ingests,
-        some of them from before the log existed or migrated under a made-up id)."""
-        done = {m["number"]: m for m in self.read_meta().get("migrations", [])}
-        m = done.get(13)
-        if m is not None and m.get("note"):  # recorded at creation (migrations.all_records)
-            return None
-        at = (m or {}).get("applied_at") or "9999"
-        return re.sub(r"[-:]", "", at)[:15] + ".999999~"
+    def mark_dead_rows_by_reading(self) -> int:
+        """Name every live data file holding a row that is not live, found by reading its
+        `run_id` and `ingest_id` columns (migration 0014: the files written before the
+        lake kept this list). Returns how many."""
+        published = self.published()
+        found = {r["path"] for table in schema.TABLES if not self.partitioned(table)
+                 for r in self.add_actions(table).to_pylist() if self._has_dead_rows(r, published)}
+        self._mark_dead_rows([], found)
+        return len(found)
 
     # -- committing ---------------------------------------------------------------------
     def commit(self, runs: list[RunCommit], beside: Callable[[], object] | None = None) -> None:
@@ -690,6 +704,9 @@ class Lake:
             rows = [{**r.run_row, "ingest_id": r.ingest_id} for r in replaced]
             data = pa.Table.from_pylist(rows, schema=delta_schema("runs"))
             pred = f"run_id IN ({', '.join(sql_str(r.run_row['run_id']) for r in replaced)})"
+            published = self.published()  # the runs' old versions die at the publish: their files first
+            self._mark_dead_rows([(r.run_row["run_id"], published[r.run_row["run_id"]]) for r in replaced
+                                  if published.get(r.run_row["run_id"]) is not None])
             self._guard()  # object storage: the lease ran out under us
             write_deltalake(self.table("runs"), data, mode="overwrite", predicate=pred, storage_options=self._opts)
             faults.step("ingest_after_publish")
@@ -949,6 +966,8 @@ class Lake:
         if missing:
             raise TracedbError(f"no such run(s): {', '.join(missing)}")
         pred = f"run_id IN ({', '.join(sql_str(r) for r in found)})"
+        published = self.published()
+        self._mark_dead_rows([(r, published[r]) for r in found if published[r] is not None])
         self._guard()
         self.table("runs").delete(pred)  # the publish point: the runs are gone for readers
         faults.step("rm_after_unpublish")
@@ -986,7 +1005,7 @@ class Lake:
                 out[table] = 0
                 for chunk in self.compaction_plan(table, published, fanout, target_size, everything=True):
                     merged = self.write_compacted(table, chunk, published, f"optimize-{int(time.time() * 1000)}")
-                    out[table] += self.commit_compacted(table, chunk, merged)
+                    out[table] += self.commit_compacted(table, chunk, merged, published)
             else:
                 out[table] = int(self.table(table).optimize.compact(target_size=target_size).get("numFilesRemoved", 0))
             faults.step(f"optimize_after_{table}")
@@ -1066,11 +1085,13 @@ class Lake:
             parts.append(data.filter(pc.is_in(key, value_set=keys)))
         return write_merged(self.storage, table, parts, f"{table}/part-{tag}-c{secrets.token_hex(4)}.parquet", tag)
 
-    def commit_compacted(self, table: str, chunk: list[dict], merged: DataFile | None) -> int:
+    def commit_compacted(self, table: str, chunk: list[dict], merged: DataFile | None,
+                         published: dict[str, str]) -> int:
         """One Delta commit: the chunk's files removed, the merged file added (readers see
         the rows before or after); call under `lock()`. Returns the files removed: 0 (and
         the merged file deleted) when a chunk's file is no longer live (another compaction
-        or clean-up removed it since)."""
+        or clean-up removed it since). `published`: the runs `write_compacted` kept; should
+        one have died since, the merged file is named among the files with dead rows."""
         live = set(self.add_actions(table).column("path").to_pylist())
         if any(r["path"] not in live for r in chunk):
             if merged is not None:
@@ -1081,6 +1102,9 @@ class Lake:
         try:
             if merged is not None:
                 self._require_present([merged])
+                current = self.published()
+                if any(current.get(r) != i for r, i in published.items() if i is not None):
+                    self._mark_dead_rows([], {merged.rel})
                 self._record_checksums([merged])
                 actions.append(add_action(merged, now))
             self.transact(table, actions)
