@@ -146,3 +146,22 @@ def test_a_merge_written_before_a_run_died_is_named_when_it_lands(tmp_path):
     assert _branches(wh) == [(str(wh / merged.rel), True)]
     n = len(rawtrace.tf().kernels)
     assert _kernels_per_run(wh) == {"b": n, "c": n}
+
+
+def test_check_names_a_file_with_dead_rows_the_list_lacks(tmp_path):
+    """`tracedb check` reads every live file: one that holds rows no longer live and that
+    the list does not name (the views would show those rows) is a problem."""
+    from tracedb import schema
+    from tracedb.lake import Lake
+
+    wh = tmp_path / "wh"
+    w = Warehouse(wh)
+    w.ingest(_runs_folder(tmp_path / "night1", ["a", "b"]))
+    w.ingest(_runs_folder(tmp_path / "night2", ["b"]))
+    assert w.check() == []
+    night1 = {r["path"] for t in schema.TABLES for r in Lake(wh).live_file_ranges(t).to_pylist() if r["run_id"] == "a"}
+    assert len(night1) > 5  # a file a table the TF trace fills
+    (wh / "_tracedb" / "dead_rows.json").unlink()
+    problems = w.check()
+    assert {p for _, p, _ in problems} == night1
+    assert all(runs == "a..b" and "dead_rows.json does not name" in why for runs, _, why in problems)

@@ -1126,6 +1126,7 @@ class Lake:
             recorded[path] = (size, digest)
         problems = []
         published = self.published()
+        named = self.dead_row_files()
         for table in schema.TABLES:
             # only files of a run's live version: a superseded or crashed ingest's are vacuum's
             for r in self.live_file_ranges(table, published).to_pylist():
@@ -1142,9 +1143,15 @@ class Lake:
                     try:  # a path or bytes, never a Python file object: pyarrow's threads
                         # reading one through the GIL aborted the process at exit (SIGABRT)
                         source = pa.BufferReader(self.storage.read_bytes(rel)) if self.remote else str(self.root / rel)
-                        pq.read_table(source, page_checksum_verification=True, use_threads=False)
+                        data = pq.read_table(source, page_checksum_verification=True, use_threads=False)
                     except (OSError, pa.ArrowException) as e:
                         problem = f"unreadable parquet: {e}"
+                    else:
+                        if not r["partitioned"] and rel not in named and any(
+                                published.get(run) != ing for run, ing in
+                                set(zip(data.column("run_id").to_pylist(), data.column(INGEST_ID.name).to_pylist()))):
+                            problem = (f"holds rows no longer live that {DEAD_ROWS} does not name "
+                                       "(the snapshot's views show them)")
                 if problem:
                     runs = r["run_id"] if r["run_hi"] == r["run_id"] else f"{r['run_id']}..{r['run_hi']}"
                     problems.append((runs, r["path"], problem))
