@@ -339,6 +339,22 @@ class RunCommit:
     ingest_id: str = ""
 
 
+def chunk_by_bytes(items: list, size: Callable[[object], int], limit: int) -> list[list]:
+    """Items, in their order, cut into chunks of at most `limit` bytes (`size(item)`); an
+    item that big is a chunk alone. The ingest group's merge (`store.merge_group`) and
+    compaction (`Lake.compaction_plan`) cut their files so."""
+    out: list[list] = []
+    total = 0
+    for item in items:
+        n = size(item)
+        if not out or total + n > limit:
+            out.append([])
+            total = 0
+        out[-1].append(item)
+        total += n
+    return out
+
+
 @dataclass
 class Lake:
     root: Path | str  # a folder, or an object-storage URL (tracedb.storage)
@@ -1038,8 +1054,10 @@ class Lake:
                 tiers.setdefault(tier, []).append(r)
         chunks = []
         for tier, files in sorted(tiers.items()):
-            if everything and tier == 0:  # a lone small file too, if it holds rows no run's live version has
-                chunks += [c for c in self._by_bytes(files) if len(c) >= 2 or self._has_dead_rows(c[0], published)]
+            if everything and tier == 0:  # a lone small file too, if it may hold dead rows
+                named = self.dead_row_files()
+                chunks += [c for c in chunk_by_bytes(files, lambda r: r["size"], self.MERGE_BYTES)
+                           if len(c) >= 2 or c[0]["path"] in named]
             else:
                 chunks += [c for c in (files[i:i + fanout] for i in range(0, len(files) - fanout + 1, fanout))
                            if sum(r["size"] for r in c) <= self.MERGE_BYTES]
@@ -1047,7 +1065,7 @@ class Lake:
 
     def _has_dead_rows(self, r: dict, published: dict[str, str]) -> bool:
         """Whether a live file holds rows of a run's superseded (or removed) ingest: its
-        run_id and ingest_id columns read (a small file's, for `optimize`)."""
+        run_id and ingest_id columns read (migration 0014)."""
         import pyarrow.parquet as pq
 
         src = pa.BufferReader(self.storage.read_bytes(r["path"])) if self.remote else str(self.root / r["path"])
@@ -1056,16 +1074,6 @@ class Lake:
             if published.get(run) != ingest:
                 return True
         return False
-
-    @classmethod
-    def _by_bytes(cls, files: list[dict]) -> list[list[dict]]:
-        """Files (in run order) cut into chunks of at most MERGE_BYTES."""
-        out: list[list[dict]] = [[]]
-        for r in files:
-            if out[-1] and sum(x["size"] for x in out[-1]) + r["size"] > cls.MERGE_BYTES:
-                out.append([])
-            out[-1].append(r)
-        return out
 
     def write_compacted(self, table: str, chunk: list[dict], published: dict[str, str], tag: str) -> DataFile | None:
         """A chunk's rows of runs' live ingests (`published`) in one new file, in run order,
