@@ -30,7 +30,7 @@ Then, each in a fresh process, wall time (and peak RSS where it matters), median
   bi_fleet     plain DuckDB: sum(duration_ns) by run over `kernels`; and the same
                aggregation over the same rows copied into one Parquet file
   q_one/q_fleet `tracedb query top_kernels` with --param run_id / fleet-wide
-  rm           `tracedb rm` of one run (wall, RSS)
+  rm           `tracedb rm` of one run (wall, RSS); then bi_one/bi_fleet again (after_rm_*)
   vacuum       `tracedb vacuum` (default retention: what it reads, not what it deletes)
   optimize     with --optimize: `tracedb optimize` once, then bi_one/bi_fleet/q_* again
   sizes        catalog.duckdb bytes, its views' SQL bytes, live Parquet files (Delta log)
@@ -318,6 +318,10 @@ def main() -> None:
                else [f"b{2 + k:05d}-run00001" for k in range(args.repeat)])
     rms = [tracedb("rm", v, "--warehouse", str(wh)) for v in victims]
     res.update({"rm_s": med([w for w, _, _ in rms]), "rm_rss_mb": med([r for _, r, _ in rms])})
+    # the removed runs' rows stay in files other runs keep live: those files are read with
+    # the live filter (Lake.whole_files) until a merge leaves them out
+    res.update({f"after_rm_{k}": v for k, v in queries(wh, run, args.repeat, args.work).items()
+                if k.startswith(("bi_", "flat_"))})
     vac = [tracedb("vacuum", "--warehouse", str(wh)) for _ in range(args.repeat)]
     res.update({"vacuum_s": med([w for w, _, _ in vac]), "vacuum_rss_mb": med([r for _, r, _ in vac])})
     if args.optimize:

@@ -327,7 +327,7 @@ def test_filter_on_run_skips_other_runs_files(tmp_path, warehouse):
     from tracedb.lake import Lake
 
     files = {r["run_id"]: r["path"].rsplit("/", 1)[1] for r in Lake(warehouse).add_actions("nodes").to_pylist()}
-    assert plan.count("READ_PARQUET") == 2  # c's nodes file, and the runs table's (the live filter)
+    assert plan.count("READ_PARQUET") == 1  # c's nodes file (holding live rows only: no live filter)
     assert files["c"] in plan.replace("│", "").replace(" ", "") and files["a/b"] not in plan.replace("│", "")
 
 

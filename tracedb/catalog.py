@@ -467,20 +467,22 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
         hive = lake.partitioned(table)
         # A lost file would make DuckDB refuse the whole view (and so every later commit):
         # leave it out, and let `tracedb check` name its run.
-        rows = list(zip(*(listed.column(c).to_pylist() for c in ("path", "run_id", "run_hi"))))
+        whole = [False] * listed.num_rows if hive else lake.whole_files(listed)
+        rows = list(zip(*(listed.column(c).to_pylist() for c in ("path", "run_id", "run_hi")), whole))
         present = lake.storage.present(table, [r[0] for r in rows])  # object storage: one listing, not a HEAD a file
-        files = []  # (absolute path or URL, least run, greatest run), in run order
-        for f, lo, hi in sorted(rows, key=lambda r: (r[1], r[0])):
+        files = []  # (absolute path or URL, least run, greatest run, whole), in run order
+        for f, lo, hi, all_live in sorted(rows, key=lambda r: (r[1], r[0])):
             if f not in unreadable and f in present:
-                files.append((lake.storage.absolute(f), lo, hi))
-                live.append((table, lo, hi, files[-1][0]))
+                files.append((lake.storage.absolute(f), lo, hi, all_live))
+                live.append((table, lo, hi, files[-1][0], all_live))
             else:
                 missing.append(f)
         con.execute(f"CREATE VIEW {table} AS {_table_view_sql(table, files, hive)}")
         parts[table] = {"columns": _columns(table), "hive": hive, "empty": _empty_select(schema.TABLES[table])}
     # what snapshot.scope_to_runs needs to make a run's own views
-    names = ("table_name", "run_lo", "run_hi", "path")
-    con.register("_live", pa.table({n: pa.array([row[i] for row in live], pa.string()) for i, n in enumerate(names)}))
+    names = ("table_name", "run_lo", "run_hi", "path", "whole")
+    con.register("_live", pa.table({n: pa.array([row[i] for row in live], pa.bool_() if n == "whole" else pa.string())
+                                    for i, n in enumerate(names)}))
     con.execute("CREATE TABLE tracedb_live_files AS SELECT * FROM _live")
     con.unregister("_live")
     con.execute("INSERT INTO tracedb_meta VALUES ('view_parts', ?)", [json.dumps(parts)])
@@ -526,7 +528,7 @@ def _columns(table: str) -> str:
     return ", ".join(_ident(f.name) for f in schema.TABLES[table])
 
 
-def _table_view_sql(table: str, files: list[tuple[str, str, str]], hive: bool) -> str:
+def _table_view_sql(table: str, files: list[tuple[str, str, str, bool]], hive: bool) -> str:
     if not files:
         return _empty_select(schema.TABLES[table])
     return view_sql(_columns(table), files, hive)

@@ -726,7 +726,7 @@ def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
     with store.lock():
         try:
             for (table, chunk), merged in zip(plans, written):
-                done[table] = done.get(table, 0) + store.commit_compacted(table, chunk, merged)
+                done[table] = done.get(table, 0) + store.commit_compacted(table, chunk, merged, published)
             for table in meta:  # a file a commit: `runs` is read whole at each commit and publish
                 store._guard()
                 done[table] = int(store.table(table).optimize.compact().get("numFilesRemoved", 0))

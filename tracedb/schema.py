@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 8  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
+SCHEMA_VERSION = 9  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
 # 5: rollup_collectives (0007); 6: interval rollups (0008); 7: PyTorch execution traces: nodes' rf_id, process_id,
 # op_schema, parent_seq; tensors' storage, strides, producer and consumers (0009);
 # host step time from the step markers (0010); `acceptances`, the report's accepted changes (0011);
 # FLOPs and bytes per op on `nodes` (0012: flops_rule, flops_dtype, flops_counted; flops / memory_bytes
 # filled for every format a rule of tracedb/flops.py covers)
 # 8: data tables unpartitioned, files of many runs ordered by run_id with run_id/device stats (0013)
+# 9: the lake names the files that may hold dead rows, _tracedb/dead_rows.json (0014)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())

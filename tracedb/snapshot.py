@@ -43,7 +43,8 @@ CATALOG = "catalog.duckdb"
 # What a snapshot holds besides the views; part of the recorded state, so a snapshot an
 # older tracedb wrote is rebuilt once. 2: tracedb_live_files and view_parts (run scoping).
 # 3: tracedb_live_files records each file's run range (run_lo, run_hi), not a row a run.
-SNAPSHOT_FORMAT = 3
+# 4: and whether it holds live rows only (`whole`: its views' branch has no live filter).
+SNAPSHOT_FORMAT = 4
 
 
 def log_version(table_dir: Path) -> int:
@@ -91,24 +92,33 @@ def attach_fresh(con: duckdb.DuckDBPyConnection, warehouse: Path) -> bool:
 
 # Every data view keeps the rows of each run's live ingest only: a file holds many runs,
 # some of them re-ingested or removed since it was written (their rows go at compaction).
-LIVE_FILTER = " WHERE (run_id, ingest_id) IN (SELECT run_id, ingest_id FROM tracedb_runs)"
+# A file known to hold live rows only (`Lake.whole_files`) is read without the filter.
+LIVE_FILTER = "(run_id, ingest_id) IN (SELECT run_id, ingest_id FROM tracedb_runs)"
 
 
-def view_sql(columns: str, files: list[tuple[str, str, str]], hive: bool = False) -> str:
-    """A data view over these files (absolute path or URL, least and greatest run_id): the
-    snapshot's views (`catalog._build`) and the run-scoped ones alike. One UNION ALL
-    branch a file, each filtered on its file's run range: DuckDB's optimizer drops every
-    branch whose range cannot hold the runs a query asks for, so a one-run query opens
-    the files that hold that run whatever the fleet (docs/scale.md). `hive`: files of the
-    partitioned layout of schema <= 7 (run_id and device in the paths)."""
+def view_sql(columns: str, files: list[tuple[str, str, str, bool]], hive: bool = False) -> str:
+    """A data view over these files (absolute path or URL, least and greatest run_id,
+    whether every row is live): the snapshot's views (`catalog._build`) and the run-scoped
+    ones alike. One UNION ALL branch a file, each filtered on its file's run range:
+    DuckDB's optimizer drops every branch whose range cannot hold the runs a query asks
+    for, so a one-run query opens the files that hold that run whatever the fleet
+    (docs/scale.md). The range costs nothing per row (every row group's statistics lie
+    inside it); the live filter does, so it applies to the branches of files that may
+    hold dead rows only. `hive`: files of the partitioned layout of schema <= 7 (run_id and
+    device in the paths)."""
     if hive:
-        listed = "[" + ", ".join(sql_str(p) for p, _, _ in files) + "]"
+        listed = "[" + ", ".join(sql_str(f[0]) for f in files) + "]"
         return (f"SELECT {columns} FROM read_parquet({listed}, hive_partitioning = true, "
-                "hive_types = {'run_id': VARCHAR, 'device': VARCHAR})" + LIVE_FILTER)
-    branches = " UNION ALL ".join(
-        f"SELECT {columns}, ingest_id FROM read_parquet({sql_str(p)}) WHERE run_id BETWEEN {sql_str(lo)} AND {sql_str(hi)}"
-        for p, lo, hi in files)
-    return f"SELECT {columns} FROM ({branches}){LIVE_FILTER}"
+                "hive_types = {'run_id': VARCHAR, 'device': VARCHAR}) WHERE " + LIVE_FILTER)
+
+    def branch(p: str, lo: str, hi: str, extra: str = "") -> str:
+        return f"SELECT {columns}{extra} FROM read_parquet({sql_str(p)}) WHERE run_id BETWEEN {sql_str(lo)} AND {sql_str(hi)}"
+
+    parts = [branch(p, lo, hi) for p, lo, hi, whole in files if whole]
+    filtered = [branch(p, lo, hi, ", ingest_id") for p, lo, hi, whole in files if not whole]
+    if filtered:  # one semi-join for them all: one per branch reads `runs` once a branch (~2x slower)
+        parts.append(f"SELECT {columns} FROM ({' UNION ALL '.join(filtered)}) WHERE {LIVE_FILTER}")
+    return " UNION ALL ".join(parts)
 
 
 def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> list[str] | None:
@@ -121,13 +131,13 @@ def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> 
         if not parts:
             return None
         listed = con.execute(
-            "SELECT DISTINCT table_name, path, run_lo, run_hi FROM tracedb_live_files, unnest(?) AS r(run) "
+            "SELECT DISTINCT table_name, path, run_lo, run_hi, whole FROM tracedb_live_files, unnest(?) AS r(run) "
             "WHERE r.run BETWEEN run_lo AND run_hi ORDER BY table_name, path", [runs]).fetchall()
     except duckdb.Error:  # an older snapshot (no such table or column)
         return None
-    files: dict[str, list[tuple[str, str, str]]] = {}
-    for table, path, lo, hi in listed:
-        files.setdefault(table, []).append((path, lo, hi))
+    files: dict[str, list[tuple[str, str, str, bool]]] = {}
+    for table, path, lo, hi, whole in listed:
+        files.setdefault(table, []).append((path, lo, hi, whole))
     made = []
     for table, part in json.loads(parts[0][0]).items():
         if not re.search(rf"\b{table}\b", sql, re.IGNORECASE):  # each view costs ~1 ms to make and drop

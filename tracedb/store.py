@@ -147,19 +147,7 @@ MERGE_BYTES = 32 << 20
 
 def _chunks(files: list[lake.DataFile]) -> list[list[lake.DataFile]]:
     """Files in run order, cut into chunks of at most MERGE_BYTES; a big file alone."""
-    out: list[list[lake.DataFile]] = []
-    size = 0
-    for f in sorted(files, key=lambda f: (f.run_id, f.rel)):
-        if f.size >= MERGE_BYTES:
-            out.append([f])
-            size = MERGE_BYTES  # the next file starts a chunk
-            continue
-        if not out or size + f.size > MERGE_BYTES:
-            out.append([])
-            size = 0
-        out[-1].append(f)
-        size += f.size
-    return out
+    return lake.chunk_by_bytes(sorted(files, key=lambda f: (f.run_id, f.rel)), lambda f: f.size, MERGE_BYTES)
 
 
 def merge_group(store: storage.Storage, files: list[lake.DataFile], ingest_id: str) -> list[lake.DataFile]:

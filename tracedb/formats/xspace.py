@@ -54,7 +54,7 @@ import operator
 import re
 from bisect import bisect_right
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -680,27 +680,36 @@ class _DeviceOps:
         return nodes.append((n, step, None, None, None, seq, None, f"{t.op_params}{kernels}}}"))
 
 
-def _gpu_events(p: _Plane, line: xplane_pb2.XLine, events: Any, kind: "_LineKind", kernels: _Rows,
-                steps: _Steps, ops: _DeviceOps, modules: dict) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """Kernel rows of a run of a GPU stream's events: per event, its stats' cached decodes,
-    its template (by metadata and `_SPECIAL` encodings), the few columns that vary."""
-    entry, get, tpls = p.entry, p.cache.get, kind.templates
-    base, device, raw, stream = line.timestamp_ns, kind.device, p.plane.name, kind.stream
-    launched = steps.of_launch if steps.launches else None
+def _templated(p: _Plane, events: Any, tpls: dict, make: Callable[[int, list[_Stat]], Any]) -> Iterator[tuple[Any, list[_Stat], Any]]:
+    """Each timed event of a run (aggregated ones have no start time) with its stats'
+    cached decodes and its template, keyed by metadata and `_SPECIAL` encodings and made by
+    `make(metadata_id, stats)` the first time: what both event loops start from."""
+    entry, get = p.entry, p.cache.get
     for ev in events:
         sts = ev.stats
         ents = list(map(get, sts))
         if None in ents:
             ents = [e or entry(b) for e, b in zip(ents, sts)]
         if ev.WhichOneof("data") == "num_occurrences":
-            continue  # aggregated: no start time
+            continue
         mid = ev.metadata_id
         key = (mid, *map(_KEY, ents))
         t = tpls.get(key)
         if t is None:
             if len(tpls) >= _CACHE_MAX:
                 tpls.clear()
-            t = tpls[key] = _kernel_template(p, mid, ents, device, raw, stream, modules)
+            t = tpls[key] = make(mid, ents)
+        yield ev, ents, t
+
+
+def _gpu_events(p: _Plane, line: xplane_pb2.XLine, events: Any, kind: "_LineKind", kernels: _Rows,
+                steps: _Steps, ops: _DeviceOps, modules: dict) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """Kernel rows of a run of a GPU stream's events: per event, its stats' cached decodes,
+    its template (by metadata and `_SPECIAL` encodings), the few columns that vary."""
+    base, device, raw, stream = line.timestamp_ns, kind.device, p.plane.name, kind.stream
+    launched = steps.of_launch if steps.launches else None
+    make = lambda mid, ents: _kernel_template(p, mid, ents, device, raw, stream, modules)  # noqa: E731
+    for ev, ents, t in _templated(p, events, kind.templates, make):
         if t.skip:
             continue
         start, dur = base + ev.offset_ps // 1000, ev.duration_ps // 1000
@@ -767,25 +776,12 @@ def _host_template(p: _Plane, mid: int, ents: list[_Stat], thread_name: str) -> 
 
 def _host_events(p: _Plane, line: xplane_pb2.XLine, events: Any, kind: "_LineKind", nodes: _Rows,
                  allocs: BatchBuilder, seq: list[int], steps: _Steps) -> Iterator[tuple[str, pa.RecordBatch]]:
-    entry, get, tpls = p.entry, p.cache.get, kind.templates
     thread_name = line.display_name or line.name  # one host per XSpace: device CPU:0
-    for ev in events:
-        sts = ev.stats
-        ents = list(map(get, sts))
-        if None in ents:
-            ents = [e or entry(b) for e, b in zip(ents, sts)]
-        if ev.WhichOneof("data") == "num_occurrences":
-            continue
-        mid = ev.metadata_id
-        key = (mid, *map(_KEY, ents))
-        t = tpls.get(key)
-        if t is None:
-            if len(tpls) >= _CACHE_MAX:
-                tpls.clear()
-            t = tpls[key] = _host_template(p, mid, ents, thread_name)
+    make = lambda mid, ents: _host_template(p, mid, ents, thread_name)  # noqa: E731
+    for ev, ents, t in _templated(p, events, kind.templates, make):
         start, dur = _times(line, ev)
         if t.alloc is not None:
-            stats = {k: _pick(v, ents, _S_VALUE) for k, v in p.symbolic(mid, ents).items()}
+            stats = {k: _pick(v, ents, _S_VALUE) for k, v in p.symbolic(ev.metadata_id, ents).items()}
             yield from allocs.append({**_allocation_row(stats, t.alloc, start), "step": steps.at(start)})
             continue
         c = t.corr
