@@ -188,7 +188,7 @@ def snapshot_path(lake: lake_mod.Lake) -> Path:
 def register_storage(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake) -> None:
     """Let DuckDB read an object-storage lake's files through its fsspec filesystem."""
     if lake.remote:
-        con.register_filesystem(lake.storage.fs)
+        con.register_filesystem(lake.storage.reader_fs())
 
 
 def _snapshot_state(path: Path) -> dict | None:

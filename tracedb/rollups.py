@@ -267,7 +267,7 @@ class Writer:
             return []
         store = storage.open_storage(storage.location(root))
         if store.remote and store.fs.protocol not in self._registered:  # DuckDB reads through fsspec
-            self.con.register_filesystem(store.fs)
+            self.con.register_filesystem(store.reader_fs())  # asks what a data file is once
             self._registered.add(store.fs.protocol)
         sources = []
         for run_id, ingest_id, files in runs:
