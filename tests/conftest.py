@@ -107,7 +107,7 @@ def mlp_warehouse(tmp_path_factory) -> Path:
 
 
 # The modules that take longest, longest first (a module's total in `--durations=0`; the S3
-# whole flow ~230 s in CI, the 100 `tracedb check` processes ~75 s). They run before the
+# whole flow ~200 s of CPU, the 100 `tracedb check` processes ~100 s). They run before the
 # others, so that under `pytest -n 2` (pyproject: --dist loadscope, a module whole on one
 # worker) the two workers start on the long ones and end together on short ones; the rest
 # keep their order.
