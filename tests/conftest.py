@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -43,14 +45,33 @@ def seed_warehouse(tmp_path_factory) -> Path:
     """One warehouse holding every real trace we ship, one run per scenario, mixed formats.
 
     Run ids are the scenario names (tf_runmetadata_text, kineto_h200_fp32, ...). Built once
-    per test session; tests must not modify it.
+    per test session (`shared_warehouse`, for both xdist workers); tests must not modify it.
     """
     from tracedb.ingest import ingest
 
-    wh = tmp_path_factory.mktemp("seed") / "wh"
-    for name in SCENARIOS:
-        summary = ingest([scenario(name)], wh, run_id=name)
-        assert summary.ok, summary.errors
+    def build(wh: Path) -> None:
+        for name in SCENARIOS:
+            summary = ingest([scenario(name)], wh, run_id=name)
+            assert summary.ok, summary.errors
+
+    return shared_warehouse(tmp_path_factory, "seed", build)
+
+
+def shared_warehouse(tmp_path_factory, name: str, build) -> Path:
+    """A read-only warehouse built once per test session: under `pytest -n 2` the workers'
+    temp folders share a parent, where the first worker to ask builds it under an fcntl
+    lock while the other waits, then both read it (a failed build is retried by the next)."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    wh, done = root / f"shared-{name}" / "wh", root / f"shared-{name}.done"
+    with open(root / f"shared-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(wh.parent, ignore_errors=True)
+            build(wh)
+            done.touch()
     return wh
 
 
@@ -64,10 +85,11 @@ def data_files(wh: Path) -> list[str]:
 def _fleet(tmp_path_factory, name: str) -> Path:
     from tracedb.ingest import ingest
 
-    wh = tmp_path_factory.mktemp(name) / "wh"
-    summary = ingest([DATA / name], wh)
-    assert summary.ok, summary.errors
-    return wh
+    def build(wh: Path) -> None:
+        summary = ingest([DATA / name], wh)
+        assert summary.ok, summary.errors
+
+    return shared_warehouse(tmp_path_factory, name, build)
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +107,7 @@ def mlp_warehouse(tmp_path_factory) -> Path:
 
 
 # The modules that take longest, longest first (a module's total in `--durations=0`; the S3
-# whole flow ~230 s in CI, the 100 `tracedb check` processes ~75 s). They run before the
+# whole flow ~200 s of CPU, the 100 `tracedb check` processes ~100 s). They run before the
 # others, so that under `pytest -n 2` (pyproject: --dist loadscope, a module whole on one
 # worker) the two workers start on the long ones and end together on short ones; the rest
 # keep their order.

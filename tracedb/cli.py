@@ -338,6 +338,9 @@ def check(warehouse: Optional[str] = WarehouseOpt):
 
     Example: tracedb check --warehouse /data/tracedb
     """
+    from tracedb import workers
+
+    workers.arrow_without_pandas()  # never needs pandas or numpy: ~1 s less CPU a check
     problems = _wh(warehouse).check()
     if not problems:
         typer.echo("ok: every live data file is present and intact")

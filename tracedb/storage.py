@@ -417,8 +417,9 @@ class ObjectStorage:
         return None
 
     def duckdb_filesystem(self):
-        """DuckDB reads the lake's URLs through this fsspec filesystem (no httpfs needed)."""
-        return self.fs
+        """DuckDB reads the lake's URLs through this fsspec filesystem (no httpfs needed),
+        one a connection: it asks what a data file is once (`_data_once`)."""
+        return _data_once(self.fs)
 
     def parquet_source(self, rel: str):
         """One GET, the file in memory."""
@@ -574,6 +575,62 @@ class ObjectStorage:
             else:
                 self.unlink(rel)
         return live
+
+
+# Data files are written once under a unique name and never changed in place, so what
+# `info` says of one (size, ETag, modified time) holds until it is deleted. DuckDB asks it
+# several times each time a query opens a file (glob, size, its modified time and ETag
+# for its cache of remote file data, then s3fs's open), one HEAD request each: ~45 a
+# canned query on a 6-run lake, nearly all of a remote query's requests (the data comes
+# from DuckDB's cache). The filesystem registered on a DuckDB connection therefore asks
+# once a file for the connection's life; listings and every other object (lease, log,
+# snapshot) are asked each time, as before.
+_READER_CLASSES: dict[type, type] = {}
+
+
+def _data_once(fs):
+    """A twin of `fs` (its options and client, shared) whose `info` of a data file
+    (`*.parquet`) is asked once: `_info` where the filesystem is asynchronous (s3fs,
+    gcsfs, adlfs: their `size`, `exists` and `glob` call it), else `info`."""
+    base = type(fs)
+    cls = _READER_CLASSES.get(base)
+    if cls is None:
+        def _known(self, path, args, kwargs) -> tuple[dict | None, str | None]:
+            key = self._strip_protocol(path)
+            # asked afresh: refresh, a version; s3fs's own calls pass the path's bucket and key
+            if not key.endswith(".parquet") or any(kwargs.values()) or [a for a in args if not (
+                    isinstance(a, str) and a in key)]:
+                return None, None
+            return self._tracedb_data_infos, key
+
+        async def _info(self, path, *args, **kwargs):
+            known, key = _known(self, path, args, kwargs)
+            if known is None:
+                return await base._info(self, path, *args, **kwargs)
+            if key not in known:
+                known[key] = await base._info(self, path)
+            return dict(known[key])
+
+        def info(self, path, *args, **kwargs):
+            known, key = _known(self, path, args, kwargs)
+            if known is None:
+                return base.info(self, path, *args, **kwargs)
+            if key not in known:
+                known[key] = base.info(self, path)
+            return dict(known[key])
+
+        name = f"DataOnce{base.__name__}"
+        cls = _READER_CLASSES[base] = type(name, (base,), {"_info": _info} if hasattr(base, "_info") else {"info": info})
+    twin = object.__new__(cls)  # not fsspec's instance cache: this connection's own
+    # fs's state (options, client, event loop), not its sync methods: fsspec binds those to
+    # the instance (`mirror_sync_methods`), made again here for the twin's own `_info`
+    twin.__dict__.update({k: v for k, v in fs.__dict__.items() if not callable(v)})
+    if hasattr(base, "_info"):
+        from fsspec.asyn import mirror_sync_methods
+
+        mirror_sync_methods(twin)
+    twin._tracedb_data_infos = {}
+    return twin
 
 
 # What an S3 client raises before any request succeeds, by botocore's class names (no
