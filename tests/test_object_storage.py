@@ -335,7 +335,10 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
     local.rm("slow_extra2")
     assert _rows_per_run(remote) == _rows_per_run(local)
     live = {t: set(lk.live_files(t)[0]) for t in ("nodes", "kernels")}
-    assert _parquet_objects(st, "kernels") > live["kernels"]  # dead files still there
+    # dead files still there: the killed writer's nodes always (it read a node dump); a
+    # kernels file only if batch_b's day4 committed last (day4_again's file then holds no
+    # live row), which is a race
+    assert _parquet_objects(st, "nodes") > live["nodes"] and _parquet_objects(st, "kernels") >= live["kernels"]
     assert runner.invoke(app, ["vacuum", "--retention-hours", "0", "-w", url]).exit_code == 0
     for t in ("nodes", "kernels"):
         assert _parquet_objects(st, t) == live[t]
