@@ -45,14 +45,20 @@ print(json.dumps({"ok": ok, "rows": rows, "before": before, "after": during, "gc
 """
 
 
+def _fresh_interpreter(script: str, tmp_path) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run a notebook-like script in a fresh interpreter over a new warehouse and the Kineto
+    and TF traces; its last stdout line is JSON."""
+    traces = [scenario("kineto_h200_fp32"), scenario("tf_stepstats_gpu_streams")]
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "wh"), *map(str, traces)],
+                       capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    return r, json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def test_ingest_and_query_leave_the_process_as_they_found_it(tmp_path):
     # Kineto JSON: decoded once (gc_frozen) and read with the GC paused (gc_paused) in
     # tracedb's own processes; the TF trace: the rollups' DuckDB path too
-    traces = [scenario("kineto_h200_fp32"), scenario("tf_stepstats_gpu_streams")]
-    r = subprocess.run([sys.executable, "-c", NOTEBOOK, str(tmp_path / "wh"), *map(str, traces)],
-                       capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    r, got = _fresh_interpreter(NOTEBOOK, tmp_path)
     assert got["ok"] and got["rows"] == 3
     assert got["gc_calls"] == []  # never disabled, frozen or retuned, not even for a while
     before, after = got["before"], got["after"]
@@ -87,11 +93,7 @@ def test_ingest_with_workers_leaves_the_forkserver_settings_alone(tmp_path):
     # tracedb's list a later forkserver child of the notebook's own would import
     # `tracedb.arrow_no_pandas` and find no pandas. (Starting any process from a context
     # fixes the default start method, multiprocessing's own doing: `spawn.get_preparation_data`.)
-    traces = [scenario("kineto_h200_fp32"), scenario("tf_stepstats_gpu_streams")]
-    r = subprocess.run([sys.executable, "-c", WORKERS, str(tmp_path / "wh"), *map(str, traces)],
-                       capture_output=True, text=True, timeout=600, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout.strip().splitlines()[-1])
+    _, got = _fresh_interpreter(WORKERS, tmp_path)
     assert got["ok"] and got["runs"] == 2
     assert got["after"] == got["before"]
     assert "tracedb.arrow_no_pandas" not in got["after"]["preload"]

@@ -94,7 +94,7 @@ import tempfile
 from array import array
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import msgspec
 import pyarrow as pa
@@ -759,23 +759,36 @@ def _enclosing_in_memory(ops: list[array], calls: list[array]) -> array:
                                               ("end", "descending"), ("seq", "ascending")])
     table = table.select(["th", "start", "kind", "end", "pos"])
     op_seq = ops[3]
-    stack: list[tuple[int, int]] = []  # (end, op position)
+    parts = (table.take(order.slice(lo, SPILL_ROWS)) for lo in range(0, len(order), SPILL_ROWS))
+    for pairs in _sweep(parts):
+        for p, o in pairs:
+            out[p] = op_seq[o]
+    return out
+
+
+def _sweep(batches: Iterable) -> Iterator[list[tuple[int, int]]]:
+    """The enclosing-op sweep over batches of (thread, start, kind, end, key) rows sorted
+    by thread, start, ops (kind 0) first, longer first, file order: for each batch, the
+    (call key, key of the innermost op enclosing it) pairs. A stack of the ops still open
+    on the thread; ops are nested, so the first entry from the top that reaches the
+    call's end is the innermost."""
+    stack: list[tuple[int, int]] = []  # (end, op key)
     cur = None
-    for lo in range(0, len(order), SPILL_ROWS):
-        part = table.take(order.slice(lo, SPILL_ROWS))
-        for t, s, k, e, p in zip(*(col.to_pylist() for col in part.columns)):
+    for batch in batches:
+        pairs = []
+        for t, s, k, e, q in zip(*(col.to_pylist() for col in batch.columns)):
             if t != cur:
                 stack, cur = [], t
             while stack and stack[-1][0] < s:
                 stack.pop()
             if k == 0:
-                stack.append((e, p))
+                stack.append((e, q))
                 continue
             for j in range(len(stack) - 1, -1, -1):
                 if stack[j][0] >= e:
-                    out[p] = op_seq[stack[j][1]]
+                    pairs.append((q, stack[j][1]))
                     break
-    return out
+        yield pairs
 
 
 class _Pending:
@@ -1065,29 +1078,13 @@ class _Index:
 
     def _enclosing(self, sweep: pa.RecordBatchReader) -> None:
         """For each runtime call, the seq of the innermost cpu_op that encloses it on its
-        thread (start <= call start, call end <= end), into the spilled `call_op`.
-
-        One sweep per thread over ops and calls sorted by (start, ops first, longer
-        first, file order): a stack of the ops still open; ops are nested, so the first
-        stack entry from the top that reaches the call's end is the innermost."""
+        thread (start <= call start, call end <= end), into the spilled `call_op`
+        (`_sweep`, as the in-memory path)."""
         out = self.spill.cols["call_op"]
-        add_call, add_op = out[0].append, out[1].append
-        stack: list[tuple[int, int]] = []  # (end, op seq)
-        cur = None
-        for batch in sweep:
-            for t, s, k, e, q in zip(*(col.to_pylist() for col in batch.columns)):
-                if t != cur:
-                    stack, cur = [], t
-                while stack and stack[-1][0] < s:
-                    stack.pop()
-                if k == 0:
-                    stack.append((e, q))
-                    continue
-                for j in range(len(stack) - 1, -1, -1):
-                    if stack[j][0] >= e:
-                        add_call(q)
-                        add_op(stack[j][1])
-                        break
+        for pairs in _sweep(sweep):
+            for call, op in pairs:
+                out[0].append(call)
+                out[1].append(op)
             self.spill.flush("call_op")
         self.spill.close(("call_op",))
 
