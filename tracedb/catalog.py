@@ -462,12 +462,13 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
     con.executemany("INSERT INTO tracedb_meta VALUES (?, ?)", [
         ["schema_version", str(schema.SCHEMA_VERSION)], ["lake_state", json.dumps(state)]])
     missing, live, parts = [], [], {}
+    named = lake.dead_row_files()  # after `runs` (Lake.whole_files)
     for table in schema.TABLES:
         listed = lake.live_file_ranges(table, published)
         hive = lake.partitioned(table)
         # A lost file would make DuckDB refuse the whole view (and so every later commit):
         # leave it out, and let `tracedb check` name its run.
-        whole = [False] * listed.num_rows if hive else lake.whole_files(listed)
+        whole = [False] * listed.num_rows if hive else lake.whole_files(listed, named)
         rows = list(zip(*(listed.column(c).to_pylist() for c in ("path", "run_id", "run_hi")), whole))
         present = lake.storage.present(table, [r[0] for r in rows])  # object storage: one listing, not a HEAD a file
         files = []  # (absolute path or URL, least run, greatest run, whole), in run order

@@ -589,19 +589,18 @@ class Lake:
             out.append([r for r in runs[i:j] if published[r] is not None and first <= published[r] <= last])
         return out
 
-    def whole_files(self, files: pa.Table) -> list[bool]:
+    def whole_files(self, files: pa.Table, named: set[str]) -> list[bool]:
         """For each live file (`add_actions` rows): True when every row it holds is live, so
         a reader needs no `(run_id, ingest_id)` filter on it (the filter is a semi-join over
         every row: 2.3x a fleet-wide scan's time at 1,000 runs, issue 22). A file is written
         with live rows only (an ingest group's merge, whose runs the commit adding it
         publishes; a compaction; migration 0013), and its rows die only when a commit
         supersedes or removes one of its runs: that commit names the file in
-        `DEAD_ROWS` first (`_mark_dead_rows`). Read `runs` before this: a run unpublished
-        after it was read has its files named already (the snapshot's filter then keeps
-        its rows, as that `runs` does)."""
-        marked = self.dead_row_files()
+        `DEAD_ROWS` first (`_mark_dead_rows`). `named`: `dead_row_files()`, read after
+        `runs`: a run unpublished after that read has its files named already (the
+        snapshot's filter then keeps its rows, as that `runs` does)."""
         cols = (files.column(c).to_pylist() for c in ("path", "run_id", "run_hi", "min_ingest", "max_ingest"))
-        return [None not in (lo, hi, first, last) and path not in marked for path, lo, hi, first, last in zip(*cols)]
+        return [None not in (lo, hi, first, last) and path not in named for path, lo, hi, first, last in zip(*cols)]
 
     def dead_row_files(self) -> set[str]:
         """The live data files that may hold rows no longer live (relative paths)."""
