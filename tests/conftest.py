@@ -123,3 +123,45 @@ SLOWEST_FIRST = [
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module stays whole
+
+
+# -- opt-in: each test's CPU, for sizing the suite (TRACEDB_TEST_CPU_LOG=<file>) -----------
+
+def _cpu_now() -> float:
+    """This process's CPU, its waited-for children's, and the moto server's (a child that
+    lives all session, so its CPU is read from /proc while it runs). A long-lived child
+    reaped during a test (a forkserver of earlier parallel ingests) lands on that test."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    for pid in _MOTO_PIDS:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
+_MOTO_PIDS: list[int] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    log = os.environ.get("TRACEDB_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    import json
+    import time
+
+    if not _MOTO_PIDS:
+        _MOTO_PIDS.extend(int(p) for p in os.popen(f"pgrep -P {os.getpid()} -f moto.server").read().split())
+    wall, cpu = time.monotonic(), _cpu_now()
+    yield
+    if not _MOTO_PIDS:  # started during this test
+        _MOTO_PIDS.extend(int(p) for p in os.popen(f"pgrep -P {os.getpid()} -f moto.server").read().split())
+    with open(log, "a") as f:
+        f.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - wall, 3),
+                            "cpu": round(_cpu_now() - cpu, 3)}) + "\n")
