@@ -160,7 +160,7 @@ def _build_flat(wh: Path, tpl: Path, src, lk, runs: int) -> Path:
         with lk.lock():
             lk._add_files(files)
             _append(lk, rows)
-        ingest_mod._compact(lk, ingest_id, len(files))
+        ingest_mod._compact(lk, ingest_id)
         if b % 20 == 0:
             print(f"  batch {b}: {b * BATCH + BATCH} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     with lk.lock():

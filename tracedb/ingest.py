@@ -543,7 +543,6 @@ class _Landing:
         self.pending: list[tuple[lake.RunCommit, RunSummary]] = []
         self.rolled = 0  # pending[:rolled] have their rollup files
         self.summaries: list[RunSummary] = []
-        self.files_added = 0  # data and rollup files committed: what compaction keeps pace with
         self.roll: rollups.Writer | None = None  # from the first rollup on
         self.opening = self.store_future = self.roll_future = self.preload_future = None
         # A new warehouse's Delta tables (0.04-0.1 s of delta-rs, ~0.25 s with its import in a
@@ -630,7 +629,6 @@ class _Landing:
             self.roll_up()
             self._merge()
             _commit(self.store, [c for c, _ in self.pending], None, self.roll or self.roll_future.result())
-            self.files_added += sum(len(c.files) for c, _ in self.pending)
             for _, summary in self.pending:
                 self.summaries.append(summary)
                 if self.on_run:
@@ -663,7 +661,7 @@ class _Landing:
             return {}, None
         try:
             with timing.phase("compact"):
-                return _compact(self.store, ingest_id, self.files_added), None
+                return _compact(self.store, ingest_id), None
         except (DeltaError, OSError, duckdb.Error, TracedbError) as e:
             return {}, (f"the runs landed, but compacting the lake's files after them failed (`tracedb optimize` "
                         f"compacts them): {' '.join(str(e).split())}")
@@ -705,40 +703,21 @@ def _add_rollups(roll: rollups.Writer, warehouse: storage.Storage, runs: list[la
         c.files += [f for f in made if f.run_id == c.run_row["run_id"]]
 
 
-# An ingest that added n files merges at most max(COMPACT_MIN_CHUNKS, n / COMPACT_FILES_A_CHUNK)
-# chunks of FANOUT files: tiers of ten need about n / 9 (n/10 + n/100 + ...), so the budget
-# keeps ahead of them at any ingest size.
-COMPACT_MIN_CHUNKS = 4
-COMPACT_FILES_A_CHUNK = 4
-
-
-def compaction_budget(files_added: int) -> int:
-    """How many chunks an ingest that committed `files_added` files may merge after it."""
-    return max(COMPACT_MIN_CHUNKS, -(-files_added // COMPACT_FILES_A_CHUNK))
-
-
 # A metadata table (`runs`, `files`, `ingest_log`, `checksums`) gains a file a commit;
 # compacted after an ingest once it has this many (delta-rs optimize: the table is small).
 META_FILES = 32
 
 
-def _compact(store: lake.Lake, ingest_id: str, files_added: int) -> dict[str, int]:
+def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
     """Tiered compaction after an ingest (`lake.Lake.compaction_plan`): where a table's tier
     holds `Lake.FANOUT` files, they are merged into one, written before the commit lock
     (files never change once written) and committed under it, with a new snapshot; a
     chunk that another writer changed meanwhile is dropped (`commit_compacted`). An ingest
-    that fills no tier (nine in ten nightly groups) pays one reading of the logs.
-
-    Every table gains a file at each ingest, so their lowest tiers fill on the same night:
-    an ingest merges at most `compaction_budget(files_added)` chunks, the smallest first,
-    and leaves the rest to the next ingests (about one chunk a table in ten ingests is
-    needed, fewer than the budget allows, so the backlog clears before the next tier fills).
-    The cost of a full tier is then spread over several nights instead of landing on one."""
+    that fills no tier (nine in ten nightly groups) pays one reading of the logs."""
     from tracedb import catalog
 
     published = store.published()
     plans = [(t, chunk) for t in schema.TABLES for chunk in store.compaction_plan(t, published)]
-    plans = sorted(plans, key=lambda tc: sum(r["size"] for r in tc[1]))[:compaction_budget(files_added)]
     meta = [t for t in lake.META_WRITTEN if len(store.table(t).file_uris()) >= META_FILES]
     if not plans and not meta:
         return {}
