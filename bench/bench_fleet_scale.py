@@ -134,9 +134,9 @@ def build_lake(work: Path, tpl: Path, runs: int, every: int = 1) -> Path:
 RUN = {"flat": "run00000-n00001", "partitioned": "b00001-run00000"}  # a run of the first synthetic batch
 
 
-def _build_flat(wh: Path, tpl: Path, src, lk, runs: int) -> Path:
-    """Schema 8's lake of `runs` runs (see the docstring): a batch a commit, then compaction."""
-    import pyarrow as pa
+def _build_flat(wh: Path, tpl: Path, src, lk, runs: int, first: int = 1) -> Path:
+    """Schema 8's lake of `runs` runs (see the docstring): a batch a commit, then compaction;
+    batches from `first` (`synthetic.build` writes the ones before)."""
     import pyarrow.parquet as pq
 
     from tracedb import catalog, ingest as ingest_mod, lake as lake_mod, schema
@@ -146,7 +146,7 @@ def _build_flat(wh: Path, tpl: Path, src, lk, runs: int) -> Path:
     meta = {t: src.read_table(t) for t in ("runs", "files", "ingest_log")}
     data = {t: [pq.read_table(tpl / "wh" / a["path"]) for a in actions[t]] for t in tables}
     t0 = time.perf_counter()
-    for b in range(1, runs // BATCH):
+    for b in range(first, runs // BATCH):
         rename = {r: f"{r}-n{b:05d}" for r in meta["runs"].column("run_id").to_pylist()}
         ingest_id = f"{meta['runs'].column('ingest_id')[0].as_py()}-n{b:05d}"
         files = []
@@ -176,9 +176,13 @@ def _reingested(t, ingest_id: str):
 
 
 def _renamed(t, rename: dict):
+    """`t` with its run ids renamed: `rename` a dict, or a suffix every run id takes."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     col = t.schema.get_field_index("run_id")
+    if isinstance(rename, str):
+        return t.set_column(col, "run_id", pc.binary_join_element_wise(t.column(col), pa.scalar(rename), ""))
     return t.set_column(col, "run_id", pa.array([rename[r] for r in t.column("run_id").to_pylist()], pa.string()))
 
 
@@ -288,15 +292,38 @@ def main() -> None:
     ap.add_argument("--code", type=Path, default=ROOT,
                     help="the tracedb source tree measured (e.g. a checkout of main for the baseline)")
     ap.add_argument("--keep", action="store_true", help="keep the built lake")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="write the lake at once (bench/fleet_synthetic.py; schema >= 8): all but --tail batches")
+    ap.add_argument("--tail", type=int, default=20, help="with --synthetic: the last batches built for real")
+    ap.add_argument("--jobs", type=int, default=2, help="with --synthetic: processes writing files")
+    ap.add_argument("--validate", action="store_true",
+                    help="only build the lake both ways (real batches, --synthetic) and compare them")
+    ap.add_argument("--lake", type=Path, help="measure this lake (built before, e.g. with --keep) instead of building")
     args = ap.parse_args()
     sys.path.insert(0, str(args.code.resolve()))  # before any tracedb import: this process builds with it too
     ENV["PYTHONPATH"] = str(args.code.resolve())
     args.work.mkdir(parents=True, exist_ok=True)
     tpl = template(args.work, args.kernels)
+    if args.validate:
+        import fleet_synthetic
+
+        res = fleet_synthetic.validate(args.work, tpl, args.runs, args.tail, args.jobs)
+        print(json.dumps(res, indent=1))
+        sys.exit(0 if res["ok"] else 1)
     t = time.perf_counter()
-    wh = build_lake(args.work, tpl, args.runs, args.commit_every)
-    res: dict = {"runs": args.runs, "commit_every": args.commit_every, "code": str(args.code), "build_s": round(time.perf_counter() - t, 1),
-                 "load_before": os.getloadavg()[0]}
+    if args.lake:
+        wh = args.lake
+    elif args.synthetic:
+        import fleet_synthetic
+
+        wh = fleet_synthetic.build(args.work, tpl, args.runs, args.tail, args.jobs,
+                                   log=lambda m: print(m, file=sys.stderr, flush=True))
+    else:
+        wh = build_lake(args.work, tpl, args.runs, args.commit_every)
+    res: dict = {"runs": args.runs, "commit_every": args.commit_every, "code": str(args.code),
+                 "synthetic": args.synthetic and not args.lake, "tail": args.tail if args.synthetic else None,
+                 "build_s": round(time.perf_counter() - t, 1), "load_before": os.getloadavg()[0]}
+    print(json.dumps(res), file=sys.stderr, flush=True)
     res.update(sizes(wh))
     from tracedb import lake as lake_mod
 
@@ -331,7 +358,7 @@ def main() -> None:
     res["load_after"] = os.getloadavg()[0]
     (args.work / f"result-{args.runs}.json").write_text(json.dumps(res, indent=1))
     print(json.dumps(res))
-    if not args.keep:
+    if not args.keep and not args.lake:
         shutil.rmtree(wh, ignore_errors=True)
 
 
