@@ -32,6 +32,7 @@ Then, each in a fresh process, wall time (and peak RSS where it matters), median
   q_one/q_fleet `tracedb query top_kernels` with --param run_id / fleet-wide
   rm           `tracedb rm` of one run (wall, RSS); then bi_one/bi_fleet again (after_rm_*)
   vacuum       `tracedb vacuum` (default retention: what it reads, not what it deletes)
+  check        `tracedb check` (reads every live file)
   optimize     with --optimize: `tracedb optimize` once, then bi_one/bi_fleet/q_* again
   sizes        catalog.duckdb bytes, its views' SQL bytes, live Parquet files (Delta log)
 
@@ -278,6 +279,12 @@ def queries(wh: Path, run: str, repeat: int, work: Path) -> dict:
             "tracedb_startup_s": med(start)}
 
 
+def note(res: dict, phase: str) -> None:
+    """The load average (1 min) at the end of a phase, into the result and on stderr."""
+    res.setdefault("load", {})[phase] = round(os.getloadavg()[0], 1)
+    print(f"  {time.strftime('%H:%M:%S')} {phase} done, load {res['load'][phase]}", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1000)
@@ -307,7 +314,7 @@ def main() -> None:
     if args.validate:
         import fleet_synthetic
 
-        res = fleet_synthetic.validate(args.work, tpl, args.runs, args.tail, args.jobs)
+        res = fleet_synthetic.validate(args.work, tpl, args.runs, args.tail, args.jobs, reuse=args.keep)
         print(json.dumps(res, indent=1))
         sys.exit(0 if res["ok"] else 1)
     t = time.perf_counter()
@@ -325,10 +332,12 @@ def main() -> None:
                  "build_s": round(time.perf_counter() - t, 1), "load_before": os.getloadavg()[0]}
     print(json.dumps(res), file=sys.stderr, flush=True)
     res.update(sizes(wh))
+    note(res, "sizes")
     from tracedb import lake as lake_mod
 
     run = RUN["flat" if hasattr(lake_mod.Lake, "partitioned") else "partitioned"]
     res.update(queries(wh, run, args.repeat, args.work))
+    note(res, "queries")
     empty = args.work / "wh_empty"
     base = []
     for k in range(args.repeat if args.empty_repeat is None else args.empty_repeat):
@@ -337,6 +346,7 @@ def main() -> None:
     shutil.rmtree(empty, ignore_errors=True)
     nights = [nightly(args.work, tpl, wh, k) for k in range(args.repeat if args.nightly_repeat is None
                                                              else args.nightly_repeat)]
+    note(res, "nightly")
     res.update({"nightly_empty_s": med(base) if base else None, "nightly_s": med([n["wall"] for n in nights]),
                 "commit_s": med([n["commit"] for n in nights]), "publish_s": med([n["publish"] for n in nights]),
                 "lock_s": med([n["commit"] + n["publish"] for n in nights]),
@@ -344,16 +354,23 @@ def main() -> None:
     victims = ([f"run00001-n{2 + k:05d}" for k in range(args.repeat)] if run == RUN["flat"]
                else [f"b{2 + k:05d}-run00001" for k in range(args.repeat)])
     rms = [tracedb("rm", v, "--warehouse", str(wh)) for v in victims]
+    note(res, "rm")
     res.update({"rm_s": med([w for w, _, _ in rms]), "rm_rss_mb": med([r for _, r, _ in rms])})
     # the removed runs' rows stay in files other runs keep live: those files are read with
     # the live filter (Lake.whole_files) until a merge leaves them out
     res.update({f"after_rm_{k}": v for k, v in queries(wh, run, args.repeat, args.work).items()
                 if k.startswith(("bi_", "flat_"))})
+    note(res, "after_rm_queries")
     vac = [tracedb("vacuum", "--warehouse", str(wh)) for _ in range(args.repeat)]
     res.update({"vacuum_s": med([w for w, _, _ in vac]), "vacuum_rss_mb": med([r for _, r, _ in vac])})
+    note(res, "vacuum")
+    w, r, _ = tracedb("check", "--warehouse", str(wh))
+    res.update({"check_s": round(w, 3), "check_rss_mb": round(r, 1)})
+    note(res, "check")
     if args.optimize:
         w, r, _ = tracedb("optimize", "--warehouse", str(wh))
         res.update({"optimize_s": round(w, 3), "optimize_rss_mb": round(r, 1)})
+        note(res, "optimize")
         res.update({f"after_optimize_{k}": v for k, v in {**sizes(wh), **queries(wh, run, args.repeat, args.work)}.items()})
     res["load_after"] = os.getloadavg()[0]
     (args.work / f"result-{args.runs}.json").write_text(json.dumps(res, indent=1))
