@@ -303,6 +303,8 @@ def main() -> None:
                     help="write the lake at once (bench/fleet_synthetic.py; schema >= 8): all but --tail batches")
     ap.add_argument("--tail", type=int, default=20, help="with --synthetic: the last batches built for real")
     ap.add_argument("--jobs", type=int, default=2, help="with --synthetic: processes writing files")
+    ap.add_argument("--resume", action="store_true",
+                    help="with --synthetic: keep the files of a build stopped before its commit")
     ap.add_argument("--validate", action="store_true",
                     help="only build the lake both ways (real batches, --synthetic) and compare them")
     ap.add_argument("--lake", type=Path, help="measure this lake (built before, e.g. with --keep) instead of building")
@@ -324,7 +326,7 @@ def main() -> None:
         import fleet_synthetic
 
         wh = fleet_synthetic.build(args.work, tpl, args.runs, args.tail, args.jobs,
-                                   log=lambda m: print(m, file=sys.stderr, flush=True))
+                                   log=lambda m: print(m, file=sys.stderr, flush=True), resume=args.resume)
     else:
         wh = build_lake(args.work, tpl, args.runs, args.commit_every)
     res: dict = {"runs": args.runs, "commit_every": args.commit_every, "code": str(args.code),

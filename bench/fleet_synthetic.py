@@ -7,8 +7,11 @@ each batch adds one file a data table (the template batch's rows, its runs renam
 `<run>-n<night>` under the night's ingest id) and compaction merges, in run order, the
 files of a full size tier (`Lake.compaction_plan`). So the compaction is played on paper:
 `Lake.compaction_plan` itself is called on the simulated files' sizes after each batch
-(a merged file's size is the sum of its inputs' times the ratio measured by writing a
-ten-night file). Then:
+(a merged file of n nights: n times a night's file times the ratio measured by writing a
+ten-night file; the real 1,000-run lake's 19-night kernels file is 7.16 MB, this model
+says 8.0: the nights' rows repeat, and a merge of a merged file with nine nights kept
+only ~0.3 of the nights' bytes, so the ratio applies to nights, not to the inputs'
+sizes, or merged files stay in their tier and snowball). Then:
 
 - each file live at the end is written once (`lake.write_merged`, as a real merge writes
   it: rows ordered by run then device, tracedb's row groups and stats), holding the
@@ -118,11 +121,14 @@ class Template:
         lengths = np.array([p[3] for p in pieces])
         starts = np.array([p[2] for p in pieces])
         offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-        t = pieces[0][1].take(pa.array(np.arange(lengths.sum()) + offsets))
+        index = np.arange(lengths.sum()) + offsets
+        step = 1 << 20  # a gather of more rows overflows a string column's 2 GiB (a file of hundreds of nights)
+        t = pa.concat_tables([pieces[0][1].take(pa.array(index[i:i + step])) for i in range(0, len(index), step)])
         which = pa.array(np.repeat(np.arange(len(pieces)), lengths))
         for col, k in (("run_id", 0), ("ingest_id", 4)):
-            t = t.set_column(t.schema.get_field_index(col), col,
-                             pa.array([p[k] for p in pieces], pa.string()).take(which))
+            values = pa.array([p[k] for p in pieces], pa.string())
+            t = t.set_column(t.schema.get_field_index(col), col, pa.chunked_array(
+                [values.take(which[i:i + step]) for i in range(0, len(which), step)]))
         return t
 
 
@@ -180,9 +186,10 @@ def simulate(tpl: Template, table: str, nights: int, size: int, ratio: float) ->
             gone = {r["path"] for r in chunk}
             old = [r for r in live if r["path"] in gone]
             live = [r for r in live if r["path"] not in gone]
+            members = [x for r in old for x in r["members"]]
             m = {"path": f"{table}/part-{ing}-c{secrets.token_hex(4)}.parquet",
-                 "size": int(sum(r["size"] for r in old) * ratio), "run_id": min(r["run_id"] for r in old),
-                 "members": [x for r in old for x in r["members"]], "tag": ing}
+                 "size": int(size * ratio * len(members)), "run_id": min(r["run_id"] for r in old),
+                 "members": members, "tag": ing}
             live.append(m)
             written.append(m)
         merges.append(len(chunks))
@@ -208,6 +215,8 @@ def _write(wh: str, table: str, f: dict):
     from tracedb import lake as lake_mod, storage
 
     st = storage.open_storage(Path(wh))
+    if f.get("exists"):
+        return _found(st, table, f)
     data = _TPL.merged(table, f["members"])
     sink = st.sink(f["path"])
     pq.write_table(data, sink, compression="zstd", write_page_checksum=True, row_group_size=lake_mod.ROW_GROUP_ROWS,
@@ -217,6 +226,50 @@ def _write(wh: str, table: str, f: dict):
     return lake_mod.DataFile(table, runs["min"].as_py(), devices["min"].as_py(), f["path"], data.num_rows, size, digest,
                              ingest_id=ingests["min"].as_py(), run_hi=runs["max"].as_py(),
                              device_hi=devices["max"].as_py(), ingest_hi=ingests["max"].as_py())
+
+
+def _key(members: list) -> frozenset:
+    """What a file holds, as its ingest ids tell: nights, and "tpl" for the template's rows."""
+    return frozenset(m if isinstance(m, int) else "tpl" for m in members)
+
+
+def written_before(wh: Path, tpl: Template, table: str) -> dict:
+    """Files of `table` a build stopped by an error wrote (not the template's): their `_key`
+    (read from each file's ingest_id dictionary) -> path; unreadable ones are deleted."""
+    import pyarrow.parquet as pq
+
+    mine = {a["path"] for a in tpl.actions[table]}
+    out = {}
+    for p in sorted((wh / table).glob("*.parquet")):
+        rel = f"{table}/{p.name}"
+        if rel in mine:
+            continue
+        try:
+            col = pq.read_table(p, columns=["ingest_id"], read_dictionary=["ingest_id"]).column(0)
+        except Exception:  # noqa: BLE001 - a file cut short by the stop
+            p.unlink()
+            continue
+        ids = {v for c in col.chunks for v in c.dictionary.to_pylist()}
+        out[frozenset(int(i.rsplit("-n", 1)[1]) if i.startswith(f"{tpl.base}-n") else "tpl" for i in ids)] = rel
+    return out
+
+
+def _found(st, table: str, f: dict):
+    """The DataFile of a file written before (its row groups' statistics are exact)."""
+    import pyarrow.parquet as pq
+
+    from tracedb import lake as lake_mod
+
+    md = pq.ParquetFile(st.root / f["path"]).metadata
+    names = [md.schema.column(i).name for i in range(md.num_columns)]
+    stats = {c: [md.row_group(g).column(names.index(c)).statistics for g in range(md.num_row_groups)]
+             for c in ("run_id", "device", "ingest_id")}
+    lo = {c: min(s.min for s in v) for c, v in stats.items()}
+    hi = {c: max(s.max for s in v) for c, v in stats.items()}
+    size, digest = st.size_and_hash(f["path"])
+    return lake_mod.DataFile(table, lo["run_id"], lo["device"], f["path"], md.num_rows, size, digest,
+                             ingest_id=lo["ingest_id"], run_hi=hi["run_id"], device_hi=hi["device"],
+                             ingest_hi=hi["ingest_id"])
 
 
 def meta_file_counts(tpl: Template, merges: list[int]) -> dict[str, int]:
@@ -234,20 +287,33 @@ def meta_file_counts(tpl: Template, merges: list[int]) -> dict[str, int]:
     return n
 
 
-def build(work: Path, tpl_dir: Path, runs: int, tail: int = 20, jobs: int = 2, log=print) -> Path:
-    """The lake of `runs` runs at WORK/wh_<runs> (see the docstring)."""
+def build(work: Path, tpl_dir: Path, runs: int, tail: int = 20, jobs: int = 2, log=print, resume: bool = False) -> Path:
+    """The lake of `runs` runs at WORK/wh_<runs> (see the docstring); `resume`: keep the
+    files a build stopped before its commit wrote there."""
     from tracedb import lake as lake_mod, schema
 
     wh = work / f"wh_{runs}"
-    shutil.rmtree(wh, ignore_errors=True)
-    shutil.copytree(tpl_dir / "wh", wh, copy_function=os.link)
-    lk = lake_mod.Lake(wh)
     tpl = Template(tpl_dir / "wh")
+    resume = (resume and (wh / lake_mod.LAKE_JSON).is_file()  # and nothing committed yet
+              and lake_mod.Lake(wh).versions() == lake_mod.Lake(tpl_dir / "wh").versions())
+    if not resume:
+        shutil.rmtree(wh, ignore_errors=True)
+        shutil.copytree(tpl_dir / "wh", wh, copy_function=os.link)
+    lk = lake_mod.Lake(wh)
     nights = max(0, runs // BATCH - 1 - tail)
     t0 = time.perf_counter()
     sizes = calibrate(tpl, Path(tempfile.mkdtemp(dir=work)))
     plans = {t: simulate(tpl, t, nights, *sizes[t]) for t in sizes}
     todo = [(t, f) for t, (live, _, _) in plans.items() for f in live if f["tag"]]
+    if resume:  # a build stopped by an error: the files it wrote are kept, the others go
+        before = {t: written_before(wh, tpl, t) for t in plans}
+        for t, f in todo:
+            rel = before[t].pop(_key(f["members"]), None)
+            if rel is not None:
+                f.update(path=rel, exists=True)
+        for rel in (r for b in before.values() for r in b.values()):
+            (wh / rel).unlink()
+        log(f"  resumed: {sum(1 for _, f in todo if f.get('exists'))} of {len(todo)} files written before")
     log(f"  plan: {nights} nights, {len(todo)} files to write, ~{sum(f['size'] for _, f in todo) / 1e9:.1f} GB "
         f"({time.perf_counter() - t0:.0f} s)")
     written: list = []
