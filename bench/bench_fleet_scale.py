@@ -1,6 +1,7 @@
 """What a fleet's lake costs as it grows: the figures of issue 22, at N runs, in fresh processes.
 
     nice python bench/bench_fleet_scale.py --runs 1000 [--work DIR] [--repeat 3] [--kernels 2000]
+        [--synthetic [--tail 20] | --validate | --lake DIR]
 
 A template batch of 50 runs is built once by `bench/build_fleet.py` (Kineto, NCCL jobs, TF,
 MegEngine and JAX traces, with variation) and ingested with real `tracedb ingest` into
@@ -18,6 +19,13 @@ runs, at a fraction of ingest's cost. The snapshot is published once at the end
   (`ingest._compact`: a full tier's files merged), as nightly ingests do.
 - Schema <= 7 (`--code` of an older tree, partitioned by run and device): the template's
   files hard-linked into each run's partition folders under the names `b00001-run00000`.
+
+`--synthetic` (bench/fleet_synthetic.py) writes the same lake at once: the compaction
+played on paper, each file live at the end written once, all but the last --tail batches
+in one commit; `--validate` builds a lake both ways and compares them (rows, `check`,
+every canned query). 100,000 runs of this fleet are beyond a 23 GB machine either way: the
+ingest's compaction of ~48 MB of these (very compressible) kernels needs >15 GB
+(bench/RESULTS.md, "Session 12").
 
 Then, each in a fresh process, wall time (and peak RSS where it matters), median of
 --repeat:
@@ -201,6 +209,7 @@ BI = """
 import duckdb, json, sys, time
 t = time.perf_counter()
 con = duckdb.connect(sys.argv[1], read_only=sys.argv[1] != ":memory:")
+con.execute("SET enable_progress_bar = false")  # it writes to stdout on queries of seconds
 rows = con.execute(sys.argv[2], sys.argv[3:] or None).fetchall()
 print(json.dumps({"inner": time.perf_counter() - t, "rows": len(rows)}))
 """
