@@ -1,6 +1,7 @@
 """What a fleet's lake costs as it grows: the figures of issue 22, at N runs, in fresh processes.
 
     nice python bench/bench_fleet_scale.py --runs 1000 [--work DIR] [--repeat 3] [--kernels 2000]
+        [--synthetic [--tail 20] | --validate | --lake DIR]
 
 A template batch of 50 runs is built once by `bench/build_fleet.py` (Kineto, NCCL jobs, TF,
 MegEngine and JAX traces, with variation) and ingested with real `tracedb ingest` into
@@ -19,6 +20,13 @@ runs, at a fraction of ingest's cost. The snapshot is published once at the end
 - Schema <= 7 (`--code` of an older tree, partitioned by run and device): the template's
   files hard-linked into each run's partition folders under the names `b00001-run00000`.
 
+`--synthetic` (bench/fleet_synthetic.py) writes the same lake at once: the compaction
+played on paper, each file live at the end written once, all but the last --tail batches
+in one commit; `--validate` builds a lake both ways and compares them (rows, `check`,
+every canned query). 100,000 runs of this fleet are beyond a 23 GB machine either way: the
+ingest's compaction of ~48 MB of these (very compressible) kernels needs >15 GB
+(bench/RESULTS.md, "Session 12").
+
 Then, each in a fresh process, wall time (and peak RSS where it matters), median of
 --repeat:
 
@@ -32,6 +40,7 @@ Then, each in a fresh process, wall time (and peak RSS where it matters), median
   q_one/q_fleet `tracedb query top_kernels` with --param run_id / fleet-wide
   rm           `tracedb rm` of one run (wall, RSS); then bi_one/bi_fleet again (after_rm_*)
   vacuum       `tracedb vacuum` (default retention: what it reads, not what it deletes)
+  check        `tracedb check` (reads every live file)
   optimize     with --optimize: `tracedb optimize` once, then bi_one/bi_fleet/q_* again
   sizes        catalog.duckdb bytes, its views' SQL bytes, live Parquet files (Delta log)
 
@@ -134,9 +143,9 @@ def build_lake(work: Path, tpl: Path, runs: int, every: int = 1) -> Path:
 RUN = {"flat": "run00000-n00001", "partitioned": "b00001-run00000"}  # a run of the first synthetic batch
 
 
-def _build_flat(wh: Path, tpl: Path, src, lk, runs: int) -> Path:
-    """Schema 8's lake of `runs` runs (see the docstring): a batch a commit, then compaction."""
-    import pyarrow as pa
+def _build_flat(wh: Path, tpl: Path, src, lk, runs: int, first: int = 1) -> Path:
+    """Schema 8's lake of `runs` runs (see the docstring): a batch a commit, then compaction;
+    batches from `first` (`synthetic.build` writes the ones before)."""
     import pyarrow.parquet as pq
 
     from tracedb import catalog, ingest as ingest_mod, lake as lake_mod, schema
@@ -146,7 +155,7 @@ def _build_flat(wh: Path, tpl: Path, src, lk, runs: int) -> Path:
     meta = {t: src.read_table(t) for t in ("runs", "files", "ingest_log")}
     data = {t: [pq.read_table(tpl / "wh" / a["path"]) for a in actions[t]] for t in tables}
     t0 = time.perf_counter()
-    for b in range(1, runs // BATCH):
+    for b in range(first, runs // BATCH):
         rename = {r: f"{r}-n{b:05d}" for r in meta["runs"].column("run_id").to_pylist()}
         ingest_id = f"{meta['runs'].column('ingest_id')[0].as_py()}-n{b:05d}"
         files = []
@@ -176,9 +185,13 @@ def _reingested(t, ingest_id: str):
 
 
 def _renamed(t, rename: dict):
+    """`t` with its run ids renamed: `rename` a dict, or a suffix every run id takes."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     col = t.schema.get_field_index("run_id")
+    if isinstance(rename, str):
+        return t.set_column(col, "run_id", pc.binary_join_element_wise(t.column(col), pa.scalar(rename), ""))
     return t.set_column(col, "run_id", pa.array([rename[r] for r in t.column("run_id").to_pylist()], pa.string()))
 
 
@@ -196,6 +209,7 @@ BI = """
 import duckdb, json, sys, time
 t = time.perf_counter()
 con = duckdb.connect(sys.argv[1], read_only=sys.argv[1] != ":memory:")
+con.execute("SET enable_progress_bar = false")  # it writes to stdout on queries of seconds
 rows = con.execute(sys.argv[2], sys.argv[3:] or None).fetchall()
 print(json.dumps({"inner": time.perf_counter() - t, "rows": len(rows)}))
 """
@@ -274,6 +288,12 @@ def queries(wh: Path, run: str, repeat: int, work: Path) -> dict:
             "tracedb_startup_s": med(start)}
 
 
+def note(res: dict, phase: str) -> None:
+    """The load average (1 min) at the end of a phase, into the result and on stderr."""
+    res.setdefault("load", {})[phase] = round(os.getloadavg()[0], 1)
+    print(f"  {time.strftime('%H:%M:%S')} {phase} done, load {res['load'][phase]}", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1000)
@@ -288,20 +308,47 @@ def main() -> None:
     ap.add_argument("--code", type=Path, default=ROOT,
                     help="the tracedb source tree measured (e.g. a checkout of main for the baseline)")
     ap.add_argument("--keep", action="store_true", help="keep the built lake")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="write the lake at once (bench/fleet_synthetic.py; schema >= 8): all but --tail batches")
+    ap.add_argument("--tail", type=int, default=20, help="with --synthetic: the last batches built for real")
+    ap.add_argument("--jobs", type=int, default=2, help="with --synthetic: processes writing files")
+    ap.add_argument("--resume", action="store_true",
+                    help="with --synthetic: keep the files of a build stopped before its commit")
+    ap.add_argument("--validate", action="store_true",
+                    help="only build the lake both ways (real batches, --synthetic) and compare them")
+    ap.add_argument("--lake", type=Path, help="measure this lake (built before, e.g. with --keep) instead of building")
     args = ap.parse_args()
     sys.path.insert(0, str(args.code.resolve()))  # before any tracedb import: this process builds with it too
     ENV["PYTHONPATH"] = str(args.code.resolve())
     args.work.mkdir(parents=True, exist_ok=True)
     tpl = template(args.work, args.kernels)
+    if args.validate:
+        import fleet_synthetic
+
+        res = fleet_synthetic.validate(args.work, tpl, args.runs, args.tail, args.jobs, reuse=args.keep)
+        print(json.dumps(res, indent=1))
+        sys.exit(0 if res["ok"] else 1)
     t = time.perf_counter()
-    wh = build_lake(args.work, tpl, args.runs, args.commit_every)
-    res: dict = {"runs": args.runs, "commit_every": args.commit_every, "code": str(args.code), "build_s": round(time.perf_counter() - t, 1),
-                 "load_before": os.getloadavg()[0]}
+    if args.lake:
+        wh = args.lake
+    elif args.synthetic:
+        import fleet_synthetic
+
+        wh = fleet_synthetic.build(args.work, tpl, args.runs, args.tail, args.jobs,
+                                   log=lambda m: print(m, file=sys.stderr, flush=True), resume=args.resume)
+    else:
+        wh = build_lake(args.work, tpl, args.runs, args.commit_every)
+    res: dict = {"runs": args.runs, "commit_every": args.commit_every, "code": str(args.code),
+                 "synthetic": args.synthetic and not args.lake, "tail": args.tail if args.synthetic else None,
+                 "build_s": round(time.perf_counter() - t, 1), "load_before": os.getloadavg()[0]}
+    print(json.dumps(res), file=sys.stderr, flush=True)
     res.update(sizes(wh))
+    note(res, "sizes")
     from tracedb import lake as lake_mod
 
     run = RUN["flat" if hasattr(lake_mod.Lake, "partitioned") else "partitioned"]
     res.update(queries(wh, run, args.repeat, args.work))
+    note(res, "queries")
     empty = args.work / "wh_empty"
     base = []
     for k in range(args.repeat if args.empty_repeat is None else args.empty_repeat):
@@ -310,6 +357,7 @@ def main() -> None:
     shutil.rmtree(empty, ignore_errors=True)
     nights = [nightly(args.work, tpl, wh, k) for k in range(args.repeat if args.nightly_repeat is None
                                                              else args.nightly_repeat)]
+    note(res, "nightly")
     res.update({"nightly_empty_s": med(base) if base else None, "nightly_s": med([n["wall"] for n in nights]),
                 "commit_s": med([n["commit"] for n in nights]), "publish_s": med([n["publish"] for n in nights]),
                 "lock_s": med([n["commit"] + n["publish"] for n in nights]),
@@ -317,21 +365,28 @@ def main() -> None:
     victims = ([f"run00001-n{2 + k:05d}" for k in range(args.repeat)] if run == RUN["flat"]
                else [f"b{2 + k:05d}-run00001" for k in range(args.repeat)])
     rms = [tracedb("rm", v, "--warehouse", str(wh)) for v in victims]
+    note(res, "rm")
     res.update({"rm_s": med([w for w, _, _ in rms]), "rm_rss_mb": med([r for _, r, _ in rms])})
     # the removed runs' rows stay in files other runs keep live: those files are read with
     # the live filter (Lake.whole_files) until a merge leaves them out
     res.update({f"after_rm_{k}": v for k, v in queries(wh, run, args.repeat, args.work).items()
                 if k.startswith(("bi_", "flat_"))})
+    note(res, "after_rm_queries")
     vac = [tracedb("vacuum", "--warehouse", str(wh)) for _ in range(args.repeat)]
     res.update({"vacuum_s": med([w for w, _, _ in vac]), "vacuum_rss_mb": med([r for _, r, _ in vac])})
+    note(res, "vacuum")
+    w, r, _ = tracedb("check", "--warehouse", str(wh))
+    res.update({"check_s": round(w, 3), "check_rss_mb": round(r, 1)})
+    note(res, "check")
     if args.optimize:
         w, r, _ = tracedb("optimize", "--warehouse", str(wh))
         res.update({"optimize_s": round(w, 3), "optimize_rss_mb": round(r, 1)})
+        note(res, "optimize")
         res.update({f"after_optimize_{k}": v for k, v in {**sizes(wh), **queries(wh, run, args.repeat, args.work)}.items()})
     res["load_after"] = os.getloadavg()[0]
     (args.work / f"result-{args.runs}.json").write_text(json.dumps(res, indent=1))
     print(json.dumps(res))
-    if not args.keep:
+    if not args.keep and not args.lake:
         shutil.rmtree(wh, ignore_errors=True)
 
 

@@ -267,12 +267,13 @@ def write_merged(storage_: storage.Storage, table: str, parts: list[pa.Table],
     data = pa.concat_tables(parts) if parts else None
     if data is None or data.num_rows == 0:
         return None
-    data = data.take(pc.sort_indices(data, [("run_id", "ascending"), ("device", "ascending")]))
-    options = dict(compression="zstd", write_page_checksum=True, row_group_size=ROW_GROUP_ROWS,
-                   use_dictionary=dictionary_columns(table))
+    order = pc.sort_indices(data, [("run_id", "ascending"), ("device", "ascending")])
     sink = storage_.sink(rel)
     try:
-        pq.write_table(data, sink, **options)
+        with pq.ParquetWriter(sink, data.schema, compression="zstd", write_page_checksum=True,
+                              use_dictionary=dictionary_columns(table)) as writer:
+            for group in _row_groups(data, order):
+                writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
     except BaseException:
         storage_.drop_sink(sink)
         raise
@@ -281,6 +282,35 @@ def write_merged(storage_: storage.Storage, table: str, parts: list[pa.Table],
     return DataFile(table, runs["min"].as_py(), devices["min"].as_py(), rel, data.num_rows, size, digest,
                     ingest_id=ingests["min"].as_py(), run_hi=runs["max"].as_py(), device_hi=devices["max"].as_py(),
                     ingest_hi=ingests["max"].as_py())
+
+
+# Above this many bytes of rows a merge gathers its row groups one at a time (`_row_groups`).
+GATHER_BYTES = 1 << 30
+
+
+def _row_groups(data: pa.Table, order: pa.Array) -> Iterator[pa.Table]:
+    """The rows of `data` in `order`, a row group (ROW_GROUP_ROWS) at a time. One gather of
+    the whole table puts each string column in one array, whose 32-bit offsets overflow
+    past 2 GiB ("offset overflow while concatenating arrays"): compaction of 48 MB of
+    Parquet holding ~20 M kernel rows, whose names repeat and compress ~50-fold, failed so
+    (bench/RESULTS.md, "Session 12"). Past GATHER_BYTES the string columns are made
+    64-bit (chunk by chunk) and each row group is gathered and made 32-bit again."""
+    if data.nbytes <= GATHER_BYTES:
+        data = data.take(order)
+        for start in range(0, data.num_rows, ROW_GROUP_ROWS):
+            yield data.slice(start, ROW_GROUP_ROWS)
+        return
+    wide = {i: f.type for i, f in enumerate(data.schema) if pa.types.is_string(f.type) or pa.types.is_binary(f.type)}
+    for i, typ in wide.items():
+        large = pa.large_string() if pa.types.is_string(typ) else pa.large_binary()
+        data = data.set_column(i, data.schema.field(i).with_type(large),
+                               pa.chunked_array([c.cast(large) for c in data.column(i).chunks], large))
+    data = data.combine_chunks()
+    for start in range(0, data.num_rows, ROW_GROUP_ROWS):
+        group = data.take(order.slice(start, ROW_GROUP_ROWS))
+        for i, typ in wide.items():
+            group = group.set_column(i, data.schema.field(i).with_type(typ), group.column(i).cast(typ))
+        yield group
 
 
 # Numeric columns whose values are (nearly) all distinct: written plain, not dictionary-encoded.
