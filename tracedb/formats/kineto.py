@@ -626,8 +626,14 @@ class _Spill:
 
     def rows(self, table: str) -> Iterator[tuple]:
         """`table`'s rows (on disk) in order, as tuples (None for a null), READ_ROWS at a time."""
-        for batch in pq.ParquetFile(self.path(table)).iter_batches(batch_size=READ_ROWS):
+        for batch in self.batches(table, READ_ROWS):
             yield from zip(*(c.to_pylist() for c in batch.columns))
+
+    def batches(self, table: str, rows: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """`table`'s file (on disk) read `rows` at a time, a row group in memory at once:
+        not pre-buffered (pyarrow's default since 14, `pre_buffer=True`, reads every row
+        group's column chunks into memory before the first batch: the whole file)."""
+        return pq.ParquetFile(self.path(table), pre_buffer=False).iter_batches(batch_size=rows, columns=columns)
 
     def cleanup(self) -> None:
         for w in self._writers.values():
@@ -1274,8 +1280,7 @@ class _Ops:
         if not self._spill.on_disk:
             return [_arrow(c)[lo:lo + n] for c in self._spill.cols["ops"][1:]]
         if self._batches is None:
-            self._batches = pq.ParquetFile(self._spill.path("ops")).iter_batches(
-                batch_size=SPILL_ROWS, columns=["t0", "t1", "seq", "name"])
+            self._batches = self._spill.batches("ops", SPILL_ROWS, ["t0", "t1", "seq", "name"])
         held = sum(b.num_rows for b in self._held)
         while held < n:
             b = next(self._batches)
