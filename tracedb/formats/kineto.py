@@ -679,8 +679,10 @@ LINK_CONFIG: dict = {"threads": 1}
 
 # The links of each runtime call, activity and cuda_sync (file order), one join a
 # statement (a few joins in one query need more memory than LINK_MEMORY on large files;
-# one at a time, DuckDB spills what does not fit): (table, query) made in turn, the last
-# of each copied out as the `<name>_links` file pass 2 reads.
+# one at a time, DuckDB spills what does not fit): (table, query) made in turn, each
+# dropped once no later query reads it (`_unused`); the last of each is sorted by seq (a
+# statement of its own: a join and the sort in one did not fit LINK_MEMORY at 10 M events)
+# into the `<name>_links` file pass 2 reads.
 _FIRST_CALLS = ("cf", "SELECT corr, min(seq) AS seq FROM calls WHERE has_corr = 1 GROUP BY corr")
 # A call: its start and end, the op enclosing it, the first activity it launched (by
 # correlation) and their count.
@@ -689,8 +691,8 @@ _CALL_LINKS = (
     ("c1", "SELECT c.seq, c.t0, c.t1, c.corr, c.has_corr, co.op FROM calls c LEFT JOIN call_op co ON co.call = c.seq"),
     ("c2", "SELECT c1.*, o.name AS op_name FROM c1 LEFT JOIN ops o ON o.seq = c1.op"),
     ("c3", "SELECT c2.*, af.first, af.n FROM c2 LEFT JOIN af ON c2.has_corr = 1 AND af.corr = c2.corr"),
-    ("call", "SELECT c3.t0, c3.t1, c3.op, c3.op_name, a.name AS act_name, a.t0 AS act_t0, a.dev AS act_dev, "
-             "coalesce(c3.n, 0) AS acts FROM c3 LEFT JOIN acts a ON a.seq = c3.first ORDER BY c3.seq"),
+    ("call", "SELECT c3.seq, c3.t0, c3.t1, c3.op, c3.op_name, a.name AS act_name, a.t0 AS act_t0, "
+             "a.dev AS act_dev, coalesce(c3.n, 0) AS acts FROM c3 LEFT JOIN acts a ON a.seq = c3.first"),
 )
 # An activity (module docstring: kernel -> op link): its launch call (the first call with
 # its correlation: start, External id, byte count), the op and how it was found (1: the
@@ -709,21 +711,29 @@ _KERNEL_LINKS = (
     ("k6", "SELECT k5.*, o.name AS x_name, o.t0 AS x_t0, o.t1 AS x_t1, CASE WHEN l_seq IS NOT NULL THEN 1 "
            "WHEN o.seq IS NOT NULL AND (launch IS NULL OR (o.t0 <= launch AND launch <= o.t1)) THEN 2 ELSE 0 END "
            "AS link FROM k5 LEFT JOIN ops o ON o.seq = k5.x_seq"),
-    ("kernel", f"SELECT launch, nullif(c_ext, {_NONE_SQL}) AS call_ext, nullif(size, {_NONE_SQL}) AS size, "
+    ("kernel", f"SELECT seq, launch, nullif(c_ext, {_NONE_SQL}) AS call_ext, nullif(size, {_NONE_SQL}) AS size, "
                "CASE link WHEN 1 THEN l_name WHEN 2 THEN x_name END AS op_name, "
                "CASE link WHEN 1 THEN l_t0 WHEN 2 THEN x_t0 END AS op_t0, "
-               "CASE link WHEN 1 THEN l_seq WHEN 2 THEN x_seq END AS op_seq, link FROM k6 ORDER BY seq"),
+               "CASE link WHEN 1 THEN l_seq WHEN 2 THEN x_seq END AS op_seq, link FROM k6"),
 )
 # A cuda_sync: its launch call's start.
 _SYNC_LINKS = (
     ("s1", "SELECT s.seq, cf.seq AS call FROM syncs s LEFT JOIN cf ON s.has_corr = 1 AND cf.corr = s.corr"),
-    ("sync", "SELECT c.t0 AS launch FROM s1 LEFT JOIN calls c ON c.seq = s1.call ORDER BY s1.seq"),
+    ("sync", "SELECT s1.seq, c.t0 AS launch FROM s1 LEFT JOIN calls c ON c.seq = s1.call"),
 )
 # The enclosing-op sweep's order (`_Index._enclosing`): by thread, start, ops before
 # calls, longer first, file order.
 _SWEEP = """
 SELECT th, t0, 0 AS kind, t1, seq FROM ops UNION ALL SELECT th, t0, 1, t1, seq FROM calls
 ORDER BY th, t0, kind, t1 DESC, seq"""
+
+
+def _unused(made: list[str], later: tuple) -> list[str]:
+    """The tables of `made` that no query of `later` reads: each is dropped as soon as that
+    is so, not at the end of its steps (the chain of them held at once did not fit
+    LINK_MEMORY at 10 M events)."""
+    rest = " ".join(query for _, query in later)
+    return [t for t in made if not re.search(rf"\b{t}\b", rest)]
 
 
 class _KeyIndex:
@@ -1019,13 +1029,16 @@ class _Index:
             con.execute(f"CREATE VIEW call_op AS SELECT * FROM read_parquet('{spill.path('call_op')}')")
             con.execute(f"CREATE TABLE {_FIRST_CALLS[0]} AS {_FIRST_CALLS[1]}")
             for steps in (_CALL_LINKS, _KERNEL_LINKS, _SYNC_LINKS):
-                for table, query in steps[:-1]:
+                made: list[str] = []
+                for k, (table, query) in enumerate(steps):
                     con.execute(f"CREATE TABLE {table} AS {query}")
-                name, query = steps[-1]
-                con.execute(f"COPY ({query}) TO '{spill.path(name + '_links')}' "
-                            "(FORMAT parquet, COMPRESSION uncompressed)")
-                for table, _ in steps[:-1]:
-                    con.execute(f"DROP TABLE {table}")
+                    made.append(table)
+                    for done in _unused(made[:-1], steps[k + 1:]):
+                        con.execute(f"DROP TABLE {done}")
+                        made.remove(done)
+                con.execute(f"COPY (SELECT * EXCLUDE (seq) FROM {table} ORDER BY seq) TO "
+                            f"'{spill.path(table + '_links')}' (FORMAT parquet, COMPRESSION uncompressed)")
+                con.execute(f"DROP TABLE {table}")
         except duckdb.IOException as e:
             raise WarehouseError(f"cannot write the Kineto reader's temporary link state (TMPDIR): {e} "
                                  "(the source file is not at fault)") from e
