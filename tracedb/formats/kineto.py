@@ -53,8 +53,9 @@ large files: up to SPILL_BYTES (16 MiB, ~270 k events) it stays in memory, sorte
 Arrow and looked up by bisect (`_Index._resolve_in_memory`); past that it goes to
 Parquet files in a temporary folder, SPILL_ROWS at a time, and DuckDB joins them one
 join a statement within LINK_MEMORY (`_Index._resolve`: the enclosing-op sweep reads its
-sorted rows as a stream), so memory is bounded by a batch and those caps, not by the
-file. A failed write there (full disk, file-size limit) is a `WarehouseError`: the
+sorted rows as a stream; each joined table dropped once no later join reads it), and
+pass 2 reads the links back a row group (SPILL_ROWS) at a time (`_Spill.batches`), so
+memory is bounded by a batch and those caps, not by the file. A failed write there (full disk, file-size limit) is a `WarehouseError`: the
 source file is not at fault.
 
 One code path for every file size. `jsonstream.StructStream` decodes the events into
@@ -668,7 +669,8 @@ _EXT_NONE, _EXT_INT, _EXT_OTHER = 0, 1, 2  # an activity's own External id: none
 _NONE_SQL = f"CAST({_NONE} AS BIGINT)"
 # Link state held in memory at most (beyond, it goes to disk: `_Spill`).
 SPILL_BYTES = 16 << 20
-# Rows of pass 1's link state written to disk at a time, and read back at a time.
+# Rows of the link state written to disk at a time (a Parquet row group: pass 2 holds
+# one a file it reads back), and read back at a time.
 SPILL_ROWS = 1 << 16
 # Spilled rows made Python values at a time (pass 2 reads three tables at once).
 READ_ROWS = 4096
@@ -1037,7 +1039,8 @@ class _Index:
                         con.execute(f"DROP TABLE {done}")
                         made.remove(done)
                 con.execute(f"COPY (SELECT * EXCLUDE (seq) FROM {table} ORDER BY seq) TO "
-                            f"'{spill.path(table + '_links')}' (FORMAT parquet, COMPRESSION uncompressed)")
+                            f"'{spill.path(table + '_links')}' "
+                            f"(FORMAT parquet, COMPRESSION uncompressed, ROW_GROUP_SIZE {SPILL_ROWS})")
                 con.execute(f"DROP TABLE {table}")
         except duckdb.IOException as e:
             raise WarehouseError(f"cannot write the Kineto reader's temporary link state (TMPDIR): {e} "
