@@ -33,11 +33,12 @@ from pathlib import Path
 from bigtrace import kineto_tiny
 
 ROOT = Path(__file__).parent.parent
-# Bytes of peak RSS per extra event: measured ~25 with the spill (allocator noise:
-# pass 1's decoding and pass 2's rows); the reader before it fails at ~75.
+# Bytes of peak RSS per extra event: measured -3.5 (228 / 227 MB; ~25 in session 11,
+# allocator noise); the reader before the spill fails at ~75, the pre-buffered
+# read-back measured 38.5.
 BOUND = 40
-# Bytes of Arrow memory per extra event: ~0 when a row group a file is read back at a
-# time (measured x); the pre-buffered read-back held ~30.
+# Bytes of Arrow memory per extra event: measured -1.6 (5.8 / 5.0 MB held), a row
+# group a file read back at a time; the pre-buffered read-back held 31 (8.0 / 23.9 MB).
 ARROW_BOUND = 8
 
 _CHILD = """
