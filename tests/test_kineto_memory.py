@@ -81,3 +81,20 @@ def test_reader_memory_grows_by_the_batch_not_by_the_file(tmp_path):
     print(f"{per_event:.1f} B of peak RSS, {arrow:.1f} B of Arrow memory per extra event ({peaks})")
     assert arrow < ARROW_BOUND, f"{arrow:.0f} B of Arrow memory per extra event"
     assert per_event < BOUND, f"{per_event:.0f} B of peak RSS per extra event"
+
+
+def test_link_state_past_link_memory_is_no_fault_of_the_file(monkeypatch):
+    """A join past LINK_MEMORY (DuckDB out of memory) is the machine's error, worded as
+    such, not an unexpected error of the trace."""
+    import pytest
+
+    from tracedb.errors import WarehouseError
+    from tracedb.formats import kineto
+    from tracedb.formats.base import ReadContext
+
+    monkeypatch.setattr(kineto, "SPILL_BYTES", 0)  # the link state spilled, joined by DuckDB
+    monkeypatch.setattr(kineto, "LINK_MEMORY", "1MB")
+    path = ROOT / "tests" / "data" / "kineto_h200_fp32" / "kineto_h200_fp32.json.gz"
+    with pytest.raises(WarehouseError, match=r"did not fit kineto.LINK_MEMORY \(1MB\).*not at fault"):
+        for _ in kineto.read(path, ReadContext("r", "f")):
+            pass

@@ -55,7 +55,8 @@ Parquet files in a temporary folder, SPILL_ROWS at a time, and DuckDB joins them
 join a statement within LINK_MEMORY (`_Index._resolve`: the enclosing-op sweep reads its
 sorted rows as a stream; each joined table dropped once no later join reads it), and
 pass 2 reads the links back a row group (SPILL_ROWS) at a time (`_Spill.batches`), so
-memory is bounded by a batch and those caps, not by the file. A failed write there (full disk, file-size limit) is a `WarehouseError`: the
+memory is bounded by a batch and those caps, not by the file. A failed write there
+(full disk, file-size limit) or a join past LINK_MEMORY is a `WarehouseError`: the
 source file is not at fault.
 
 One code path for every file size. `jsonstream.StructStream` decodes the events into
@@ -1045,6 +1046,9 @@ class _Index:
         except duckdb.IOException as e:
             raise WarehouseError(f"cannot write the Kineto reader's temporary link state (TMPDIR): {e} "
                                  "(the source file is not at fault)") from e
+        except duckdb.OutOfMemoryException as e:
+            raise WarehouseError(f"the Kineto reader's link state did not fit kineto.LINK_MEMORY ({LINK_MEMORY}): "
+                                 f"{str(e).splitlines()[0]} (the source file is not at fault)") from e
         finally:
             con.close()
         self.links = {t: spill.rows(t) for t in ("call_links", "kernel_links", "sync_links")}
