@@ -53,8 +53,10 @@ large files: up to SPILL_BYTES (16 MiB, ~270 k events) it stays in memory, sorte
 Arrow and looked up by bisect (`_Index._resolve_in_memory`); past that it goes to
 Parquet files in a temporary folder, SPILL_ROWS at a time, and DuckDB joins them one
 join a statement within LINK_MEMORY (`_Index._resolve`: the enclosing-op sweep reads its
-sorted rows as a stream), so memory is bounded by a batch and those caps, not by the
-file. A failed write there (full disk, file-size limit) is a `WarehouseError`: the
+sorted rows as a stream; each joined table dropped once no later join reads it), and
+pass 2 reads the links back a row group (SPILL_ROWS) at a time (`_Spill.batches`), so
+memory is bounded by a batch and those caps, not by the file. A failed write there
+(full disk, file-size limit) or a join past LINK_MEMORY is a `WarehouseError`: the
 source file is not at fault.
 
 One code path for every file size. `jsonstream.StructStream` decodes the events into
@@ -626,8 +628,14 @@ class _Spill:
 
     def rows(self, table: str) -> Iterator[tuple]:
         """`table`'s rows (on disk) in order, as tuples (None for a null), READ_ROWS at a time."""
-        for batch in pq.ParquetFile(self.path(table)).iter_batches(batch_size=READ_ROWS):
+        for batch in self.batches(table, READ_ROWS):
             yield from zip(*(c.to_pylist() for c in batch.columns))
+
+    def batches(self, table: str, rows: int, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """`table`'s file (on disk) read `rows` at a time, a row group in memory at once:
+        not pre-buffered (pyarrow's default since 14, `pre_buffer=True`, reads every row
+        group's column chunks into memory before the first batch: the whole file)."""
+        return pq.ParquetFile(self.path(table), pre_buffer=False).iter_batches(batch_size=rows, columns=columns)
 
     def cleanup(self) -> None:
         for w in self._writers.values():
@@ -662,7 +670,8 @@ _EXT_NONE, _EXT_INT, _EXT_OTHER = 0, 1, 2  # an activity's own External id: none
 _NONE_SQL = f"CAST({_NONE} AS BIGINT)"
 # Link state held in memory at most (beyond, it goes to disk: `_Spill`).
 SPILL_BYTES = 16 << 20
-# Rows of pass 1's link state written to disk at a time, and read back at a time.
+# Rows of the link state written to disk at a time (a Parquet row group: pass 2 holds
+# one a file it reads back), and read back at a time.
 SPILL_ROWS = 1 << 16
 # Spilled rows made Python values at a time (pass 2 reads three tables at once).
 READ_ROWS = 4096
@@ -673,8 +682,10 @@ LINK_CONFIG: dict = {"threads": 1}
 
 # The links of each runtime call, activity and cuda_sync (file order), one join a
 # statement (a few joins in one query need more memory than LINK_MEMORY on large files;
-# one at a time, DuckDB spills what does not fit): (table, query) made in turn, the last
-# of each copied out as the `<name>_links` file pass 2 reads.
+# one at a time, DuckDB spills what does not fit): (table, query) made in turn, each
+# dropped once no later query reads it (`_unused`); the last of each is sorted by seq (a
+# statement of its own: a join and the sort in one did not fit LINK_MEMORY at 10 M events)
+# into the `<name>_links` file pass 2 reads.
 _FIRST_CALLS = ("cf", "SELECT corr, min(seq) AS seq FROM calls WHERE has_corr = 1 GROUP BY corr")
 # A call: its start and end, the op enclosing it, the first activity it launched (by
 # correlation) and their count.
@@ -683,8 +694,8 @@ _CALL_LINKS = (
     ("c1", "SELECT c.seq, c.t0, c.t1, c.corr, c.has_corr, co.op FROM calls c LEFT JOIN call_op co ON co.call = c.seq"),
     ("c2", "SELECT c1.*, o.name AS op_name FROM c1 LEFT JOIN ops o ON o.seq = c1.op"),
     ("c3", "SELECT c2.*, af.first, af.n FROM c2 LEFT JOIN af ON c2.has_corr = 1 AND af.corr = c2.corr"),
-    ("call", "SELECT c3.t0, c3.t1, c3.op, c3.op_name, a.name AS act_name, a.t0 AS act_t0, a.dev AS act_dev, "
-             "coalesce(c3.n, 0) AS acts FROM c3 LEFT JOIN acts a ON a.seq = c3.first ORDER BY c3.seq"),
+    ("call", "SELECT c3.seq, c3.t0, c3.t1, c3.op, c3.op_name, a.name AS act_name, a.t0 AS act_t0, "
+             "a.dev AS act_dev, coalesce(c3.n, 0) AS acts FROM c3 LEFT JOIN acts a ON a.seq = c3.first"),
 )
 # An activity (module docstring: kernel -> op link): its launch call (the first call with
 # its correlation: start, External id, byte count), the op and how it was found (1: the
@@ -703,21 +714,29 @@ _KERNEL_LINKS = (
     ("k6", "SELECT k5.*, o.name AS x_name, o.t0 AS x_t0, o.t1 AS x_t1, CASE WHEN l_seq IS NOT NULL THEN 1 "
            "WHEN o.seq IS NOT NULL AND (launch IS NULL OR (o.t0 <= launch AND launch <= o.t1)) THEN 2 ELSE 0 END "
            "AS link FROM k5 LEFT JOIN ops o ON o.seq = k5.x_seq"),
-    ("kernel", f"SELECT launch, nullif(c_ext, {_NONE_SQL}) AS call_ext, nullif(size, {_NONE_SQL}) AS size, "
+    ("kernel", f"SELECT seq, launch, nullif(c_ext, {_NONE_SQL}) AS call_ext, nullif(size, {_NONE_SQL}) AS size, "
                "CASE link WHEN 1 THEN l_name WHEN 2 THEN x_name END AS op_name, "
                "CASE link WHEN 1 THEN l_t0 WHEN 2 THEN x_t0 END AS op_t0, "
-               "CASE link WHEN 1 THEN l_seq WHEN 2 THEN x_seq END AS op_seq, link FROM k6 ORDER BY seq"),
+               "CASE link WHEN 1 THEN l_seq WHEN 2 THEN x_seq END AS op_seq, link FROM k6"),
 )
 # A cuda_sync: its launch call's start.
 _SYNC_LINKS = (
     ("s1", "SELECT s.seq, cf.seq AS call FROM syncs s LEFT JOIN cf ON s.has_corr = 1 AND cf.corr = s.corr"),
-    ("sync", "SELECT c.t0 AS launch FROM s1 LEFT JOIN calls c ON c.seq = s1.call ORDER BY s1.seq"),
+    ("sync", "SELECT s1.seq, c.t0 AS launch FROM s1 LEFT JOIN calls c ON c.seq = s1.call"),
 )
 # The enclosing-op sweep's order (`_Index._enclosing`): by thread, start, ops before
 # calls, longer first, file order.
 _SWEEP = """
 SELECT th, t0, 0 AS kind, t1, seq FROM ops UNION ALL SELECT th, t0, 1, t1, seq FROM calls
 ORDER BY th, t0, kind, t1 DESC, seq"""
+
+
+def _unused(made: list[str], later: tuple) -> list[str]:
+    """The tables of `made` that no query of `later` reads: each is dropped as soon as that
+    is so, not at the end of its steps (the chain of them held at once did not fit
+    LINK_MEMORY at 10 M events)."""
+    rest = " ".join(query for _, query in later)
+    return [t for t in made if not re.search(rf"\b{t}\b", rest)]
 
 
 class _KeyIndex:
@@ -1013,16 +1032,23 @@ class _Index:
             con.execute(f"CREATE VIEW call_op AS SELECT * FROM read_parquet('{spill.path('call_op')}')")
             con.execute(f"CREATE TABLE {_FIRST_CALLS[0]} AS {_FIRST_CALLS[1]}")
             for steps in (_CALL_LINKS, _KERNEL_LINKS, _SYNC_LINKS):
-                for table, query in steps[:-1]:
+                made: list[str] = []
+                for k, (table, query) in enumerate(steps):
                     con.execute(f"CREATE TABLE {table} AS {query}")
-                name, query = steps[-1]
-                con.execute(f"COPY ({query}) TO '{spill.path(name + '_links')}' "
-                            "(FORMAT parquet, COMPRESSION uncompressed)")
-                for table, _ in steps[:-1]:
-                    con.execute(f"DROP TABLE {table}")
+                    made.append(table)
+                    for done in _unused(made[:-1], steps[k + 1:]):
+                        con.execute(f"DROP TABLE {done}")
+                        made.remove(done)
+                con.execute(f"COPY (SELECT * EXCLUDE (seq) FROM {table} ORDER BY seq) TO "
+                            f"'{spill.path(table + '_links')}' "
+                            f"(FORMAT parquet, COMPRESSION uncompressed, ROW_GROUP_SIZE {SPILL_ROWS})")
+                con.execute(f"DROP TABLE {table}")
         except duckdb.IOException as e:
             raise WarehouseError(f"cannot write the Kineto reader's temporary link state (TMPDIR): {e} "
                                  "(the source file is not at fault)") from e
+        except duckdb.OutOfMemoryException as e:
+            raise WarehouseError(f"the Kineto reader's link state did not fit kineto.LINK_MEMORY ({LINK_MEMORY}): "
+                                 f"{str(e).splitlines()[0]} (the source file is not at fault)") from e
         finally:
             con.close()
         self.links = {t: spill.rows(t) for t in ("call_links", "kernel_links", "sync_links")}
@@ -1274,8 +1300,7 @@ class _Ops:
         if not self._spill.on_disk:
             return [_arrow(c)[lo:lo + n] for c in self._spill.cols["ops"][1:]]
         if self._batches is None:
-            self._batches = pq.ParquetFile(self._spill.path("ops")).iter_batches(
-                batch_size=SPILL_ROWS, columns=["t0", "t1", "seq", "name"])
+            self._batches = self._spill.batches("ops", SPILL_ROWS, ["t0", "t1", "seq", "name"])
         held = sum(b.num_rows for b in self._held)
         while held < n:
             b = next(self._batches)
