@@ -289,13 +289,19 @@ def test_check_hands_pyarrow_paths_or_native_files_never_python_file_objects(tmp
 
     wh = tmp_path / "wh"
     assert ingest([make_run(tmp_path / "runs" / "r", LSTM).parent], wh).ok
-    seen, read_table = [], pq.read_table
+    seen, read_table, parquet_file = [], pq.read_table, pq.ParquetFile
 
     def recording(source, *args, **kwargs):
         seen.append(source)
         return read_table(source, *args, **kwargs)
 
+    class Recording(parquet_file):
+        def __init__(self, source, *args, **kwargs):
+            seen.append(source)
+            super().__init__(source, *args, **kwargs)
+
     monkeypatch.setattr(pq, "read_table", recording)
+    monkeypatch.setattr(pq, "ParquetFile", Recording)
     assert Warehouse(wh).check() == []
     assert len(seen) > 10  # every live file was read
     flat = [x for s in seen for x in (s if isinstance(s, list) else [s])]  # a table's files at once
