@@ -50,7 +50,7 @@ import time
 import types
 from pathlib import Path
 
-from bench_fleet_scale import BATCH, _build_flat, _reingested, _renamed
+from fleet_batches import BATCH, _build_flat, _reingested, _renamed
 
 META_ROWS = ("runs", "files", "ingest_log")
 
