@@ -206,26 +206,15 @@ def _init(wh: str, code: str) -> None:
 
 
 def _write(wh: str, table: str, f: dict):
-    """One live file, written as `lake.write_merged` writes it (its Parquet options and its
-    DataFile's statistics) from rows already in its order (`Template.merged`): its sort and
-    gather were ~half the time. A worker process: the template is its own."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
+    """One live file, written as `lake.write_merged` writes it, from rows already in its
+    order (`Template.merged`; `lake.write_ordered`): its sort and gather were ~half the
+    time. A worker process: the template is its own."""
     from tracedb import lake as lake_mod, storage
 
     st = storage.open_storage(Path(wh))
     if f.get("exists"):
         return _found(st, table, f)
-    data = _TPL.merged(table, f["members"])
-    sink = st.sink(f["path"])
-    pq.write_table(data, sink, compression="zstd", write_page_checksum=True, row_group_size=lake_mod.ROW_GROUP_ROWS,
-                   use_dictionary=lake_mod.dictionary_columns(table))
-    size, digest = st.finish(f["path"], sink)
-    runs, devices, ingests = (pc.min_max(data.column(c)) for c in ("run_id", "device", "ingest_id"))
-    return lake_mod.DataFile(table, runs["min"].as_py(), devices["min"].as_py(), f["path"], data.num_rows, size, digest,
-                             ingest_id=ingests["min"].as_py(), run_hi=runs["max"].as_py(),
-                             device_hi=devices["max"].as_py(), ingest_hi=ingests["max"].as_py())
+    return lake_mod.write_ordered(st, table, _TPL.merged(table, f["members"]), f["path"])
 
 
 def _key(members: list) -> frozenset:

@@ -262,17 +262,38 @@ def write_merged(storage_: storage.Storage, table: str, parts: list[pa.Table],
     rows keep their order); None when there are no rows. The file is not live until a
     commit adds it. `ingest_id` names the ingest whose mark spares it from vacuum."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     data = pa.concat_tables(parts) if parts else None
     if data is None or data.num_rows == 0:
         return None
     order = pc.sort_indices(data, [("run_id", "ascending"), ("device", "ascending")])
+    return _write_groups(storage_, table, rel, data, _row_groups(data, order))
+
+
+def write_ordered(storage_: storage.Storage, table: str, data: pa.Table, rel: str) -> DataFile:
+    """`write_merged` for rows already in its order (by run_id, then device): the file it
+    would write, without the sort (bench/fleet_synthetic.py writes a fleet's files so)."""
+    return _write_groups(storage_, table, rel, data, _slices(data))
+
+
+def _slices(data: pa.Table) -> Iterator[pa.Table]:
+    """`data` a row group (ROW_GROUP_ROWS) at a time, zero-copy."""
+    for start in range(0, data.num_rows, ROW_GROUP_ROWS):
+        yield data.slice(start, ROW_GROUP_ROWS)
+
+
+def _write_groups(storage_: storage.Storage, table: str, rel: str, data: pa.Table,
+                  groups: Iterator[pa.Table]) -> DataFile:
+    """`data`'s rows, given as row groups in file order, written at `rel` with the lake's
+    Parquet options, and the file's DataFile (its run, device and ingest ranges)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     sink = storage_.sink(rel)
     try:
         with pq.ParquetWriter(sink, data.schema, compression="zstd", write_page_checksum=True,
                               use_dictionary=dictionary_columns(table)) as writer:
-            for group in _row_groups(data, order):
+            for group in groups:
                 writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
     except BaseException:
         storage_.drop_sink(sink)
@@ -296,9 +317,7 @@ def _row_groups(data: pa.Table, order: pa.Array) -> Iterator[pa.Table]:
     (bench/RESULTS.md, "Session 12"). Past GATHER_BYTES the string columns are made
     64-bit (chunk by chunk) and each row group is gathered and made 32-bit again."""
     if data.nbytes <= GATHER_BYTES:
-        data = data.take(order)
-        for start in range(0, data.num_rows, ROW_GROUP_ROWS):
-            yield data.slice(start, ROW_GROUP_ROWS)
+        yield from _slices(data.take(order))
         return
     wide = {i: f.type for i, f in enumerate(data.schema) if pa.types.is_string(f.type) or pa.types.is_binary(f.type)}
     for i, typ in wide.items():
@@ -313,16 +332,18 @@ def _row_groups(data: pa.Table, order: pa.Array) -> Iterator[pa.Table]:
         yield group
 
 
-def _verified_keys(source, keys: bool) -> set[tuple[str, str]]:
-    """Every page of a Parquet file read with its checksum verified, a row group at a time
-    (a 10 MB kernels file of repeated names decodes to gigabytes: read whole, `check` took
-    10.6 GB at 20,000 runs), and with `keys` the (run_id, ingest_id) pairs its rows hold."""
+def _row_keys(source, verify: bool = False, keys: bool = True) -> set[tuple[str, str]]:
+    """The (run_id, ingest_id) pairs a Parquet file's rows hold (none without `keys`), read
+    a row group at a time; with `verify`, every page read with its checksum verified (a
+    10 MB kernels file of repeated names decodes to gigabytes: read whole, `check` took
+    10.6 GB at 20,000 runs)."""
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(source, page_checksum_verification=True, pre_buffer=False)
+    pf = pq.ParquetFile(source, page_checksum_verification=verify, pre_buffer=False)
+    columns = None if verify else ["run_id", INGEST_ID.name]
     out: set[tuple[str, str]] = set()
     for i in range(pf.num_row_groups):
-        group = pf.read_row_group(i, use_threads=False)
+        group = pf.read_row_group(i, columns=columns, use_threads=False)
         if keys:
             out.update(zip(group.column("run_id").to_pylist(), group.column(INGEST_ID.name).to_pylist()))
     return out
@@ -1081,14 +1102,8 @@ class Lake:
     def _has_dead_rows(self, r: dict, published: dict[str, str]) -> bool:
         """Whether a live file holds rows of a run's superseded (or removed) ingest: its
         run_id and ingest_id columns read (migration 0014)."""
-        import pyarrow.parquet as pq
-
-        src = self.storage.parquet_source(r["path"])
-        keys = pq.read_table(src, columns=["run_id", INGEST_ID.name])
-        for run, ingest in set(zip(keys.column(0).to_pylist(), keys.column(1).to_pylist())):
-            if published.get(run) != ingest:
-                return True
-        return False
+        keys = _row_keys(self.storage.parquet_source(r["path"]))
+        return any(published.get(run) != ingest for run, ingest in keys)
 
     def write_compacted(self, table: str, chunk: list[dict], published: dict[str, str], tag: str) -> DataFile | None:
         """A chunk's rows of runs' live ingests (`published`) in one new file, in run order,
@@ -1164,7 +1179,7 @@ class Lake:
                     try:  # a path or bytes, never a Python file object: pyarrow's threads
                         # reading one through the GIL aborted the process at exit (SIGABRT)
                         ask = not r["partitioned"] and rel not in named  # may it hold dead rows unnamed?
-                        keys = _verified_keys(self.storage.parquet_source(rel), ask)
+                        keys = _row_keys(self.storage.parquet_source(rel), verify=True, keys=ask)
                     except (OSError, pa.ArrowException) as e:
                         problem = f"unreadable parquet: {e}"
                     else:
