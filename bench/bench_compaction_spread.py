@@ -3,8 +3,8 @@
     nice python bench/bench_compaction_spread.py --runs 2000 [--work DIR]
 
 Builds the lake of bench_fleet_scale.py (a real 50-run template batch, then synthetic
-nightly batches of it under their own ingest ids, runs renamed `<run>-n<night>`), timing
-`ingest._compact` after each batch. Prints the nights' compaction seconds and files merged
+nightly batches of it under their own ingest ids, runs renamed `<run>-n<night>`:
+`fleet_batches._build_flat`), timing `ingest._compact` after each batch. Prints the nights' compaction seconds and files merged
 (each night, mean, max, the nights that compacted) and the live files at the end.
 Results: bench/RESULTS.md."""
 
@@ -17,44 +17,21 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_fleet_scale as bfs  # noqa: E402
+import fleet_batches  # noqa: E402
 
 
 def build(work: Path, tpl: Path, runs: int) -> dict:
-    import pyarrow.parquet as pq
-
-    from tracedb import catalog, ingest as ingest_mod, lake as lake_mod, schema
+    from tracedb import catalog, lake as lake_mod
 
     wh = work / "wh"
     shutil.rmtree(wh, ignore_errors=True)
     shutil.copytree(tpl / "wh", wh)
-    lk = catalog.open_lake(wh)
-    src = lake_mod.Lake(tpl / "wh")
-    tables = list(schema.TABLES)
-    actions = {t: src.add_actions(t).to_pylist() for t in tables}
-    meta = {t: src.read_table(t) for t in ("runs", "files", "ingest_log")}
-    data = {t: [pq.read_table(tpl / "wh" / a["path"]) for a in actions[t]] for t in tables}
-    nights = []
-    for b in range(1, runs // bfs.BATCH):
-        rename = {r: f"{r}-n{b:05d}" for r in meta["runs"].column("run_id").to_pylist()}
-        ingest_id = f"{meta['runs'].column('ingest_id')[0].as_py()}-n{b:05d}"
-        files = []
-        for table in tables:
-            parts = [bfs._renamed(bfs._reingested(d, ingest_id), rename) for d in data[table]]
-            f = lake_mod.write_merged(lk.storage, table, parts, f"{table}/part-{ingest_id}-g{table[:3]}.parquet", ingest_id)
-            if f is not None:
-                files.append(f)
-        rows = {t: bfs._renamed(bfs._reingested(meta[t], ingest_id), rename) for t in ("ingest_log", "files", "runs")}
-        with lk.lock():
-            lk._add_files(files)
-            bfs._append(lk, rows)
-        t = time.perf_counter()
-        done = ingest_mod._compact(lk, ingest_id)
-        nights.append((round(time.perf_counter() - t, 3), sum(done.values())))
+    nights: list[tuple[float, int]] = []
+    fleet_batches._build_flat(wh, tpl, lake_mod.Lake(tpl / "wh"), catalog.open_lake(wh), runs, nights=nights)
     secs = [s for s, _ in nights]
     out = {"nights": len(nights), "compact_mean_s": round(statistics.mean(secs), 3),
            "compact_max_s": max(secs), "nights_compacting": sum(1 for _, n in nights if n),

@@ -63,7 +63,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fleet_batches import BATCH, _append, _build_flat, _reingested, _renamed  # noqa: E402,F401  (also for bench_compaction_spread)
+from fleet_batches import BATCH, _append, _build_flat, _renamed  # noqa: E402  (bench/ is sys.path[0])
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 

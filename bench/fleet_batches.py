@@ -12,9 +12,10 @@ from pathlib import Path
 BATCH = 50
 
 
-def _build_flat(wh: Path, tpl: Path, src, lk, runs: int, first: int = 1) -> Path:
+def _build_flat(wh: Path, tpl: Path, src, lk, runs: int, first: int = 1, nights: list | None = None) -> Path:
     """Schema 8's lake of `runs` runs (see the docstring): a batch a commit, then compaction;
-    batches from `first` (`synthetic.build` writes the ones before)."""
+    batches from `first` (`synthetic.build` writes the ones before). `nights`, if given,
+    gets each batch's compaction (seconds, files merged): bench_compaction_spread.py."""
     import pyarrow.parquet as pq
 
     from tracedb import catalog, ingest as ingest_mod, lake as lake_mod, schema
@@ -38,7 +39,10 @@ def _build_flat(wh: Path, tpl: Path, src, lk, runs: int, first: int = 1) -> Path
         with lk.lock():
             lk._add_files(files)
             _append(lk, rows)
-        ingest_mod._compact(lk, ingest_id)
+        t = time.perf_counter()
+        done = ingest_mod._compact(lk, ingest_id)
+        if nights is not None:
+            nights.append((round(time.perf_counter() - t, 3), sum(done.values())))
         if b % 20 == 0:
             print(f"  batch {b}: {b * BATCH + BATCH} runs, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     with lk.lock():
