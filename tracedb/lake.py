@@ -267,13 +267,13 @@ def write_merged(storage_: storage.Storage, table: str, parts: list[pa.Table],
     if data is None or data.num_rows == 0:
         return None
     order = pc.sort_indices(data, [("run_id", "ascending"), ("device", "ascending")])
-    return _write_groups(storage_, table, rel, data, _row_groups(data, order))
+    return _write_groups(storage_, table, rel, data.schema, _row_groups(data, order))
 
 
 def write_ordered(storage_: storage.Storage, table: str, data: pa.Table, rel: str) -> DataFile:
     """`write_merged` for rows already in its order (by run_id, then device): the file it
     would write, without the sort (bench/fleet_synthetic.py writes a fleet's files so)."""
-    return _write_groups(storage_, table, rel, data, _slices(data))
+    return _write_groups(storage_, table, rel, data.schema, _slices(data))
 
 
 def _slices(data: pa.Table) -> Iterator[pa.Table]:
@@ -282,27 +282,36 @@ def _slices(data: pa.Table) -> Iterator[pa.Table]:
         yield data.slice(start, ROW_GROUP_ROWS)
 
 
-def _write_groups(storage_: storage.Storage, table: str, rel: str, data: pa.Table,
-                  groups: Iterator[pa.Table]) -> DataFile:
-    """`data`'s rows, given as row groups in file order, written at `rel` with the lake's
-    Parquet options, and the file's DataFile (its run, device and ingest ranges)."""
+def _write_groups(storage_: storage.Storage, table: str, rel: str, sch: pa.Schema,
+                  groups: Iterator[pa.Table]) -> DataFile | None:
+    """Rows given as row groups in file order (with schema `sch`), written at `rel` with
+    the lake's Parquet options, and the file's DataFile (its run, device and ingest
+    ranges); None, and no file, when there are none. A group is let go once written."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     sink = storage_.sink(rel)
+    rows, lo, hi = 0, {}, {}
     try:
-        with pq.ParquetWriter(sink, data.schema, compression="zstd", write_page_checksum=True,
+        with pq.ParquetWriter(sink, sch, compression="zstd", write_page_checksum=True,
                               use_dictionary=dictionary_columns(table)) as writer:
             for group in groups:
                 writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
+                rows += group.num_rows
+                for c in ("run_id", "device", INGEST_ID.name):
+                    mm = pc.min_max(group.column(c))
+                    lo[c] = min(lo.get(c, mm["min"].as_py()), mm["min"].as_py())
+                    hi[c] = max(hi.get(c, mm["max"].as_py()), mm["max"].as_py())
+                del group  # not held while the next is made
     except BaseException:
         storage_.drop_sink(sink)
         raise
     size, digest = storage_.finish(rel, sink)
-    runs, devices, ingests = (pc.min_max(data.column(c)) for c in ("run_id", "device", INGEST_ID.name))
-    return DataFile(table, runs["min"].as_py(), devices["min"].as_py(), rel, data.num_rows, size, digest,
-                    ingest_id=ingests["min"].as_py(), run_hi=runs["max"].as_py(), device_hi=devices["max"].as_py(),
-                    ingest_hi=ingests["max"].as_py())
+    if not rows:
+        storage_.unlink(rel)
+        return None
+    return DataFile(table, lo["run_id"], lo["device"], rel, rows, size, digest, ingest_id=lo[INGEST_ID.name],
+                    run_hi=hi["run_id"], device_hi=hi["device"], ingest_hi=hi[INGEST_ID.name])
 
 
 # Above this many bytes of rows a merge gathers its row groups one at a time (`_row_groups`).
@@ -330,6 +339,142 @@ def _row_groups(data: pa.Table, order: pa.Array) -> Iterator[pa.Table]:
         for i, typ in wide.items():
             group = group.set_column(i, data.schema.field(i).with_type(typ), group.column(i).cast(typ))
         yield group
+
+
+# A streaming merge (`merge_files`) reads each input this many rows at a time.
+MERGE_BATCH_ROWS = 8 * 1024
+# An input not already in run order is read once a (run_id, device) it holds (a run's own
+# file: one to a few devices); one holding more keys than this is sorted in memory alone.
+MERGE_PASSES = 16
+
+
+def merge_files(storage_: storage.Storage, table: str, sources: list[str], rel: str,
+                keep: pa.Array | None = None) -> DataFile | None:
+    """The rows of these live files of `table` (`keep`: only rows whose "run_id\\0ingest_id"
+    is in it) written as one file at `rel`, in `write_merged`'s order (run_id, then
+    device; ties in the order of `sources`, each file's rows in their order) and row
+    groups: the same file, without holding the rows in memory. Compaction merges files
+    already in run order (every merged file is), so this is a k-way merge of cursors
+    holding a batch of MERGE_BATCH_ROWS each; the memory is the inputs' count times a
+    batch, not their rows (ten files of repeated kernel names, 48 MB of Parquet, decoded
+    to over 15 GB in the in-memory merge: bench/RESULTS.md "Session 13")."""
+    import heapq
+
+    cursors = [_Cursor(_sorted_segments(storage_.parquet_source(s), table, keep)) for s in sources]
+    heap = [(c.key, i) for i, c in enumerate(cursors) if c.key is not None]
+    heapq.heapify(heap)
+
+    def rows() -> Iterator[pa.Table]:
+        while heap:
+            key, i = heapq.heappop(heap)
+            yield from cursors[i].take(key)
+            if cursors[i].key is not None:
+                heapq.heappush(heap, (cursors[i].key, i))
+
+    return _write_groups(storage_, table, rel, file_schema(table), _regroup(rows()))
+
+
+def _keys(data: pa.Table | pa.RecordBatch, columns: tuple[str, str] = ("run_id", "device")) -> pa.Array:
+    """Each row's "a\\0b" of two string columns: ordered as the pairs are (no id holds NUL)."""
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(data.column(columns[0]), data.column(columns[1]), "\x00")
+
+
+def _conformed(batches: Iterator[pa.RecordBatch], target: pa.Schema) -> Iterator[pa.Table]:
+    """Batches as tables of the lake's file schema (a column an older file lacks: NULL)."""
+    for b in batches:
+        cols = [b.column(f.name).cast(f.type) if f.name in b.schema.names else pa.nulls(b.num_rows, f.type)
+                for f in target]
+        yield pa.Table.from_arrays(cols, schema=target)
+
+
+def _sorted_segments(source, table: str, keep: pa.Array | None) -> Iterator[tuple[str, pa.Table]]:
+    """A file's kept rows as (key, rows) pieces in key order ("run_id\\0device"; a key may
+    span pieces). A file in run order is read once, a batch at a time; one that is not
+    (a run's file of several devices) once a key, or whole past MERGE_PASSES keys."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    target = file_schema(table)
+    pf = pq.ParquetFile(source, pre_buffer=False)
+
+    def batches(columns=None) -> Iterator[pa.Table]:
+        for t in _conformed(pf.iter_batches(MERGE_BATCH_ROWS, columns=columns, use_threads=False),
+                            target if columns is None else pa.schema([target.field(c) for c in columns])):
+            if keep is not None:
+                t = t.filter(pc.is_in(_keys(t, ("run_id", INGEST_ID.name)), value_set=keep))
+            if t.num_rows:
+                yield t
+
+    in_order, last, seen = True, None, set()
+    for t in batches(["run_id", "device", INGEST_ID.name]):
+        k = _keys(t)
+        if k[0].as_py() < (last or "") or not pc.all(pc.less_equal(k[:-1], k[1:])).as_py():
+            in_order = False
+        last = k[-1].as_py()
+        if len(seen) <= MERGE_PASSES:
+            seen.update(pc.unique(k).to_pylist())
+    if in_order:
+        for t in batches():
+            yield from _split(t)
+    elif len(seen) <= MERGE_PASSES:
+        for key in sorted(seen):
+            for t in batches():
+                part = t.filter(pc.equal(_keys(t), key))
+                if part.num_rows:
+                    yield key, part
+    else:
+        whole = pa.concat_tables(batches())
+        yield from _split(whole.take(pc.sort_indices(_keys(whole))))
+
+
+def _split(t: pa.Table) -> Iterator[tuple[str, pa.Table]]:
+    """Rows in key order cut where the key changes."""
+    import pyarrow.compute as pc
+
+    k = _keys(t)
+    cuts = [0, *(pc.indices_nonzero(pc.not_equal(k[1:], k[:-1])).to_pylist()), t.num_rows - 1]
+    starts = [0] + [c + 1 for c in cuts[1:-1]]
+    ends = starts[1:] + [t.num_rows]
+    for s, e in zip(starts, ends):
+        yield k[s].as_py(), t.slice(s, e - s)
+
+
+class _Cursor:
+    """The head of one input's (key, rows) pieces (`_sorted_segments`)."""
+
+    def __init__(self, pieces: Iterator[tuple[str, pa.Table]]):
+        self.pieces = pieces
+        self.key, self.rows = next(pieces, (None, None))
+
+    def take(self, key: str) -> Iterator[pa.Table]:
+        """Every piece of `key` at the head, in order; the head moves past them."""
+        while self.key == key:
+            yield self.rows
+            self.key, self.rows = next(self.pieces, (None, None))
+
+
+def _regroup(pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """Pieces of rows as row groups of ROW_GROUP_ROWS (the last one shorter), each a table of
+    the pieces' chunks (the Parquet writer writes a chunked table as one row group: no copy),
+    combined only when made of many small pieces (a small table's runs)."""
+    held, n = [], 0
+    for p in pieces:
+        while p.num_rows:
+            cut = min(p.num_rows, ROW_GROUP_ROWS - n)
+            held.append(p.slice(0, cut))
+            n, p = n + cut, p.slice(cut)
+            if n == ROW_GROUP_ROWS:
+                yield _group(held)
+                held, n = [], 0
+    if n:
+        yield _group(held)
+
+
+def _group(held: list[pa.Table]) -> pa.Table:
+    group = pa.concat_tables(held)
+    return group.combine_chunks() if len(held) > 64 else group
 
 
 def _row_keys(source, verify: bool = False, keys: bool = True) -> set[tuple[str, str]]:
@@ -1066,9 +1211,10 @@ class Lake:
     # Files below this size are the lowest tier: each ingest group writes one a table.
     TIER_BASE = 1 << 20
     FANOUT = 10
-    # A merge sorts its rows in memory (pyarrow): chunks of at most this many bytes of
-    # Parquet (~5-10x that in memory, within `optimize`'s 500 MB), so files top out near
-    # it. Larger files need a merge that streams (docs/scale.md, "What is left").
+    # A chunk holds at most this many bytes of Parquet, so files top out near it. The merge
+    # streams (`merge_files`: its memory is a batch of each file, not their rows), so this
+    # bounds a merge's time (~20 M kernel rows) and, on object storage, where each input is
+    # fetched whole, the bytes held.
     MERGE_BYTES = 48 << 20
 
     def compaction_plan(self, table: str, published: dict[str, str], fanout: int = FANOUT,
@@ -1111,17 +1257,9 @@ class Lake:
         ingest (or optimize) that writes it: its mark spares the file from vacuum."""
         import secrets
 
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
         keys = pa.array([f"{r}\x00{i}" for r, i in published.items() if i is not None], pa.string())
-        parts = []
-        for r in chunk:
-            src = self.storage.parquet_source(r["path"])
-            data = pq.read_table(src, schema=file_schema(table))
-            key = pc.binary_join_element_wise(data.column("run_id"), data.column(INGEST_ID.name), "\x00")
-            parts.append(data.filter(pc.is_in(key, value_set=keys)))
-        return write_merged(self.storage, table, parts, f"{table}/part-{tag}-c{secrets.token_hex(4)}.parquet", tag)
+        return merge_files(self.storage, table, [r["path"] for r in chunk],
+                           f"{table}/part-{tag}-c{secrets.token_hex(4)}.parquet", keys)
 
     def commit_compacted(self, table: str, chunk: list[dict], merged: DataFile | None,
                          published: dict[str, str]) -> int:
