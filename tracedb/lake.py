@@ -342,7 +342,7 @@ def _row_groups(data: pa.Table, order: pa.Array) -> Iterator[pa.Table]:
 
 
 # A streaming merge (`merge_files`) reads each input this many rows at a time.
-MERGE_BATCH_ROWS = 8 * 1024
+MERGE_BATCH_ROWS = 4 * 1024
 # An input not already in run order is read once a (run_id, device) it holds (a run's own
 # file: one to a few devices); one holding more keys than this is sorted in memory alone.
 MERGE_PASSES = 16
@@ -458,7 +458,7 @@ class _Cursor:
 def _regroup(pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
     """Pieces of rows as row groups of ROW_GROUP_ROWS (the last one shorter), each a table of
     the pieces' chunks (the Parquet writer writes a chunked table as one row group: no copy),
-    combined only when made of many small pieces (a small table's runs)."""
+    combined only when made of thousands of pieces (a small table's runs: the writer pays per chunk)."""
     held, n = [], 0
     for p in pieces:
         while p.num_rows:
@@ -474,7 +474,7 @@ def _regroup(pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
 
 def _group(held: list[pa.Table]) -> pa.Table:
     group = pa.concat_tables(held)
-    return group.combine_chunks() if len(held) > 64 else group
+    return group.combine_chunks() if len(held) > 4096 else group
 
 
 def _row_keys(source, verify: bool = False, keys: bool = True) -> set[tuple[str, str]]:
