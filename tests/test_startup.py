@@ -141,3 +141,31 @@ def test_ingest_off_a_terminal_imports_no_rich(tmp_path):
              if line.startswith("import time:") and line.count("|") == 2}
     assert "tracedb" in names and "rich" not in names
     assert "ingested 1 run(s)" in proc.stdout
+
+
+_MAINTAIN = """
+import sys
+from tracedb.cli import main
+sys.argv = ["tracedb", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as e:
+    assert not e.code, e.code
+print("pandas" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("command", [["rm", "r1"], ["vacuum"], ["optimize"]])
+def test_maintenance_commands_leave_pandas_unimported(command, one_run, tmp_path):
+    """pyarrow's first `pa.table()` of a Delta log imports pandas where installed (1.4 s of
+    an `rm` at load 12): the lake's maintenance commands tell pyarrow it is absent."""
+    import shutil
+
+    pytest.importorskip("pandas")
+    wh = tmp_path / "wh"
+    shutil.copytree(one_run, wh)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _MAINTAIN, *command, "--warehouse", str(wh)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1] == "False", proc.stdout
