@@ -449,7 +449,7 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
     # its rows from the ingest log, `Lake.live_file_rows`)
     runs = lake.read_table("runs")
     files, stale = lake.live_file_rows()
-    published = dict(zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist()))
+    published = lake_mod.Published(zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist()))
     con.execute("BEGIN")
     for name in ("runs", "files", "ingest_log", "acceptances"):
         _meta_table(con, lake, name, {"runs": runs, "files": files}.get(name), materialize=name == "files" and stale)
