@@ -68,19 +68,21 @@ def _rewrite(lake, table: str, published: dict[str, str]) -> list:
     for r in lake.live_file_ranges(table, published).to_pylist():
         by_run.setdefault(r["run_id"], []).append(r)
     runs = sorted(by_run)
-    out = []
-    for i in range(0, len(runs), GROUP_RUNS):
-        parts = []
-        for run in runs[i:i + GROUP_RUNS]:
+
+    def pieces(group: list[str]):  # in the merged file's order: by run, then device
+        for run in group:
             for r in sorted(by_run[run], key=lambda r: (r["device"], r["path"])):
                 data = pq.read_table(str(lake.root / r["path"]), schema=sch)
                 data = data.filter(pa.compute.equal(data.column("ingest_id"), published[run]))
                 n = data.num_rows
                 cols = {f.name: (pa.repeat(pa.scalar(r[f.name], f.type), n) if f.name in ("run_id", "device")
                                  else data.column(f.name)) for f in lake_mod.delta_schema(table)}
-                parts.append(pa.table(cols, schema=lake_mod.file_schema(table)))
+                yield pa.table(cols, schema=lake_mod.file_schema(table))
+
+    out = []
+    for i in range(0, len(runs), GROUP_RUNS):
         rel = f"{table}/part-m0013-{i // GROUP_RUNS:06d}-{secrets.token_hex(4)}.parquet"
-        f = lake_mod.write_merged(lake.storage, table, parts, rel, "m0013")
+        f = lake_mod.write_pieces(lake.storage, table, pieces(runs[i:i + GROUP_RUNS]), rel)
         if f is not None:
             out.append(f)
     return out

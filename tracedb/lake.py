@@ -276,6 +276,13 @@ def write_ordered(storage_: storage.Storage, table: str, data: pa.Table, rel: st
     return _write_groups(storage_, table, rel, data.schema, _slices(data))
 
 
+def write_pieces(storage_: storage.Storage, table: str, pieces: Iterator[pa.Table], rel: str) -> DataFile | None:
+    """`write_merged` for rows that come in its order as pieces (each in the lake's file
+    schema): the file it would write, holding a row group at a time (migration 0013 reads
+    a partitioned lake's files run by run, device by device); None when there are none."""
+    return _write_groups(storage_, table, rel, file_schema(table), _regroup(pieces))
+
+
 def _slices(data: pa.Table) -> Iterator[pa.Table]:
     """`data` a row group (ROW_GROUP_ROWS) at a time, zero-copy."""
     for start in range(0, data.num_rows, ROW_GROUP_ROWS):
