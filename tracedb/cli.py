@@ -346,7 +346,8 @@ def optimize(warehouse: Optional[str] = WarehouseOpt):
 @command()
 def check(warehouse: Optional[str] = WarehouseOpt):
     """Verify the warehouse: every file the lake lists is present, with the size and SHA-256
-    recorded when it was written and valid Parquet page checksums. Exit 1 names each damaged run.
+    recorded when it was written (valid Parquet page checksums where no SHA-256 was recorded).
+    Exit 1 names each damaged run.
 
     Example: tracedb check --warehouse /data/tracedb
     """
