@@ -209,6 +209,30 @@ def _in_worker(fn, arg, marker: str):
         Path(marker).unlink(missing_ok=True)
 
 
+MARKERS_PREFIX = "tracedb-ingest-"
+
+
+def _markers_dir() -> Path:
+    """A new folder for a pool's markers, named with this process's id. Folders of pools
+    whose process is gone (an ingest killed with SIGKILL cleans nothing up) are removed
+    first: the test suite's SIGKILLs left ~10 a run in the temp folder."""
+    for old in Path(tempfile.gettempdir()).glob(f"{MARKERS_PREFIX}*-*"):
+        pid = old.name[len(MARKERS_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{MARKERS_PREFIX}{os.getpid()}-"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 @dataclass
 class _Task:
     fn: Callable
@@ -222,7 +246,7 @@ class Workers:
 
     def __init__(self, n: int):
         self.n = n
-        self.markers = Path(tempfile.mkdtemp(prefix="tracedb-ingest-"))
+        self.markers = _markers_dir()
         self.tasks: dict[str, _Task] = {}
         self.done: dict[str, object] = {}  # results of tasks re-run after a worker died
         self.forked = ForkPoint.ok()
