@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 
@@ -352,6 +353,29 @@ def test_schema4_lake_gains_the_collectives_rollup(tmp_path):
 FROZEN_SCHEMA5 = DATA / "frozen_warehouse_schema5"
 
 
+@pytest.fixture(scope="module")
+def schema5_migrated(tmp_path_factory) -> dict:
+    """The frozen schema-5 lake migrated once for the module's four tests of 0008 (each
+    takes its own copy, `migrated_copy`): what refused it before, its data files then,
+    and what the migration applied."""
+    wh = tmp_path_factory.mktemp("schema5") / "wh"
+    shutil.copytree(FROZEN_SCHEMA5, wh)
+    with pytest.raises(TracedbError) as refused:
+        catalog.connect(wh)
+    files = data_files(wh)
+    return {"wh": wh, "refused": str(refused.value), "files": files, "applied": catalog_migrate(wh)}
+
+
+def migrated_copy(migrated: dict, tmp_path, tables=()) -> tuple:
+    """A test's own copy of a lake migrated once (its snapshot rebuilt for the new folder,
+    as for any moved warehouse), and the data files of `tables` before the migration."""
+    wh = tmp_path / "wh"
+    shutil.copytree(migrated["wh"], wh)
+    catalog.connect(wh).close()
+    before = {t: sorted(p for p in migrated["files"] if p.startswith(t + "/")) for t in tables}
+    return wh, before
+
+
 def _raw_stream_time(run: str, *traces) -> dict:
     """(run, file, stream) -> [host wait ns, gaps, kernel wait ns, gaps, other ns, gaps,
     queue changes, min, max] from raw Kineto traces: the gaps between consecutive activities
@@ -373,7 +397,7 @@ def _raw_stream_time(run: str, *traces) -> dict:
                 r[i + 1] += 1
             changes = sorted([(a.launch, 1) for a in mine if a.launch is not None]
                              + [(a.start, -1) for a in mine if a.launch is not None])
-            lengths = [sum(d for _, d in changes[:i + 1]) for i in range(len(changes))]
+            lengths = list(itertools.accumulate(d for _, d in changes))  # the queue after each change
             if lengths:
                 r[6:] = [len(lengths), min(lengths), max(lengths)]
     return out
@@ -395,7 +419,7 @@ def _raw_copies(run: str, *traces) -> dict:
     return out
 
 
-def test_schema5_lake_gains_stream_rollup(tmp_path):
+def test_schema5_lake_gains_stream_rollup(schema5_migrated, tmp_path):
     """Migration 0008 on the frozen schema-5 lake (a Kineto run ingested twice, a TF run, a
     one-rank all-reduce and a two-rank NCCL job): every run's stream and copy rollups fill
     from its live kernels with the gaps, queue lengths and copies the raw traces give;
@@ -406,12 +430,9 @@ def test_schema5_lake_gains_stream_rollup(tmp_path):
     from tracedb import query as q
     from tracedb import sqllib
 
-    wh = tmp_path / "wh"
-    shutil.copytree(FROZEN_SCHEMA5, wh)
-    with pytest.raises(TracedbError, match="0008_interval_rollups"):
-        catalog.connect(wh)
-    before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in ("kernels", "rollup_collectives")}
-    assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
+    wh, before = migrated_copy(schema5_migrated, tmp_path, ("kernels", "rollup_collectives"))
+    assert "0008_interval_rollups" in schema5_migrated["refused"]
+    assert schema5_migrated["applied"] == ["0008_interval_rollups", *LATER]
     assert_untouched_but_by_0013(wh, before)
     con = catalog.connect(wh)
     got = {(r, f, s): list(v) for r, f, s, *v in con.execute(
@@ -483,7 +504,7 @@ def _raw_device_time(*traces) -> dict:
     return out
 
 
-def test_schema5_lake_gains_device_time_rollup(tmp_path):
+def test_schema5_lake_gains_device_time_rollup(schema5_migrated, tmp_path):
     """Migration 0008 on a frozen schema-5 lake (made with the code before it: a one-rank
     all-reduce and a two-rank NCCL job, a TF run, a Kineto run ingested twice): every run's
     `rollup_device_time` fills from its live kernels with the unions the raw traces give;
@@ -494,13 +515,10 @@ def test_schema5_lake_gains_device_time_rollup(tmp_path):
     from tracedb import query as q
     from tracedb import sqllib
 
-    wh = tmp_path / "wh"
-    shutil.copytree(FROZEN_SCHEMA5, wh)
-    with pytest.raises(TracedbError, match="0008_interval_rollups"):
-        catalog.connect(wh)
     tables = ("kernels", "rollup_gpu_busy_idle", "rollup_stream_overlap", "rollup_collectives")
-    before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/")) for t in tables}
-    assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
+    wh, before = migrated_copy(schema5_migrated, tmp_path, tables)
+    assert "0008_interval_rollups" in schema5_migrated["refused"]
+    assert schema5_migrated["applied"] == ["0008_interval_rollups", *LATER]
     assert_untouched_but_by_0013(wh, before)
     con = catalog.connect(wh)
     assert con.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
@@ -543,7 +561,7 @@ def test_schema5_lake_gains_device_time_rollup(tmp_path):
     assert comm_runs(con) == ["allreduce", "nccl", "streams"]
 
 
-def test_schema5_lake_gains_the_step_rollup(tmp_path):
+def test_schema5_lake_gains_the_step_rollup(schema5_migrated, tmp_path):
     """Migration 0008 on the frozen schema-5 lake (the schema-4 one migrated by 0007): every
     run's `rollup_step_times` fills from its live nodes and kernels (and
     `rollup_kernel_launch_config` from its kernels) with the figures the raw TF trace
@@ -552,13 +570,10 @@ def test_schema5_lake_gains_the_step_rollup(tmp_path):
     again does nothing; a re-ingest replaces a run's rollups."""
     import rawtrace
 
-    wh = tmp_path / "wh"
-    shutil.copytree(FROZEN_SCHEMA5, wh)
-    with pytest.raises(TracedbError, match="0008_interval_rollups"):
-        catalog.connect(wh)
-    before = {t: sorted(p for p in data_files(wh) if p.startswith(t + "/"))  # (nodes: 0009 adds columns to them)
-              for t in ("kernels", "rollup_collectives", "rollup_stream_overlap")}
-    assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
+    # (nodes: 0009 adds columns to them)
+    wh, before = migrated_copy(schema5_migrated, tmp_path, ("kernels", "rollup_collectives", "rollup_stream_overlap"))
+    assert "0008_interval_rollups" in schema5_migrated["refused"]
+    assert schema5_migrated["applied"] == ["0008_interval_rollups", *LATER]
     assert_untouched_but_by_0013(wh, before)
     con = catalog.connect(wh)
     assert con.execute("SELECT list(DISTINCT run_id ORDER BY run_id), list(DISTINCT device) FROM rollup_step_times"
@@ -599,16 +614,15 @@ def test_schema5_lake_gains_the_step_rollup(tmp_path):
     assert same(con) > 50
 
 
-def test_schema5_lake_gains_the_launch_rollup(tmp_path):
+def test_schema5_lake_gains_the_launch_rollup(schema5_migrated, tmp_path):
     """Migration 0008 on the frozen schema-5 lake fills `rollup_kernel_launches`: one row
     per activity the raw Kineto traces give a launch call (by correlation id), and
     `kernel_launch_stats`, which reads only it, gives the old text's rows for the fleet,
     every run, a rank, a step range and other cutoffs."""
     import rawtrace
 
-    wh = tmp_path / "wh"
-    shutil.copytree(FROZEN_SCHEMA5, wh)
-    assert catalog_migrate(wh) == ["0008_interval_rollups", *LATER]
+    wh, _ = migrated_copy(schema5_migrated, tmp_path)
+    assert schema5_migrated["applied"] == ["0008_interval_rollups", *LATER]
     con = catalog.connect(wh)
     launched = {run: sum(1 for p in paths for k in rawtrace.kineto(rawtrace.load_kineto_json(p)).kernels
                          if k.launch is not None)
@@ -638,8 +652,18 @@ def _views(wh) -> dict[str, list]:
         con.close()
 
 
+@pytest.fixture(scope="module")
+def schema6_clean_views(tmp_path_factory) -> dict[str, list]:
+    """The views of the frozen schema-6 lake after a migration that was never killed (made
+    once: both kill points compare with it)."""
+    clean = tmp_path_factory.mktemp("schema6") / "clean"
+    shutil.copytree(FROZEN_SCHEMA6, clean)
+    catalog_migrate(clean)
+    return _views(clean)
+
+
 @pytest.mark.parametrize("step", ["m0013_before_unpartition", "m0013_after_unpartition"])
-def test_layout_migration_killed_at_its_commits_is_completed_by_a_rerun(tmp_path, step):
+def test_layout_migration_killed_at_its_commits_is_completed_by_a_rerun(schema6_clean_views, tmp_path, step):
     """Migration 0013 (schema 8) on a frozen schema-6 lake, SIGKILLed before and after the
     commit that unpartitions its first table: a rerun ends with the rows a migration
     that was never killed gives, every table unpartitioned, no record left."""
@@ -648,11 +672,9 @@ def test_layout_migration_killed_at_its_commits_is_completed_by_a_rerun(tmp_path
 
     from tracedb.lake import Lake
 
-    clean, killed = tmp_path / "clean", tmp_path / "killed"
-    for wh in (clean, killed):
-        shutil.copytree(FROZEN_SCHEMA6, wh)
-    catalog_migrate(clean)
-    want = _views(clean)
+    killed = tmp_path / "killed"
+    shutil.copytree(FROZEN_SCHEMA6, killed)
+    want = schema6_clean_views
     assert sum(len(rows) for rows in want.values()) > 10_000
     r = subprocess.run([sys.executable, "-m", "tracedb.cli", "migrate", "-w", str(killed)], capture_output=True,
                        env={**__import__("os").environ, "TRACEDB_CRASH_AT": step})

@@ -192,11 +192,11 @@ def _cli(args: list[str], env: dict, cwd: Path) -> subprocess.Popen:
 
 
 def _rows_per_run(wh: tracedb.Warehouse) -> dict:
-    out = {}
-    for table in ("nodes", "kernels", "tensors", "allocations", "files"):
-        for r in wh.sql(f"SELECT run_id, count(*) AS n FROM {table} GROUP BY run_id").to_pylist():
-            out[(table, r["run_id"])] = r["n"]
-    return out
+    """(table, run) -> rows, in one query (a connection on S3 checks the snapshot's freshness
+    with LIST requests)."""
+    sql = " UNION ALL ".join(f"SELECT '{t}' AS t, run_id, count(*) AS n FROM {t} GROUP BY run_id"
+                             for t in ("nodes", "kernels", "tensors", "allocations", "files"))
+    return {(r["t"], r["run_id"]): r["n"] for r in wh.sql(sql).to_pylist()}
 
 
 def _plain(v):
@@ -227,7 +227,7 @@ def _parquet_objects(st: storage.ObjectStorage, table: str) -> set[str]:
 
 
 @pytest.mark.slow
-def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_path, monkeypatch):
+def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, fleet_warehouse, tmp_path, monkeypatch):
     url = f"s3://{BUCKET}/wh"
     srcs = _sources(tmp_path)
     # Every writer at once, each a separate `tracedb ingest` process.
@@ -237,9 +237,13 @@ def test_whole_flow_on_s3_with_concurrent_writers_equals_a_local_lake(s3, tmp_pa
         extra = {"TRACEDB_CRASH_AT": "ingest_after_add"} if name == "crashed" else {}
         jobs = "2" if name == "batch_b" else "1"  # batch_b's files are read by worker processes
         procs[name] = _cli(["ingest", *args, "--warehouse", url, "--jobs", jobs], {**env, **extra}, tmp_path)
-    # the local lake, the reference, meanwhile (the writers wait on the lease and the S3 server)
+    # the local lake, the reference, meanwhile (the writers wait on the lease and the S3 server):
+    # the session's fleet_dev lake (the six runs of batch_a and batch_b), copied, and `tf`
+    shutil.copytree(fleet_warehouse, tmp_path / "local")
     local = tracedb.Warehouse(tmp_path / "local")
-    assert local.ingest(*sum((args for name, args in srcs.items() if name not in ("day4_again", "crashed")), [])).ok
+    assert local.ingest(*srcs["tf"]).ok
+    assert sorted(local.runs().column("run_id").to_pylist()) == sorted(
+        p.name for name in ("batch_a", "batch_b", "tf") for p in Path(srcs[name][0]).iterdir())
     for name, p in procs.items():
         out, err = p.communicate(timeout=600)
         if name == "crashed":

@@ -115,11 +115,15 @@ def _tables_or_error(path: Path) -> tuple:
 @pytest.mark.parametrize("chunk", [tf_stepstats.CHUNK_BYTES, 4099, pytest.param(3, marks=pytest.mark.slow)])
 def test_tf_text_in_chunks_equals_the_whole_text_reader(tmp_path, monkeypatch, chunk):
     """Small and odd chunk sizes cut tokens, lines and UTF-8 characters (3 bytes: every
-    2- and 4-byte character); the tables (or the error message) are those of the
+    2- and 4-byte character, on the inputs that hold non-ASCII text or bad UTF-8: ~10x
+    the CPU of the others a file); the tables (or the error message) are those of the
     whole-text reader. (tests/test_pbtext_chunks.py cuts pbtext's input at every char.)"""
     monkeypatch.setattr(tf_stepstats, "CHUNK_BYTES", chunk)
     errors = 0
-    for path in _tf_text_inputs(tmp_path):
+    inputs = _tf_text_inputs(tmp_path)
+    if chunk < 4:
+        inputs = [p for p in inputs if "_utf8" in p.name]
+    for path in inputs:
         got = _tables_or_error(path)
         with whole_tf_text():
             assert tf_stepstats._text_chunks.__name__ == "_whole_text_chunks"  # the oracle is the one reading
@@ -132,7 +136,7 @@ def test_tf_text_in_chunks_equals_the_whole_text_reader(tmp_path, monkeypatch, c
         for t in want[0]:
             assert got[0][t].equals(want[0][t]), (path.name, t)
         assert got[1] == want[1], path.name
-    assert errors == 4  # bad UTF-8 and the cut gzip, of each seed
+    assert errors == (2 if chunk < 4 else 4)  # bad UTF-8 (and the cut gzip), of each seed
 
 
 def test_tf_text_chunks_decode_like_the_whole_text(tmp_path, monkeypatch):
