@@ -29,12 +29,14 @@ its thread as it finishes; rows are split by run with Arrow kernels.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from tracedb import schema, sqllib
-from tracedb.errors import TracedbError
+from tracedb.errors import TracedbError, WarehouseError
 from tracedb.sqllib import CannedQuery
 
 if TYPE_CHECKING:
@@ -84,6 +86,15 @@ def reads(tables: list[str]) -> list[str]:
     return list(dict.fromkeys(["kernels", *(s for t in tables for s in metrics()[t].reads)]))
 
 
+# DuckDB's memory for the rollups of a commit group (its tables of the runs' rows and the
+# metrics' operators); past it they spill to disk, so a run of 10 M events fits as one of
+# 10 k does (bench/RESULTS.md, session 13).
+ROLLUP_MEMORY = "256MB"
+
+# The rows of a metric's result fetched at a time: `rollup_kernel_launches` has a row a
+# launch, held whole as Python rows before (bench/RESULTS.md, session 13).
+FETCH_ROWS = 65_536
+
 # The metrics, costliest first (CPU on the 8-rank Kineto job's 9,616 kernels, 58 k nodes and
 # 9.5 k runtime calls, 2 cores): they start in this order on as many threads as cores.
 COST_ORDER = ("rollup_stream_time", "rollup_gpu_busy_idle", "rollup_step_times", "rollup_device_time",
@@ -109,10 +120,18 @@ class Writer:
     def __init__(self) -> None:
         import duckdb
 
+        from tracedb.storage import sql_str
+
         self.con = duckdb.connect()
         # a few thousand rows a run: one thread (the ingest's workers have the other cores)
         self.con.execute("SET enable_progress_bar = false")
         self.con.execute("SET threads = 1")
+        # Bounded whatever the run's size: past ROLLUP_MEMORY DuckDB spills its tables,
+        # sorts and windows into a folder of its own, removed at close (its default: 80%
+        # of RAM, and an in-memory database's spill folder in the working directory).
+        self.spill = Path(tempfile.mkdtemp(prefix="tracedb-rollups-"))
+        self.con.execute(f"SET memory_limit = '{ROLLUP_MEMORY}'")
+        self.con.execute(f"SET temp_directory = {sql_str(str(self.spill / 'tmp'))}")
         self.con.execute("CREATE SCHEMA whole")
         self.metrics: dict[str, _Metric] = {}
         self._registered: set = set()  # fsspec protocols registered on the connection
@@ -128,6 +147,7 @@ class Writer:
         for m in self.metrics.values():
             m.cursor.close()
         self.con.close()
+        shutil.rmtree(self.spill, ignore_errors=True)
 
     def compute(self, sources: list[dict[str, str]], tables: list[str] | None = None) -> list[dict[str, pa.Table]]:
         """For each of `sources` (one run's relations by source table: its `kernels` rows,
@@ -150,7 +170,10 @@ class Writer:
         a commit group of 50 fleet runs holds ~0.5 M kernel rows there)."""
         out: list[dict[str, pa.Table]] = [{} for _ in sources]
 
-        def keep(table: str, rows: pa.Table) -> None:
+        def keep(table: str, chunks: Iterator[pa.Table]) -> None:
+            import pyarrow as pa
+
+            rows = pa.concat_tables(list(chunks), promote_options="permissive")
             for mine, part in zip(out, self._split(table, rows, len(sources))):
                 mine[table] = part
 
@@ -163,9 +186,10 @@ class Writer:
         return [(t, m) for t, m in self.metrics.items() if (tables is None or t in tables) and has_inputs(t, have)]
 
     def _each(self, sources: list[dict[str, str]], todo: list[tuple[str, _Metric]],
-              done: Callable[[str, pa.Table], None]) -> None:
-        """Run the metrics of `todo` on `sources` (see `compute`), calling `done(table, rows)`
-        with each one's rows in the thread that computed it, as each finishes."""
+              done: Callable[[str, Iterator[pa.Table]], None]) -> None:
+        """Run the metrics of `todo` on `sources` (see `compute`), calling `done(table, chunks)`
+        with each one's rows (`_run`: chunks as DuckDB streams them) in the thread that
+        computes it."""
         from concurrent.futures import ThreadPoolExecutor
 
         from tracedb.lake import concurrently
@@ -204,11 +228,12 @@ class Writer:
                       ON s.kind IS NULL OR k.kind = s.kind""")
 
     @staticmethod
-    def _run(m: _Metric) -> pa.Table:
+    def _run(m: _Metric) -> Iterator[pa.Table]:
         """The metric's rows, as `query.execute` gives them with no run named (no view to
-        scope): the parsed statement on its cursor, through the DB-API result (with the
-        relation API DuckDB binds each statement once more to make the relation; the nine
-        metrics' fixed cost, on empty inputs, 78-89 -> 29-41 ms of CPU at load ~4)."""
+        scope), FETCH_ROWS at a time (the first chunk always, empty or not): the parsed
+        statement on its cursor, through the DB-API result (with the relation API DuckDB
+        binds each statement once more to make the relation; the nine metrics' fixed cost,
+        on empty inputs, 78-89 -> 29-41 ms of CPU at load ~4), which DuckDB streams."""
         import duckdb
         import pyarrow as pa
 
@@ -216,11 +241,18 @@ class Writer:
 
         try:
             cur = m.cursor.execute(m.statement, m.values)
-            # Python rows, not Arrow from this DB-API result: DuckDB warns on that, and a
-            # filter against the warning would change the process's. A metric's rows are
-            # few; the file writer casts them to the table's types (`store.conform`).
-            names, rows = [d[0] for d in cur.description], cur.fetchall()
-            return plain_numbers(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}))
+            names = [d[0] for d in cur.description]
+            while True:
+                # Python rows, not Arrow from this DB-API result: DuckDB warns on that, and a
+                # filter against the warning would change the process's. The file writer
+                # casts them to the table's types (`store.conform`).
+                rows = cur.fetchmany(FETCH_ROWS)
+                yield plain_numbers(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}))
+                if len(rows) < FETCH_ROWS:
+                    return
+        except duckdb.OutOfMemoryException as e:
+            raise WarehouseError(f"{m.query.name}: the rollups did not fit rollups.ROLLUP_MEMORY ({ROLLUP_MEMORY}): "
+                                 f"{str(e).splitlines()[0]} (the source files are not at fault)") from e
         except duckdb.Error as e:
             raise TracedbError(f"{m.query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
 
@@ -281,19 +313,25 @@ class Writer:
         written: list[DataFile] = []
         lock = threading.Lock()
 
-        def write(table: str, rows: pa.Table) -> None:
+        def write(table: str, chunks: Iterator[pa.Table]) -> None:
             """A metric's rows, each run's into its file, written in the metric's thread
-            while the others compute."""
-            for (run_id, ingest_id, _), rollups in zip(runs, self._split(table, rows, len(runs))):
-                writer = FileWriter(store, run_id, ingest_id, f"{ingest_id}-{tag}", partitioned=partitioned)
-                try:
-                    writer.write(table, rollups)
+            as DuckDB streams them, while the others compute."""
+            writers = [FileWriter(store, run_id, ingest_id, f"{ingest_id}-{tag}", partitioned=partitioned)
+                       for run_id, ingest_id, _ in runs]
+            closed = 0
+            try:
+                for rows in chunks:
+                    for writer, part in zip(writers, self._split(table, rows, len(runs))):
+                        writer.write(table, part)
+                for writer in writers:
                     files = writer.close()
-                except BaseException:
+                    closed += 1
+                    with lock:
+                        written.extend(files)
+            except BaseException:
+                for writer in writers[closed:]:
                     writer.abort()
-                    raise
-                with lock:
-                    written.extend(files)
+                raise
 
         try:
             self._each(sources, self._todo(sources, tables), write)
