@@ -7,7 +7,7 @@ about --events events (kept with --trace, reused if there), then ingests it into
 warehouse in a fresh process (`tracedb.ingest.ingest`, what `tracedb ingest --jobs 1`
 runs) importing tracedb from --src (default: this tree; a `git archive` of another
 commit to compare). The child samples its RSS every 20 ms and reports, with
-TRACEDB_TIMING's phases, the peak of each phase, its VmHWM, its CPU and wall seconds and
+TRACEDB_TIMING's phases, the RSS at the start and the peak of each phase, its VmHWM, its CPU and wall seconds and
 every rollup table's rows (sorted; --rows writes them, to compare two trees' rows).
 """
 
@@ -50,8 +50,9 @@ peak = next(int(l.split()[1]) // 1024 for l in open("/proc/self/status") if l.st
 by_phase = {}
 for p in map(json.loads, open(phases)):
     inside = [m for t, m in samples if p["start"] <= t <= p["end"]]
+    before = [m for t, m in samples if t <= p["start"]]
     if inside:
-        by_phase[p["phase"]] = max(by_phase.get(p["phase"], 0), max(inside))
+        by_phase[p["phase"]] = (before[-1] if before else None, max(by_phase.get(p["phase"], (0, 0))[1], max(inside)))
 import duckdb
 con = duckdb.connect()
 rows = {}
@@ -79,7 +80,9 @@ def main() -> None:
     if not path.exists():
         kineto_tiny(path, args.events // 3)
     env = dict(os.environ, PYTHONPATH=str(args.src))
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, env=env)
+    # (in a folder of its own: `python -c` imports first from the working directory)
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, env=env,
+                         cwd=tmp.name)
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
     res = json.loads(out.stdout)
@@ -87,7 +90,7 @@ def main() -> None:
         args.rows.write_text(json.dumps(res["rollups"], indent=0))
     print(f"{args.events} events, src {args.src}: peak {res['peak_mb']} MB, wall {res['wall_s']} s, "
           f"cpu {res['cpu_s']} s; rows {res['rows']}")
-    print("  peak by phase (MB):", res["phases_mb"])
+    print("  RSS at the start of each phase, its peak (MB):", res["phases_mb"])
     print("  rollup rows:", {t: len(r) for t, r in res["rollups"].items()})
     tmp.cleanup()
 

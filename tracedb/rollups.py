@@ -91,9 +91,17 @@ def reads(tables: list[str]) -> list[str]:
 # 10 k does (bench/RESULTS.md, session 13).
 ROLLUP_MEMORY = "256MB"
 
-# The rows of a metric's result fetched at a time: `rollup_kernel_launches` has a row a
-# launch, held whole as Python rows before (bench/RESULTS.md, session 13).
-FETCH_ROWS = 65_536
+# Past this many rows of the runs' files, the metrics read the files (views) rather than
+# copies of the rows in DuckDB's memory: one copy is faster for small runs (~20 % of the
+# metrics' CPU), but a big run's copy only spills past ROLLUP_MEMORY, dearer than
+# reading the files again (bench/RESULTS.md, session 13).
+TABLE_ROWS = 500_000
+
+# A metric's rows are fetched FETCH_ROWS at a time as Python rows and handed on (written)
+# CHUNK_ROWS at a time as Arrow: `rollup_kernel_launches` has a row a launch, held whole
+# as Python rows before (bench/RESULTS.md, session 13).
+FETCH_ROWS = 8_192
+CHUNK_ROWS = 65_536
 
 # The metrics, costliest first (CPU on the 8-rank Kineto job's 9,616 kernels, 58 k nodes and
 # 9.5 k runtime calls, 2 cores): they start in this order on as many threads as cores.
@@ -186,10 +194,11 @@ class Writer:
         return [(t, m) for t, m in self.metrics.items() if (tables is None or t in tables) and has_inputs(t, have)]
 
     def _each(self, sources: list[dict[str, str]], todo: list[tuple[str, _Metric]],
-              done: Callable[[str, Iterator[pa.Table]], None]) -> None:
+              done: Callable[[str, Iterator[pa.Table]], None], copy: bool = True) -> None:
         """Run the metrics of `todo` on `sources` (see `compute`), calling `done(table, chunks)`
         with each one's rows (`_run`: chunks as DuckDB streams them) in the thread that
-        computes it."""
+        computes it. `copy`: the sources loaded into tables (False: views over the files,
+        for inputs too big to copy: `TABLE_ROWS`)."""
         from concurrent.futures import ThreadPoolExecutor
 
         from tracedb.lake import concurrently
@@ -200,7 +209,7 @@ class Writer:
         loads = reads([t for t, _ in todo])
         kinds = any(not m.whole for _, m in todo)
         try:
-            concurrently([lambda t=t: self._load(sources, t, kinds and t == "kernels") for t in loads])
+            concurrently([lambda t=t: self._load(sources, t, kinds and t == "kernels", copy) for t in loads])
             todo = sorted(todo, key=lambda tm: COST_ORDER.index(tm[0]) if tm[0] in COST_ORDER else len(COST_ORDER))
             with ThreadPoolExecutor(min(len(todo), cores()), thread_name_prefix="tracedb-rollup") as pool:
                 futures = [pool.submit(lambda t=t, m=m: done(t, self._run(m))) for t, m in todo]
@@ -208,19 +217,20 @@ class Writer:
                 f.result()
         finally:
             for table in ("kernels", *(f"whole.{t}" for t in WHOLE_SOURCES)):
-                self.con.execute(f"DROP TABLE IF EXISTS {table}")
+                self.con.execute(f"DROP {'TABLE' if copy else 'VIEW'} IF EXISTS {table}")
 
-    def _load(self, sources: list[dict[str, str]], table: str, kinds: bool) -> None:
+    def _load(self, sources: list[dict[str, str]], table: str, kinds: bool, copy: bool) -> None:
         """`whole.<table>`: every source's rows of `table` under run id `<i>*`, on a cursor of
         its own (the tables load at once); for `kernels` with `kinds`, then `kernels` too: the
         same rows once more for each kind present, under `<i>=<kind>` (from the in-memory
-        table, not the files again)."""
+        table, not the files again). With `copy` False, views of the same rows."""
+        kind = "TABLE" if copy else "VIEW"
         with self.con.cursor() as cur:
-            cur.execute(f"""CREATE OR REPLACE TABLE whole.{table} AS
+            cur.execute(f"""CREATE OR REPLACE {kind} whole.{table} AS
                 SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
                 FROM ({self._rows_of(sources, table, WHOLE_SOURCES[table])})""")
             if kinds:
-                cur.execute(f"""CREATE OR REPLACE TABLE kernels AS
+                cur.execute(f"""CREATE OR REPLACE {kind} kernels AS
                     SELECT rtrim(k.run_id, '*') || coalesce('=' || s.kind, '*') AS run_id,
                            {', '.join(f"k.{c}" for c in COLUMNS if c != 'run_id')}
                     FROM whole.kernels k
@@ -230,7 +240,7 @@ class Writer:
     @staticmethod
     def _run(m: _Metric) -> Iterator[pa.Table]:
         """The metric's rows, as `query.execute` gives them with no run named (no view to
-        scope), FETCH_ROWS at a time (the first chunk always, empty or not): the parsed
+        scope), in chunks of about CHUNK_ROWS (the first always, empty or not): the parsed
         statement on its cursor, through the DB-API result (with the relation API DuckDB
         binds each statement once more to make the relation; the nine metrics' fixed cost,
         on empty inputs, 78-89 -> 29-41 ms of CPU at load ~4), which DuckDB streams."""
@@ -242,13 +252,20 @@ class Writer:
         try:
             cur = m.cursor.execute(m.statement, m.values)
             names = [d[0] for d in cur.description]
+            parts: list[pa.Table] = []
+            held = 0
             while True:
                 # Python rows, not Arrow from this DB-API result: DuckDB warns on that, and a
                 # filter against the warning would change the process's. The file writer
                 # casts them to the table's types (`store.conform`).
                 rows = cur.fetchmany(FETCH_ROWS)
-                yield plain_numbers(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}))
-                if len(rows) < FETCH_ROWS:
+                parts.append(plain_numbers(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})))
+                held += len(rows)
+                last = len(rows) < FETCH_ROWS
+                if last or held >= CHUNK_ROWS:
+                    yield from _joined(parts)
+                    parts, held = [], 0
+                if last:
                     return
         except duckdb.OutOfMemoryException as e:
             raise WarehouseError(f"{m.query.name}: the rollups did not fit rollups.ROLLUP_MEMORY ({ROLLUP_MEMORY}): "
@@ -286,12 +303,14 @@ class Writer:
 
     def write_runs(self, root: Path | str | storage.Storage, runs: list[tuple[str, str, list[str]]],
                    tables: list[str] | None = None, tag: str = "rollup",
-                   partitioned: frozenset[str] = frozenset()) -> list[DataFile]:
+                   partitioned: frozenset[str] = frozenset(), rows: int | None = None) -> list[DataFile]:
         """Compute the rollups of `runs` (run_id, ingest_id, its parquet files of the
         `WHOLE_SOURCES` tables: paths relative to the warehouse; only the rows of that run and
         ingest) and write them into the lake under each run's ingest_id, uncommitted.
         `tables`: only these rollup tables. `partitioned`: the tables (sources or rollups)
-        in the partitioned layout of schema <= 7 (a lake whose older migrations run)."""
+        in the partitioned layout of schema <= 7 (a lake whose older migrations run). `rows`:
+        how many rows the runs' files hold, if known: past TABLE_ROWS the metrics read
+        the files (views), not copies of their rows in DuckDB's memory."""
         from tracedb import storage
         from tracedb.store import FileWriter
 
@@ -334,13 +353,24 @@ class Writer:
                 raise
 
         try:
-            self._each(sources, self._todo(sources, tables), write)
+            self._each(sources, self._todo(sources, tables), write, copy=rows is None or rows <= TABLE_ROWS)
         except BaseException:
             for f in written:
                 store.unlink(f.rel)
             raise
         order = {run_id: i for i, (run_id, _, _) in enumerate(runs)}
         return sorted(written, key=lambda f: (order[f.run_id], list(schema.ROLLUPS).index(f.table), f.device))
+
+
+def _joined(parts: list[pa.Table]) -> list[pa.Table]:
+    """Chunks of a metric's rows as one table, or as they are where their types differ
+    (a sum beyond int64 in one chunk stays decimal: `store.conform` casts each)."""
+    import pyarrow as pa
+
+    try:
+        return [pa.concat_tables(parts, promote_options="permissive")]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return parts
 
 
 def _run_rows(paths: list[str], run_id: str, ingest_id: str, hive: bool) -> str:
