@@ -85,7 +85,7 @@ def main() -> None:
                          cwd=tmp.name)
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
-    res = json.loads(out.stdout)
+    res = json.loads(out.stdout.strip().splitlines()[-1])  # (the last line: a tree may print before it)
     if args.rows:
         args.rows.write_text(json.dumps(res["rollups"], indent=0))
     print(f"{args.events} events, src {args.src}: peak {res['peak_mb']} MB, wall {res['wall_s']} s, "
