@@ -25,6 +25,13 @@ a metric whose source tables have no rows in the group (`-- needs:`) is not run 
 no Delta commit; a re-ingest still removes the run's old rollup files); the metrics start
 costliest first (`COST_ORDER`) on as many threads as cores, and each writes its files in
 its thread as it finishes; rows are split by run with Arrow kernels.
+
+How it stays within a bounded memory whatever a run's size (issue 28 item 13): DuckDB
+works within ROLLUP_MEMORY and spills into a temporary folder of the Writer's own; a
+group whose files hold more than TABLE_ROWS rows is read from the files (views), not
+copied into DuckDB's memory; a metric's rows are fetched and written a chunk at a time
+(`rollup_kernel_launches` has a row a launch); and stream_overlap reads each of its `WITH`
+relations once (DuckDB holds one read twice whole, in memory, where it did not fit).
 """
 
 from __future__ import annotations
