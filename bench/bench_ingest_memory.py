@@ -61,6 +61,9 @@ for folder in sorted(wh.glob("rollup_*")):
     if files:
         r = con.sql(f"SELECT * EXCLUDE (ingest_id) FROM read_parquet({files}, union_by_name = true)").fetchall()
         rows[folder.name] = sorted(map(repr, r))
+import shutil
+shutil.rmtree(wh.parent, ignore_errors=True)
+shutil.rmtree(phases.parent, ignore_errors=True)
 print(json.dumps({"peak_mb": peak, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
                   "phases_mb": by_phase, "rows": dict(s.runs[0].rows), "rollups": rows}))
 """
