@@ -693,12 +693,13 @@ def _open_lake(warehouse: storage.Storage) -> lake.Lake:
 def _add_rollups(roll: rollups.Writer, warehouse: storage.Storage, runs: list[lake.RunCommit]) -> None:
     """Each replaced run's rollup files (`tracedb.rollups`), computed from its files of the
     tables the metrics read that it is about to commit, join its files (one computation for
-    the group)."""
+    the group; their rows tell the Writer whether to copy them, `rollups.TABLE_ROWS`)."""
     todo = [c for c in runs if c.replace
             and any(rollups.has_inputs(t, {f.table for f in c.files}) for t in schema.ROLLUP_TABLES)]
-    made = _store(roll.write_runs, warehouse,
-                  [(c.run_row["run_id"], c.ingest_id, [f.rel for f in c.files if f.table in rollups.WHOLE_SOURCES])
-                   for c in todo])
+    runs_files = [(c.run_row["run_id"], c.ingest_id, [f for f in c.files if f.table in rollups.WHOLE_SOURCES])
+                  for c in todo]
+    made = _store(lambda: roll.write_runs(warehouse, [(r, i, [f.rel for f in fs]) for r, i, fs in runs_files],
+                                          rows=sum(f.rows for _, _, fs in runs_files for f in fs)))
     for c in todo:
         c.files += [f for f in made if f.run_id == c.run_row["run_id"]]
 

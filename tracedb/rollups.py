@@ -25,16 +25,25 @@ a metric whose source tables have no rows in the group (`-- needs:`) is not run 
 no Delta commit; a re-ingest still removes the run's old rollup files); the metrics start
 costliest first (`COST_ORDER`) on as many threads as cores, and each writes its files in
 its thread as it finishes; rows are split by run with Arrow kernels.
+
+How it stays within a bounded memory whatever a run's size (issue 28 item 13): DuckDB
+works within ROLLUP_MEMORY and spills into a temporary folder of the Writer's own; a
+group whose files hold more than TABLE_ROWS rows is read from the files (views), not
+copied into DuckDB's memory; a metric's rows are fetched and written a chunk at a time
+(`rollup_kernel_launches` has a row a launch); and stream_overlap reads each of its `WITH`
+relations once (DuckDB holds one read twice whole, in memory, where it did not fit).
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
 from tracedb import schema, sqllib
-from tracedb.errors import TracedbError
+from tracedb.errors import TracedbError, WarehouseError
 from tracedb.sqllib import CannedQuery
 
 if TYPE_CHECKING:
@@ -84,6 +93,23 @@ def reads(tables: list[str]) -> list[str]:
     return list(dict.fromkeys(["kernels", *(s for t in tables for s in metrics()[t].reads)]))
 
 
+# DuckDB's memory for the rollups of a commit group (its tables of the runs' rows and the
+# metrics' operators); past it they spill to disk, so a run of 10 M events fits as one of
+# 10 k does (bench/RESULTS.md, session 13).
+ROLLUP_MEMORY = "256MB"
+
+# Past this many rows of the runs' files, the metrics read the files (views) rather than
+# copies of the rows in DuckDB's memory: one copy is faster for small runs (~20 % of the
+# metrics' CPU), but a big run's copy only spills past ROLLUP_MEMORY, dearer than
+# reading the files again (bench/RESULTS.md, session 13).
+TABLE_ROWS = 500_000
+
+# A metric's rows are fetched FETCH_ROWS at a time as Python rows and handed on (written)
+# CHUNK_ROWS at a time as Arrow: `rollup_kernel_launches` has a row a launch, held whole
+# as Python rows before (bench/RESULTS.md, session 13).
+FETCH_ROWS = 8_192
+CHUNK_ROWS = 65_536
+
 # The metrics, costliest first (CPU on the 8-rank Kineto job's 9,616 kernels, 58 k nodes and
 # 9.5 k runtime calls, 2 cores): they start in this order on as many threads as cores.
 COST_ORDER = ("rollup_stream_time", "rollup_gpu_busy_idle", "rollup_step_times", "rollup_device_time",
@@ -109,10 +135,18 @@ class Writer:
     def __init__(self) -> None:
         import duckdb
 
+        from tracedb.storage import sql_str
+
         self.con = duckdb.connect()
         # a few thousand rows a run: one thread (the ingest's workers have the other cores)
         self.con.execute("SET enable_progress_bar = false")
         self.con.execute("SET threads = 1")
+        # Bounded whatever the run's size: past ROLLUP_MEMORY DuckDB spills its tables,
+        # sorts and windows into a folder of its own, removed at close (its default: 80%
+        # of RAM, and an in-memory database's spill folder in the working directory).
+        self.spill = Path(tempfile.mkdtemp(prefix="tracedb-rollups-"))
+        self.con.execute(f"SET memory_limit = '{ROLLUP_MEMORY}'")
+        self.con.execute(f"SET temp_directory = {sql_str(str(self.spill / 'tmp'))}")
         self.con.execute("CREATE SCHEMA whole")
         self.metrics: dict[str, _Metric] = {}
         self._registered: set = set()  # fsspec protocols registered on the connection
@@ -128,6 +162,7 @@ class Writer:
         for m in self.metrics.values():
             m.cursor.close()
         self.con.close()
+        shutil.rmtree(self.spill, ignore_errors=True)
 
     def compute(self, sources: list[dict[str, str]], tables: list[str] | None = None) -> list[dict[str, pa.Table]]:
         """For each of `sources` (one run's relations by source table: its `kernels` rows,
@@ -150,7 +185,10 @@ class Writer:
         a commit group of 50 fleet runs holds ~0.5 M kernel rows there)."""
         out: list[dict[str, pa.Table]] = [{} for _ in sources]
 
-        def keep(table: str, rows: pa.Table) -> None:
+        def keep(table: str, chunks: Iterator[pa.Table]) -> None:
+            import pyarrow as pa
+
+            rows = pa.concat_tables(list(chunks), promote_options="permissive")
             for mine, part in zip(out, self._split(table, rows, len(sources))):
                 mine[table] = part
 
@@ -163,9 +201,11 @@ class Writer:
         return [(t, m) for t, m in self.metrics.items() if (tables is None or t in tables) and has_inputs(t, have)]
 
     def _each(self, sources: list[dict[str, str]], todo: list[tuple[str, _Metric]],
-              done: Callable[[str, pa.Table], None]) -> None:
-        """Run the metrics of `todo` on `sources` (see `compute`), calling `done(table, rows)`
-        with each one's rows in the thread that computed it, as each finishes."""
+              done: Callable[[str, Iterator[pa.Table]], None], copy: bool = True) -> None:
+        """Run the metrics of `todo` on `sources` (see `compute`), calling `done(table, chunks)`
+        with each one's rows (`_run`: chunks as DuckDB streams them) in the thread that
+        computes it. `copy`: the sources loaded into tables (False: views over the files,
+        for inputs too big to copy: `TABLE_ROWS`)."""
         from concurrent.futures import ThreadPoolExecutor
 
         from tracedb.lake import concurrently
@@ -176,7 +216,7 @@ class Writer:
         loads = reads([t for t, _ in todo])
         kinds = any(not m.whole for _, m in todo)
         try:
-            concurrently([lambda t=t: self._load(sources, t, kinds and t == "kernels") for t in loads])
+            concurrently([lambda t=t: self._load(sources, t, kinds and t == "kernels", copy) for t in loads])
             todo = sorted(todo, key=lambda tm: COST_ORDER.index(tm[0]) if tm[0] in COST_ORDER else len(COST_ORDER))
             with ThreadPoolExecutor(min(len(todo), cores()), thread_name_prefix="tracedb-rollup") as pool:
                 futures = [pool.submit(lambda t=t, m=m: done(t, self._run(m))) for t, m in todo]
@@ -184,19 +224,20 @@ class Writer:
                 f.result()
         finally:
             for table in ("kernels", *(f"whole.{t}" for t in WHOLE_SOURCES)):
-                self.con.execute(f"DROP TABLE IF EXISTS {table}")
+                self.con.execute(f"DROP {'TABLE' if copy else 'VIEW'} IF EXISTS {table}")
 
-    def _load(self, sources: list[dict[str, str]], table: str, kinds: bool) -> None:
+    def _load(self, sources: list[dict[str, str]], table: str, kinds: bool, copy: bool) -> None:
         """`whole.<table>`: every source's rows of `table` under run id `<i>*`, on a cursor of
         its own (the tables load at once); for `kernels` with `kinds`, then `kernels` too: the
         same rows once more for each kind present, under `<i>=<kind>` (from the in-memory
-        table, not the files again)."""
+        table, not the files again). With `copy` False, views of the same rows."""
+        kind = "TABLE" if copy else "VIEW"
         with self.con.cursor() as cur:
-            cur.execute(f"""CREATE OR REPLACE TABLE whole.{table} AS
+            cur.execute(f"""CREATE OR REPLACE {kind} whole.{table} AS
                 SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
                 FROM ({self._rows_of(sources, table, WHOLE_SOURCES[table])})""")
             if kinds:
-                cur.execute(f"""CREATE OR REPLACE TABLE kernels AS
+                cur.execute(f"""CREATE OR REPLACE {kind} kernels AS
                     SELECT rtrim(k.run_id, '*') || coalesce('=' || s.kind, '*') AS run_id,
                            {', '.join(f"k.{c}" for c in COLUMNS if c != 'run_id')}
                     FROM whole.kernels k
@@ -204,11 +245,12 @@ class Writer:
                       ON s.kind IS NULL OR k.kind = s.kind""")
 
     @staticmethod
-    def _run(m: _Metric) -> pa.Table:
+    def _run(m: _Metric) -> Iterator[pa.Table]:
         """The metric's rows, as `query.execute` gives them with no run named (no view to
-        scope): the parsed statement on its cursor, through the DB-API result (with the
-        relation API DuckDB binds each statement once more to make the relation; the nine
-        metrics' fixed cost, on empty inputs, 78-89 -> 29-41 ms of CPU at load ~4)."""
+        scope), in chunks of about CHUNK_ROWS (the first always, empty or not): the parsed
+        statement on its cursor, through the DB-API result (with the relation API DuckDB
+        binds each statement once more to make the relation; the nine metrics' fixed cost,
+        on empty inputs, 78-89 -> 29-41 ms of CPU at load ~4), which DuckDB streams."""
         import duckdb
         import pyarrow as pa
 
@@ -216,11 +258,25 @@ class Writer:
 
         try:
             cur = m.cursor.execute(m.statement, m.values)
-            # Python rows, not Arrow from this DB-API result: DuckDB warns on that, and a
-            # filter against the warning would change the process's. A metric's rows are
-            # few; the file writer casts them to the table's types (`store.conform`).
-            names, rows = [d[0] for d in cur.description], cur.fetchall()
-            return plain_numbers(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}))
+            names = [d[0] for d in cur.description]
+            parts: list[pa.Table] = []
+            held = 0
+            while True:
+                # Python rows, not Arrow from this DB-API result: DuckDB warns on that, and a
+                # filter against the warning would change the process's. The file writer
+                # casts them to the table's types (`store.conform`).
+                rows = cur.fetchmany(FETCH_ROWS)
+                parts.append(plain_numbers(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})))
+                held += len(rows)
+                last = len(rows) < FETCH_ROWS
+                if last or held >= CHUNK_ROWS:
+                    yield from _joined(parts)
+                    parts, held = [], 0
+                if last:
+                    return
+        except duckdb.OutOfMemoryException as e:
+            raise WarehouseError(f"{m.query.name}: the rollups did not fit rollups.ROLLUP_MEMORY ({ROLLUP_MEMORY}): "
+                                 f"{str(e).splitlines()[0]} (the source files are not at fault)") from e
         except duckdb.Error as e:
             raise TracedbError(f"{m.query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
 
@@ -254,12 +310,14 @@ class Writer:
 
     def write_runs(self, root: Path | str | storage.Storage, runs: list[tuple[str, str, list[str]]],
                    tables: list[str] | None = None, tag: str = "rollup",
-                   partitioned: frozenset[str] = frozenset()) -> list[DataFile]:
+                   partitioned: frozenset[str] = frozenset(), rows: int | None = None) -> list[DataFile]:
         """Compute the rollups of `runs` (run_id, ingest_id, its parquet files of the
         `WHOLE_SOURCES` tables: paths relative to the warehouse; only the rows of that run and
         ingest) and write them into the lake under each run's ingest_id, uncommitted.
         `tables`: only these rollup tables. `partitioned`: the tables (sources or rollups)
-        in the partitioned layout of schema <= 7 (a lake whose older migrations run)."""
+        in the partitioned layout of schema <= 7 (a lake whose older migrations run). `rows`:
+        how many rows the runs' files hold, if known: past TABLE_ROWS the metrics read
+        the files (views), not copies of their rows in DuckDB's memory."""
         from tracedb import storage
         from tracedb.store import FileWriter
 
@@ -281,28 +339,45 @@ class Writer:
         written: list[DataFile] = []
         lock = threading.Lock()
 
-        def write(table: str, rows: pa.Table) -> None:
+        def write(table: str, chunks: Iterator[pa.Table]) -> None:
             """A metric's rows, each run's into its file, written in the metric's thread
-            while the others compute."""
-            for (run_id, ingest_id, _), rollups in zip(runs, self._split(table, rows, len(runs))):
-                writer = FileWriter(store, run_id, ingest_id, f"{ingest_id}-{tag}", partitioned=partitioned)
-                try:
-                    writer.write(table, rollups)
+            as DuckDB streams them, while the others compute."""
+            writers = [FileWriter(store, run_id, ingest_id, f"{ingest_id}-{tag}", partitioned=partitioned)
+                       for run_id, ingest_id, _ in runs]
+            closed = 0
+            try:
+                for rows in chunks:
+                    for writer, part in zip(writers, self._split(table, rows, len(runs))):
+                        writer.write(table, part)
+                for writer in writers:
                     files = writer.close()
-                except BaseException:
+                    closed += 1
+                    with lock:
+                        written.extend(files)
+            except BaseException:
+                for writer in writers[closed:]:
                     writer.abort()
-                    raise
-                with lock:
-                    written.extend(files)
+                raise
 
         try:
-            self._each(sources, self._todo(sources, tables), write)
+            self._each(sources, self._todo(sources, tables), write, copy=rows is None or rows <= TABLE_ROWS)
         except BaseException:
             for f in written:
                 store.unlink(f.rel)
             raise
         order = {run_id: i for i, (run_id, _, _) in enumerate(runs)}
         return sorted(written, key=lambda f: (order[f.run_id], list(schema.ROLLUPS).index(f.table), f.device))
+
+
+def _joined(parts: list[pa.Table]) -> list[pa.Table]:
+    """Chunks of a metric's rows as one table, or as they are where their types differ
+    (a sum beyond int64 in one chunk stays decimal: `store.conform` casts each)."""
+    import pyarrow as pa
+
+    try:
+        return [pa.concat_tables(parts, promote_options="permissive")]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return parts
 
 
 def _run_rows(paths: list[str], run_id: str, ingest_id: str, hive: bool) -> str:

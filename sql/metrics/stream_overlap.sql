@@ -24,65 +24,59 @@ WITH k AS (
 prev AS (
     -- Merge each stream's own intervals, so a stream counts once however its rows overlap:
     -- ordered by start, a row that starts after every earlier row of its stream has ended
-    -- opens a new island of that stream.
+    -- opens a new island of that stream. A stream's first row (no earlier end) also
+    -- carries the stream's last end. (One window, and each relation read once: DuckDB
+    -- spills windows and sorts to disk, not a relation that is read twice.)
     SELECT run_id, device, start_ns,
            max(end_ns) OVER (PARTITION BY run_id, device, stream ORDER BY start_ns, end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns,
+           max(end_ns) OVER (PARTITION BY run_id, device, stream ORDER BY start_ns, end_ns
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last_end_ns
     FROM k
-),
-per_stream AS (
-    SELECT run_id, device, stream, max(end_ns) AS last_end_ns
-    FROM k
-    GROUP BY run_id, device, stream
 ),
 edges AS (
     -- Island edges straight from `prev` (no second window, no GROUP BY per island): an island
     -- opens (+1) at a row that starts after prev_end_ns; the island before it closes (-1) at
     -- that prev_end_ns (islands are disjoint, so the latest earlier end is the previous
-    -- island's end); a stream's last island closes at the stream's last end.
-    SELECT run_id, device, ts_ns, sum(delta) AS delta
-    FROM (
-        SELECT run_id, device, start_ns AS ts_ns, 1 AS delta
-        FROM prev WHERE prev_end_ns IS NULL OR start_ns > prev_end_ns
-        UNION ALL
-        SELECT run_id, device, prev_end_ns AS ts_ns, -1 AS delta
-        FROM prev WHERE start_ns > prev_end_ns
-        UNION ALL
-        SELECT run_id, device, last_end_ns AS ts_ns, -1 AS delta FROM per_stream
-    ) e
-    GROUP BY run_id, device, ts_ns
+    -- island's end); a stream's last island closes at the stream's last end, edge 3 of
+    -- its first row, which also counts the stream.
+    SELECT p.run_id, p.device,
+           CASE e.edge WHEN 1 THEN p.start_ns WHEN 2 THEN p.prev_end_ns ELSE p.last_end_ns END AS ts_ns,
+           sum(CASE e.edge WHEN 1 THEN 1 ELSE -1 END) AS delta,
+           sum(CASE e.edge WHEN 3 THEN 1 ELSE 0 END) AS new_streams
+    FROM prev p, (VALUES (1), (2), (3)) e(edge)
+    WHERE CASE e.edge WHEN 1 THEN p.prev_end_ns IS NULL OR p.start_ns > p.prev_end_ns
+                      WHEN 2 THEN p.start_ns > p.prev_end_ns
+                      ELSE p.prev_end_ns IS NULL END
+    GROUP BY 1, 2, 3
 ),
 segments AS (
     -- Between one edge and the next, `active` streams run.
-    SELECT run_id, device,
+    SELECT run_id, device, new_streams,
            sum(delta) OVER (PARTITION BY run_id, device ORDER BY ts_ns
                             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS active,
            lead(ts_ns) OVER (PARTITION BY run_id, device ORDER BY ts_ns) - ts_ns AS length_ns
     FROM edges
 ),
-streams AS (
-    SELECT run_id, device, count(*) AS streams
-    FROM per_stream
-    GROUP BY run_id, device
-),
 totals AS (
+    -- (the last edge of a device has no length; a device with no segment has no row)
     SELECT run_id, device,
+           CAST(sum(new_streams) AS BIGINT) AS streams,
            CAST(sum(CASE WHEN active >= 1 THEN length_ns ELSE 0 END) AS BIGINT) AS busy_ns,
            CAST(sum(CASE WHEN active >= 2 THEN length_ns ELSE 0 END) AS BIGINT) AS overlap_ns,
-           max(active) AS max_active_streams,
+           max(CASE WHEN length_ns IS NOT NULL THEN active END) AS max_active_streams,
            sum(CASE WHEN active >= 1 THEN active * length_ns ELSE 0 END) AS stream_ns
     FROM segments
-    WHERE length_ns IS NOT NULL
     GROUP BY run_id, device
+    HAVING count(length_ns) > 0
 )
 SELECT
     t.run_id,
     t.device,
-    s.streams,
+    t.streams,
     t.busy_ns,
     t.overlap_ns,
     round(100.0 * t.overlap_ns / nullif(t.busy_ns, 0), 2) AS overlap_pct,
     t.max_active_streams,
     round(t.stream_ns / nullif(t.busy_ns, 0), 3) AS mean_active_streams
 FROM totals t
-JOIN streams s ON s.run_id = t.run_id AND s.device = t.device
