@@ -104,7 +104,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 import urllib.parse
 from contextlib import contextmanager

@@ -37,12 +37,11 @@ relations once (DuckDB holds one read twice whole, in memory, where it did not f
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
-from tracedb import schema, sqllib
+from tracedb import schema, scratch, sqllib
 from tracedb.errors import TracedbError, WarehouseError
 from tracedb.sqllib import CannedQuery
 
@@ -144,7 +143,7 @@ class Writer:
         # Bounded whatever the run's size: past ROLLUP_MEMORY DuckDB spills its tables,
         # sorts and windows into a folder of its own, removed at close (its default: 80%
         # of RAM, and an in-memory database's spill folder in the working directory).
-        self.spill = Path(tempfile.mkdtemp(prefix="tracedb-rollups-"))
+        self.spill = scratch.folder("tracedb-rollups-")  # a killed ingest's: removed by the next
         self.con.execute(f"SET memory_limit = '{ROLLUP_MEMORY}'")
         self.con.execute(f"SET temp_directory = {sql_str(str(self.spill / 'tmp'))}")
         self.con.execute("CREATE SCHEMA whole")

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from tracedb import timing
+from tracedb import scratch, timing
 
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
@@ -209,28 +208,7 @@ def _in_worker(fn, arg, marker: str):
         Path(marker).unlink(missing_ok=True)
 
 
-MARKERS_PREFIX = "tracedb-ingest-"
-
-
-def _markers_dir() -> Path:
-    """A new folder for a pool's markers, named with this process's id. Folders of pools
-    whose process is gone (an ingest killed with SIGKILL cleans nothing up) are removed
-    first: the test suite's SIGKILLs left ~10 a run in the temp folder."""
-    for old in Path(tempfile.gettempdir()).glob(f"{MARKERS_PREFIX}*-*"):
-        pid = old.name[len(MARKERS_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{MARKERS_PREFIX}{os.getpid()}-"))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
-    return True
+MARKERS_PREFIX = "tracedb-ingest-"  # a pool's marker folder (`scratch.folder`)
 
 
 @dataclass
@@ -246,7 +224,7 @@ class Workers:
 
     def __init__(self, n: int):
         self.n = n
-        self.markers = _markers_dir()
+        self.markers = scratch.folder(MARKERS_PREFIX)
         self.tasks: dict[str, _Task] = {}
         self.done: dict[str, object] = {}  # results of tasks re-run after a worker died
         self.forked = ForkPoint.ok()

@@ -1,4 +1,4 @@
-"""A `--jobs N` pool's marker folder (`workers._markers_dir`): named with its process's id,
+"""A `--jobs N` pool's marker folder (`scratch.folder`, also the rollups' spill): named with its process's id,
 and the folders of pools whose process died without cleaning up (an ingest killed with
 SIGKILL) removed when the next pool starts; a live process's folder is left alone."""
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 
-from tracedb import workers
+from tracedb import scratch, workers
 
 
 def test_a_new_pool_removes_the_marker_folders_of_dead_processes_only(tmp_path, monkeypatch):
@@ -22,6 +22,6 @@ def test_a_new_pool_removes_the_marker_folders_of_dead_processes_only(tmp_path, 
     live.mkdir()
     other = tmp_path / "tracedb-ingest-notapid"  # not a pool's name of this form: left
     other.mkdir()
-    mine = workers._markers_dir()
+    mine = scratch.folder(workers.MARKERS_PREFIX)
     assert mine.parent == tmp_path and mine.name.startswith(f"{workers.MARKERS_PREFIX}{os.getpid()}-")
     assert not left.exists() and live.is_dir() and other.is_dir()
