@@ -23,9 +23,9 @@ runs, at a fraction of ingest's cost. The snapshot is published once at the end
 `--synthetic` (bench/fleet_synthetic.py) writes the same lake at once: the compaction
 played on paper, each file live at the end written once, all but the last --tail batches
 in one commit; `--validate` builds a lake both ways and compares them (rows, `check`,
-every canned query). 100,000 runs of this fleet are beyond a 23 GB machine either way: the
-ingest's compaction of ~48 MB of these (very compressible) kernels needs >15 GB
-(bench/RESULTS.md, "Session 12").
+every canned query). At 20,000 runs the ingest's compaction of ~48 MB of these (very
+compressible) kernels needed >15 GB; since the streaming merge a 14.7 M-row chunk takes
+574 MB, and 50,000 runs were built in 42 min at load 7-16 (bench/RESULTS.md, "Session 13").
 
 Then, each in a fresh process, wall time (and peak RSS where it matters), median of
 --repeat:
