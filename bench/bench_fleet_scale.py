@@ -23,9 +23,9 @@ runs, at a fraction of ingest's cost. The snapshot is published once at the end
 `--synthetic` (bench/fleet_synthetic.py) writes the same lake at once: the compaction
 played on paper, each file live at the end written once, all but the last --tail batches
 in one commit; `--validate` builds a lake both ways and compares them (rows, `check`,
-every canned query). 100,000 runs of this fleet are beyond a 23 GB machine either way: the
-ingest's compaction of ~48 MB of these (very compressible) kernels needs >15 GB
-(bench/RESULTS.md, "Session 12").
+every canned query). At 20,000 runs the ingest's compaction of ~48 MB of these (very
+compressible) kernels needed >15 GB; since the streaming merge a 14.7 M-row chunk takes
+574 MB, and 50,000 runs were built in 42 min at load 7-16 (bench/RESULTS.md, "Session 13").
 
 Then, each in a fresh process, wall time (and peak RSS where it matters), median of
 --repeat:
@@ -209,7 +209,10 @@ def queries(wh: Path, run: str, repeat: int, work: Path) -> dict:
     import duckdb
 
     con = duckdb.connect(str(cat), read_only=True)
-    con.execute(f"COPY (SELECT * FROM kernels) TO '{flat}' (FORMAT parquet, COMPRESSION zstd)")
+    # only the aggregate's columns, under a memory limit: `SELECT *` of 41.9 M kernel rows
+    # (20,000 runs) held >16 GB (bench/RESULTS.md, session 12)
+    con.execute("SET memory_limit = '3GB'; SET preserve_insertion_order = false")
+    con.execute(f"COPY (SELECT run_id, duration_ns FROM kernels) TO '{flat}' (FORMAT parquet, COMPRESSION zstd)")
     nrows = con.execute("SELECT count(*) FROM kernels").fetchone()[0]
     con.close()
     flat_t = [bi(Path(":memory:"), f"SELECT run_id, sum(duration_ns) FROM read_parquet('{flat}') GROUP BY run_id")[0]
@@ -231,6 +234,7 @@ def note(res: dict, phase: str) -> None:
     """The load average (1 min) at the end of a phase, into the result and on stderr."""
     res.setdefault("load", {})[phase] = round(os.getloadavg()[0], 1)
     print(f"  {time.strftime('%H:%M:%S')} {phase} done, load {res['load'][phase]}", file=sys.stderr, flush=True)
+    print(f"  so far: {json.dumps(res)}", file=sys.stderr, flush=True)  # a long run's figures survive its end
 
 
 def validate(work: Path, tpl_dir: Path, runs: int, tail: int, jobs: int, sample: int = 6, reuse: bool = False) -> dict:
@@ -357,15 +361,18 @@ def main() -> None:
     base = []
     for k in range(args.repeat if args.empty_repeat is None else args.empty_repeat):
         shutil.rmtree(empty, ignore_errors=True)
-        base.append(nightly(args.work, tpl, empty, 100 + k)["wall"])
+        base.append(nightly(args.work, tpl, empty, 100 + k))
     shutil.rmtree(empty, ignore_errors=True)
     nights = [nightly(args.work, tpl, wh, k) for k in range(args.repeat if args.nightly_repeat is None
                                                              else args.nightly_repeat)]
-    note(res, "nightly")
-    res.update({"nightly_empty_s": med(base) if base else None, "nightly_s": med([n["wall"] for n in nights]),
+    res.update({"nightly_empty_s": med([b["wall"] for b in base]) if base else None,
+                "nightly_empty_rss_mb": med([b["rss"] for b in base]) if base else None,
+                "nightly_s": med([n["wall"] for n in nights]), "nightly_rss_mb": med([n["rss"] for n in nights]),
                 "commit_s": med([n["commit"] for n in nights]), "publish_s": med([n["publish"] for n in nights]),
                 "lock_s": med([n["commit"] + n["publish"] for n in nights]),
                 "merge_s": med([n["merge"] for n in nights]), "compact_s": med([n["compact"] for n in nights])})
+    res["nights"] = [{k: round(v, 3) for k, v in n.items()} for n in nights]
+    note(res, "nightly")
     victims = ([f"run00001-n{2 + k:05d}" for k in range(args.repeat)] if run == RUN["flat"]
                else [f"b{2 + k:05d}-run00001" for k in range(args.repeat)])
     rms = [tracedb("rm", v, "--warehouse", str(wh)) for v in victims]
