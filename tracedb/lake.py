@@ -440,8 +440,7 @@ def _split(t: pa.Table) -> Iterator[tuple[str, pa.Table]]:
     import pyarrow.compute as pc
 
     k = _keys(t)
-    cuts = [0, *(pc.indices_nonzero(pc.not_equal(k[1:], k[:-1])).to_pylist()), t.num_rows - 1]
-    starts = [0] + [c + 1 for c in cuts[1:-1]]
+    starts = [0, *(i + 1 for i in pc.indices_nonzero(pc.not_equal(k[1:], k[:-1])).to_pylist())]
     ends = starts[1:] + [t.num_rows]
     for s, e in zip(starts, ends):
         yield k[s].as_py(), t.slice(s, e - s)
