@@ -1,7 +1,7 @@
-"""`Lake._live_runs`: which published runs a file may hold live rows of, looked up by run
-range or by ingest range (whichever holds fewer runs), against the definition applied to
-every run: its id in the file's run range and its live ingest in the file's ingest range
-(issue 22: runs named `<model>-<night>` put every run in each nightly file's run range)."""
+"""`Lake._live_runs` and `_live_counts`: which published runs a file may hold live rows of
+(a mask over the runs of its run range), against the definition applied to every run:
+its id in the file's run range and its live ingest in the file's ingest range (issue 22:
+runs named `<model>-<night>` put every run in each nightly file's run range)."""
 
 from __future__ import annotations
 
@@ -45,4 +45,27 @@ def test_live_runs_by_either_range_are_the_runs_the_definition_names():
     want = _definition(files, published)
     assert Lake._live_runs(actions, published) == want
     assert Lake._live_runs(actions, Published(published)) == want
+    assert Lake._live_counts(actions, published) == [len(w) for w in want]
     assert sum(map(len, want)) > 1000 and sum(1 for w in want if not w) > 10
+
+
+def test_published_is_read_once_a_version_of_runs(tmp_path):
+    """`Lake.published` keeps one object (and its sorted index) per version of `runs`:
+    `rm` asks for it four times. A commit that changes `runs` gives a new one."""
+    import shutil
+
+    from conftest import scenario
+    from tracedb import Warehouse, catalog
+
+    for run in ("a", "b"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        shutil.copy(scenario("node_name_list"), tmp_path / "runs" / run)
+    wh = Warehouse(tmp_path / "wh")
+    wh.ingest(tmp_path / "runs")
+    lake = catalog.open_lake(tmp_path / "wh")
+    first = lake.published()
+    assert lake.published() is first and sorted(first) == ["a", "b"]
+    assert first.index[0] == ["a", "b"]
+    wh.rm("a")  # another Lake object: this one learns of it from the log
+    after = lake.published()
+    assert after is not first and sorted(after) == ["b"]

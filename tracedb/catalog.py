@@ -447,12 +447,12 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
     state = _lake_state(lake)
     # `files` as it describes the live versions (a run published just before a crash has
     # its rows from the ingest log, `Lake.live_file_rows`)
-    runs = lake.read_table("runs")
-    files, stale = lake.live_file_rows()
-    published = lake_mod.Published(zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist()))
+    published = lake.published()
+    behind = lake.behind_file_rows()  # read `files` whole only when some are
+    files, stale = lake.live_file_rows(behind) if behind else (None, [])
     con.execute("BEGIN")
     for name in ("runs", "files", "ingest_log", "acceptances"):
-        _meta_table(con, lake, name, {"runs": runs, "files": files}.get(name), materialize=name == "files" and stale)
+        _meta_table(con, lake, name, files if name == "files" else None, materialize=name == "files" and bool(stale))
     con.execute("CREATE TABLE tracedb_migrations (number INTEGER, name VARCHAR, applied_at VARCHAR, note VARCHAR)")
     migrations = lake.read_meta().get("migrations", [])
     if migrations:  # one statement (one each: ~0.4 ms a migration)
@@ -545,10 +545,9 @@ def _runs_view_sql(con: duckdb.DuckDBPyConnection) -> str:
     # DuckDB identifiers are case-insensitive: a label `Model` would collide with `model`.
     taken = {c.lower() for c in _RUN_COLUMNS}
     keys = []
-    for k in sorted({
-        k for (labels,) in con.execute("SELECT labels FROM tracedb_runs WHERE labels IS NOT NULL").fetchall()
-        for k in json.loads(labels)
-    }):
+    # the label keys in one query (a `json.loads` a run took 0.6 s at 50,000 runs)
+    for k in sorted({k for (k,) in con.execute(
+            "SELECT DISTINCT unnest(json_keys(labels::JSON)) FROM tracedb_runs WHERE labels IS NOT NULL").fetchall()}):
         if k.strip() and k.lower() not in taken:
             taken.add(k.lower())
             keys.append(k)

@@ -561,10 +561,16 @@ class Published(dict):
     files). Not to be changed once read."""
 
     @functools.cached_property
-    def index(self) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-        """The runs sorted; (ingest_id, run_id) pairs sorted; their ingest ids."""
-        by_ingest = sorted((i, r) for r, i in self.items() if i is not None)
-        return sorted(self), by_ingest, [i for i, _ in by_ingest]
+    def index(self) -> tuple[list[str], list[str], pa.Array]:
+        """The runs sorted; the distinct live ingest ids sorted; for each sorted run, the
+        position of its live ingest id among those (-1: none). String order is UTF-8 byte
+        order, as Python's and the add actions' stats."""
+        import pyarrow.compute as pc
+
+        runs = sorted(self)
+        ingests = sorted({i for i in self.values() if i is not None})
+        at = pc.index_in(pa.array([self[r] for r in runs], pa.string()), value_set=pa.array(ingests, pa.string()))
+        return runs, ingests, pc.fill_null(at, -1)
 
 
 @dataclass
@@ -676,10 +682,16 @@ class Lake:
             yield held
 
     # -- reading the log ----------------------------------------------------------------
-    def published(self) -> dict[str, str]:
-        """run_id -> its live ingest_id."""
-        t = self.read_table("runs")  # all columns: the snapshot reads them after the clean-up step
-        return Published(zip(t.column("run_id").to_pylist(), t.column("ingest_id").to_pylist()))
+    def published(self) -> Published:
+        """run_id -> its live ingest_id; one object per version of `runs` (its sorted index
+        is built once: `rm` asks four times)."""
+        columns = ("run_id", "ingest_id")  # a run's other columns decode to ~1 KB
+        hit = self._cached(self._reads, ("runs", "published"), "runs")
+        if hit is None:
+            t = self.read_table("runs", list(columns))
+            hit = Published(zip(t.column("run_id").to_pylist(), t.column("ingest_id").to_pylist()))
+            self._reads[("runs", "published")] = (self._reads[("runs", columns)][0], hit)
+        return hit
 
     def log_version(self, table: str) -> int | None:
         """A local table's latest version from its log folder listing (~10 us; the handle's
@@ -788,7 +800,7 @@ class Lake:
         runs have their live rows there (`_live_runs`)."""
         published = self.published() if published is None else published
         actions = self.add_actions(table)
-        counts = [len(r) for r in self._live_runs(actions, published)]
+        counts = self._live_counts(actions, published)
         return actions.append_column("runs", pa.array(counts, pa.int64())).filter(
             pa.array([c > 0 for c in counts], pa.bool_()))
 
@@ -805,28 +817,44 @@ class Lake:
         """For each file (a row of `add_actions`): the published runs in its run range whose
         live ingest is in its ingest_id range, in run order. A file that none names holds
         no live row (remove it); one that some do may hold their live rows (and others:
-        readers filter). The runs are looked up by run range or by ingest range, whichever
-        holds fewer (two bisections each; string order is UTF-8 byte order, as the stats'
-        min and max): runs named `<model>-<night>` put every run in a nightly file's run
-        range, but only that night's runs in its ingest range, so the work is the runs a
-        file holds, not the fleet's (5,000 runs: 0.25 s of an `rm`, a listing of every run
-        per file; it would have grown with runs x files)."""
+        readers filter)."""
+        import pyarrow.compute as pc
+
+        published = published if isinstance(published, Published) else Published(published)
+        runs = published.index[0]
+        return [[runs[i + k] for k in pc.indices_nonzero(mask).to_pylist()] if mask is not None else []
+                for i, mask in Lake._live_masks(actions, published)]
+
+    @staticmethod
+    def _live_counts(actions: pa.Table, published: dict[str, str | None]) -> list[int]:
+        """`_live_runs`, counted only (what `live_file_ranges` needs)."""
+        import pyarrow.compute as pc
+
+        published = published if isinstance(published, Published) else Published(published)
+        return [(pc.sum(mask).as_py() or 0) if mask is not None else 0 for _, mask in Lake._live_masks(actions, published)]
+
+    @staticmethod
+    def _live_masks(actions: pa.Table, published: dict[str, str | None]) -> Iterator[tuple[int, pa.Array | None]]:
+        """For each file: (i, mask) over the sorted runs from the i-th, those of its run
+        range (two bisections; string order is UTF-8 byte order, as the stats' min and max),
+        true where the run's live ingest is in its ingest_id range; None for a file with no
+        stats (of no run we know). Vectorised over the runs of the range: runs named
+        `<model>-<night>` put every run in a nightly file's run range, so a range is
+        often the whole fleet (bench/RESULTS.md "Session 14: publish")."""
         import bisect
 
-        runs, by_ingest, ingests = (published if isinstance(published, Published) else Published(published)).index
-        out = []
+        import pyarrow.compute as pc
+
+        runs, ingests, at = (published if isinstance(published, Published) else Published(published)).index
         cols = (actions.column(c).to_pylist() for c in ("run_id", "run_hi", "min_ingest", "max_ingest"))
         for lo, hi, first, last in zip(*cols):
-            if lo is None or hi is None or first is None or last is None:  # no stats: of no run we know
-                out.append([])
+            if lo is None or hi is None or first is None or last is None:
+                yield 0, None
                 continue
             i, j = bisect.bisect_left(runs, lo), bisect.bisect_right(runs, hi)
             a, b = bisect.bisect_left(ingests, first), bisect.bisect_right(ingests, last)
-            if j - i <= b - a:
-                out.append([r for r in runs[i:j] if published[r] is not None and first <= published[r] <= last])
-            else:
-                out.append(sorted(r for _, r in by_ingest[a:b] if lo <= r <= hi))
-        return out
+            part = at.slice(i, j - i)
+            yield i, pc.and_(pc.greater_equal(part, a), pc.less(part, b))
 
     def whole_files(self, files: pa.Table, named: set[str]) -> list[bool]:
         """For each live file (`add_actions` rows): True when every row it holds is live, so
@@ -1098,22 +1126,12 @@ class Lake:
                                                  predicate=" OR ".join(preds), storage_options=self._opts))
         concurrently(calls)  # two tables, two commits at once
 
-    def live_file_rows(self) -> tuple[pa.Table, list[str]]:
+    def live_file_rows(self, behind: set[tuple[str, str]] | None = None) -> tuple[pa.Table, list[str]]:
         """The rows of `files` as they describe each run's live version, and the runs whose
-        rows in the table do not: a run published whose `files` rows a crash or a lost
-        lease left behind (between its publish and the write of its rows) has them from
-        the ingest log, where step 2 wrote them. A run's rows are behind when none is of
-        its live ingest and all are of older ingests (a later failed attempt's error rows
-        are its own record, kept)."""
+        rows in the table do not (`behind`: `behind_file_rows`, when the caller has it):
+        theirs come from the ingest log, where step 2 wrote them."""
+        behind = self.behind_file_rows() if behind is None else set(behind)
         files = self.read_table("files")
-        runs = self.read_table("runs")  # all columns: the read the snapshot and the clean-up make (cached)
-        newest: dict[str, str] = {}
-        for run, ing in zip(files.column("run_id").to_pylist(), files.column("ingest_id").to_pylist()):
-            if ing is not None and (run not in newest or ing > newest[run]):
-                newest[run] = ing
-        have = set(zip(files.column("run_id").to_pylist(), files.column("ingest_id").to_pylist()))
-        behind = {(run, ing) for run, ing in zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist())
-                  if ing is not None and (run, ing) not in have and newest.get(run, "") < ing}
         if not behind:
             return files, []
         log = self.read_table("ingest_log")
@@ -1126,12 +1144,30 @@ class Lake:
         take = pa.array([k in behind for k in keys], pa.bool_())
         return pa.concat_tables([files.filter(keep), log.filter(take)]), stale
 
+    def behind_file_rows(self) -> set[tuple[str, str]]:
+        """(run_id, live ingest_id) of the published runs whose `files` rows are behind their
+        live version: a crash or a lost lease between a run's publish and the write of its
+        rows left none of its live ingest, only of older ones (a later failed attempt's
+        error rows are its own record, kept). A run's rows are behind when its live ingest
+        is newer than every ingest its rows name (ids sort in the order ingests started).
+        Reads two columns of each table (`files` and `runs` decode to ~1 KB a run whole:
+        bench/RESULTS.md "Session 14: publish")."""
+        files = self.read_table("files", ["run_id", "ingest_id"])
+        runs = self.read_table("runs", ["run_id", "ingest_id"])
+        newest: dict[str, str] = {}
+        for run, ing in zip(files.column("run_id").to_pylist(), files.column("ingest_id").to_pylist()):
+            if ing is not None and (run not in newest or ing > newest[run]):
+                newest[run] = ing
+        return {(run, ing) for run, ing in zip(runs.column("run_id").to_pylist(), runs.column("ingest_id").to_pylist())
+                if ing is not None and newest.get(run, "") < ing}
+
     def repair_files(self) -> list[str]:
         """Rewrite the `files` rows of runs whose rows are behind their live version
         (`live_file_rows`); returns those runs. Call under `lock()`."""
         from deltalake import write_deltalake
 
-        rows, stale = self.live_file_rows()
+        behind = self.behind_file_rows()
+        rows, stale = self.live_file_rows(behind) if behind else (None, [])
         if stale:
             self._guard()
             fixed = rows.filter(pa.array([r in set(stale) for r in rows.column("run_id").to_pylist()], pa.bool_()))
@@ -1163,7 +1199,7 @@ class Lake:
 
         if run_ids is not None:
             actions = actions.filter(cls._meets(actions, sorted(run_ids)))
-        dead = pa.array([not runs for runs in cls._live_runs(actions, published)], pa.bool_())
+        dead = pa.array([n == 0 for n in cls._live_counts(actions, published)], pa.bool_())
         return actions.filter(dead).to_pylist() if pc.any(dead).as_py() else []
 
     @staticmethod
