@@ -22,6 +22,7 @@ range holds those runs (`scope_to_runs`), which shadow the snapshot's views for 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -148,6 +149,7 @@ def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> 
     return made
 
 
+@functools.lru_cache(maxsize=256)  # a canned query's text is scoped again at each run
 def _words(sql: str) -> frozenset[str]:
     """The lower-cased words of the SQL outside its whole-line `--` comments (a canned
     query's header and the metrics' notes name tables they do not read)."""
