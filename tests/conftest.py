@@ -8,6 +8,30 @@ import pytest
 
 DATA = Path(__file__).parent / "data"
 
+
+def _bytecode_outside_the_tree() -> None:
+    """Where PYTHONDONTWRITEBYTECODE is set (this sandbox sets it), every process of the
+    suite compiled its modules from source: each xdist worker re-ran pytest's assertion
+    rewrite of every test module (~9 s of CPU a worker), each `tracedb` process the
+    package (~0.1 s; the suite starts hundreds). Bytecode goes instead to a folder of
+    the system's temporary folder, one per checkout (PYTHONPYCACHEPREFIX, as
+    bench/bench_jobs.py does), never beside the sources; this process, the xdist workers
+    it starts and their subprocesses all use it. An installed tracedb has its bytecode."""
+    import hashlib
+    import sys
+    import tempfile
+
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    key = hashlib.sha256(str(Path(__file__).resolve().parent).encode()).hexdigest()[:12]
+    prefix = str(Path(tempfile.gettempdir()) / f"tracedb-tests-pycache-{key}")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
+
+
+_bytecode_outside_the_tree()
+
 # Scenario folder -> its trace file, for tests that need one file of a kind.
 SCENARIOS = {
     "tf_runmetadata_text": "000_6b18107121892edf.txt",

@@ -42,6 +42,7 @@ The views then list `s3://...` URLs, and the snapshot lives in two places:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -479,7 +480,7 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
             else:
                 missing.append(f)
         con.execute(f"CREATE VIEW {table} AS {_table_view_sql(table, files, hive)}")
-        parts[table] = {"columns": _columns(table), "hive": hive, "empty": _empty_select(schema.TABLES[table])}
+        parts[table] = {"columns": _columns(table), "hive": hive, "empty": _empty_view(table)}
     # what snapshot.scope_to_runs needs to make a run's own views
     names = ("table_name", "run_lo", "run_hi", "path", "whole")
     con.register("_live", pa.table({n: pa.array([row[i] for row in live], pa.bool_() if n == "whole" else pa.string())
@@ -525,13 +526,21 @@ def _empty_select(sch) -> str:
     return f"SELECT {cols} WHERE false"
 
 
+# A data table's column list and empty view are the schema's, the same at every publish
+# (they were a tenth of a small warehouse's publish, built anew each time).
+@functools.lru_cache(maxsize=None)
 def _columns(table: str) -> str:
     return ", ".join(_ident(f.name) for f in schema.TABLES[table])
 
 
+@functools.lru_cache(maxsize=None)
+def _empty_view(table: str) -> str:
+    return _empty_select(schema.TABLES[table])
+
+
 def _table_view_sql(table: str, files: list[tuple[str, str, str, bool]], hive: bool) -> str:
     if not files:
-        return _empty_select(schema.TABLES[table])
+        return _empty_view(table)
     return view_sql(_columns(table), files, hive)
 
 

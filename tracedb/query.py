@@ -41,7 +41,7 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
 
     sql = query.sql_for(values, rollups)
     if sql != query.sql:  # a rollup read: the raw text's other parameters are not in it
-        values = {k: v for k, v in values.items() if k in _names(sql, con)}
+        values = {k: v for k, v in values.items() if k in bound_names(sql, con)}
     limit = list(runs) if runs else scoped_runs(query, values)
     made = snapshot.scope_to_runs(con, limit, sql) if limit else []
     if made is None:
@@ -71,13 +71,6 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
         snapshot.unscope(con, made)
 
 
-_NAMES: dict[str, frozenset[str]] = {}  # a text -> the placeholders DuckDB binds in it
-
-
-def _names(sql: str, con: duckdb.DuckDBPyConnection) -> frozenset[str]:
-    if sql not in _NAMES:
-        _NAMES[sql] = frozenset(bound_names(sql, con))
-    return _NAMES[sql]
 
 
 # DuckDB types whose Python values (fetchall) print exactly as their Arrow values do after

@@ -371,12 +371,23 @@ def bound_names(sql: str, con: duckdb.DuckDBPyConnection | None = None) -> set[s
     """Names of the placeholders DuckDB will bind: its own parser's answer, which costs no
     sqlglot import on the `tracedb query` path (~150 ms, issue 12 item 6). `con`: parse
     with that connection rather than DuckDB's default one (another instance, ~15 ms)."""
-    import duckdb
+    names = _NAMES.get(sql)
+    if names is None:
+        import duckdb
 
-    try:
-        return {n for st in (con or duckdb).extract_statements(sql) for n in st.named_parameters}
-    except duckdb.Error as e:
-        raise TracedbError(f"SQL does not parse: {str(e).splitlines()[0]}") from e
+        try:
+            names = frozenset(n for st in (con or duckdb).extract_statements(sql) for n in st.named_parameters)
+        except duckdb.Error as e:
+            raise TracedbError(f"SQL does not parse: {str(e).splitlines()[0]}") from e
+        if len(_NAMES) >= 512:  # ad-hoc SQL in a long session: bounded
+            _NAMES.clear()
+        _NAMES[sql] = names
+    return set(names)
+
+
+# A text -> the placeholders DuckDB binds in it: the parser's answer, whichever connection
+# parses; a canned query is bound again at each run (`bind`, `query.execute`).
+_NAMES: dict[str, frozenset[str]] = {}
 
 
 def bind(query: CannedQuery, given: dict[str, Any], con: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any]:
