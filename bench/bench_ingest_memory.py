@@ -7,7 +7,7 @@ about --events events (kept with --trace, reused if there), then ingests it into
 warehouse in a fresh process (`tracedb.ingest.ingest`, what `tracedb ingest --jobs 1`
 runs) importing tracedb from --src (default: this tree; a `git archive` of another
 commit to compare). The child samples its RSS every 20 ms and reports, with
-TRACEDB_TIMING's phases, the RSS at the start and the peak of each phase, its VmHWM, its CPU and wall seconds and
+TRACEDB_TIMING's phases (its process set up as `tracedb ingest`'s: `cli.own_ingest_process`), the RSS at the start and the peak of each phase, its VmHWM, its CPU and wall seconds and
 every rollup table's rows (sorted; --rows writes them, to compare two trees' rows).
 """
 
@@ -39,8 +39,11 @@ def sample():
 threading.Thread(target=sample, daemon=True).start()
 phases = Path(tempfile.mkdtemp()) / "phases.jsonl"
 os.environ["TRACEDB_TIMING"] = str(phases)
+from tracedb import cli, process
+getattr(cli, "own_ingest_process", process.own)()  # as `tracedb ingest` sets its process up (its allocator)
 from tracedb.ingest import ingest
-from tracedb import process; process.own()  # as `tracedb ingest` reads
+import pyarrow
+pool = pyarrow.default_memory_pool().backend_name
 wh = Path(tempfile.mkdtemp()) / "wh"
 t0, c0 = time.time(), time.process_time()
 s = ingest([Path(sys.argv[1])], wh, run_id="bench")
@@ -64,7 +67,7 @@ for folder in sorted(wh.glob("rollup_*")):
 import shutil
 shutil.rmtree(wh.parent, ignore_errors=True)
 shutil.rmtree(phases.parent, ignore_errors=True)
-print(json.dumps({"peak_mb": peak, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+print(json.dumps({"pool": pool, "peak_mb": peak, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
                   "phases_mb": by_phase, "rows": dict(s.runs[0].rows), "rollups": rows}))
 """
 
@@ -91,7 +94,7 @@ def main() -> None:
     res = json.loads(out.stdout.strip().splitlines()[-1])  # (the last line: a tree may print before it)
     if args.rows:
         args.rows.write_text(json.dumps(res["rollups"], indent=0))
-    print(f"{args.events} events, src {args.src}: peak {res['peak_mb']} MB, wall {res['wall_s']} s, "
+    print(f"{args.events} events, src {args.src}, Arrow pool {res['pool']}: peak {res['peak_mb']} MB, wall {res['wall_s']} s, "
           f"cpu {res['cpu_s']} s; rows {res['rows']}")
     print("  RSS at the start of each phase, its peak (MB):", res["phases_mb"])
     print("  rollup rows:", {t: len(r) for t, r in res["rollups"].items()})

@@ -483,19 +483,36 @@ def ddl(
 def main() -> None:
     """The `tracedb` command. What only a tracedb process may do to itself happens here or
     in the commands, never in the library (`tracedb.Warehouse`): `tracedb ingest` lets its
-    reads pause and freeze the GC (`tracedb.process`), tells pyarrow that pandas is
-    absent (`workers.arrow_without_pandas`) and exits without interpreter teardown."""
+    reads pause and freeze the GC (`tracedb.process`), picks Arrow's allocator
+    (`own_ingest_process`), tells pyarrow that pandas is absent
+    (`workers.arrow_without_pandas`) and exits without interpreter teardown."""
     if sys.argv[1:2] != ["ingest"]:
         app()
         return
-    from tracedb import process
-
-    process.own()  # the CLI's process: its reads may pause and freeze the GC
+    own_ingest_process()
     try:
         app()
     except SystemExit as e:
         _exit_without_teardown(e.code)
         raise
+
+
+# Arrow's allocator for `tracedb ingest` (its workers inherit it): jemalloc hands the
+# memory a read freed back to the system, where mimalloc (pyarrow's default) keeps it
+# for the process's life, under the rollups that follow (bench/RESULTS.md, session 14).
+INGEST_ARROW_POOL = "jemalloc"
+
+
+def own_ingest_process() -> None:
+    """`tracedb ingest`'s process is tracedb's own (`tracedb.process`): its reads may pause
+    and freeze the GC, and Arrow allocates with INGEST_ARROW_POOL unless the user chose a
+    pool (ARROW_DEFAULT_MEMORY_POOL). Before pyarrow is imported: pyarrow reads the
+    variable once, at its first allocation."""
+    from tracedb import process
+
+    process.own()  # the CLI's process: its reads may pause and freeze the GC
+    if sys.platform.startswith("linux"):  # (pyarrow's Linux wheels have jemalloc; others warn)
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", INGEST_ARROW_POOL)
 
 
 def _exit_without_teardown(code) -> None:
