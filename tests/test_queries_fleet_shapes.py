@@ -140,8 +140,16 @@ def _files_read(con, cq, values) -> list[int]:
     whatever the runs asked for, and differ with the number of ingests)."""
     import json
 
+    from tracedb import snapshot
+
     body, values = _text(cq, values)
-    plan = json.loads(con.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + body, values).fetchall()[0][1])
+    # as the query runner does for a run (`-- scope:`): views over that run's files; the
+    # snapshot's own views list every file, and the scan skips other runs' row groups
+    made = snapshot.scope_to_runs(con, [values["run_id"]], body) if values.get("run_id") else []
+    try:
+        plan = json.loads(con.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + body, values).fetchall()[0][1])
+    finally:
+        snapshot.unscope(con, made or [])
     out = []
 
     def walk(node):

@@ -468,12 +468,19 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
         listed = lake.live_file_ranges(table, published)
         hive = lake.partitioned(table)
         # A lost file would make DuckDB refuse the whole view (and so every later commit):
-        # leave it out, and let `tracedb check` name its run.
+        # leave it out, and let `tracedb check` name its run. So is a file whose size is
+        # not the one its add action records (truncated, overwritten): the view binds its
+        # first file only (`snapshot.view_sql`), so the others' footers are read by queries.
         whole = [False] * listed.num_rows if hive else lake.whole_files(listed, named)
-        rows = list(zip(*(listed.column(c).to_pylist() for c in ("path", "run_id", "run_hi")), whole))
-        present = lake.storage.present(table, [r[0] for r in rows])  # object storage: one listing, not a HEAD a file
+        rows = list(zip(*(listed.column(c).to_pylist() for c in ("path", "run_id", "run_hi", "size")), whole))
+        paths = [r[0] for r in rows]
+        if hive:
+            present = lake.storage.present(table, paths)  # object storage: one listing, not a HEAD a file
+        else:
+            sizes = lake.storage.sizes(paths)  # object storage: one listing of the table's folder
+            present = {f for f, _, _, size, _ in rows if sizes.get(f) == size}
         files = []  # (absolute path or URL, least run, greatest run, whole), in run order
-        for f, lo, hi, all_live in sorted(rows, key=lambda r: (r[1], r[0])):
+        for f, lo, hi, _, all_live in sorted(rows, key=lambda r: (r[1], r[0])):
             if f not in unreadable and f in present:
                 files.append((lake.storage.absolute(f), lo, hi, all_live))
                 live.append((table, lo, hi, files[-1][0], all_live))
