@@ -71,8 +71,6 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
         snapshot.unscope(con, made)
 
 
-
-
 # DuckDB types whose Python values (fetchall) print exactly as their Arrow values do after
 # `plain_numbers`, and their `Rows` kind. Others take the Arrow path: DECIMAL (Arrow's
 # cast to float64 rounds differently from float(Decimal): 2,136 of 21,000 values), FLOAT
