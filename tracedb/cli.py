@@ -193,10 +193,16 @@ def query(
         return
     wh.limits = tracedb.QueryLimits(timeout_s=timeout or None, memory_limit=memory_limit, temp_limit=temp_limit)
     # Text formats print DuckDB's own Python values where they print the same (no pyarrow
-    # import: ~110 ms of start-up, issue 12 item 6); Parquet needs Arrow.
-    result = wh.query(canned, output="arrow" if fmt == "parquet" else "rows", allow_external=allow_external,
-                      runs=run or None, **params)
-    out.write(result, fmt, output, safe_csv=safe_csv)
+    # import: ~110 ms of start-up, issue 12 item 6); Parquet needs Arrow. Every format but
+    # the text table (which sizes its columns from every row) is written a batch at a
+    # time, so a result of millions of rows needs the memory of one batch.
+    kind = "arrow" if fmt == "parquet" else "rows"
+    if fmt not in out.STREAMED:
+        out.write(wh.query(canned, output=kind, allow_external=allow_external, runs=run or None, **params),
+                  fmt, output, safe_csv=safe_csv)
+        return
+    with out.Writer(fmt, output, safe_csv=safe_csv) as writer:
+        wh.query(canned, output=kind, allow_external=allow_external, runs=run or None, sink=writer, **params)
 
 
 @command()
