@@ -149,7 +149,7 @@ def ingest(
 
 @command()
 def query(
-    sql: str = typer.Argument(..., metavar="QUERY", help="Canned query name (see `tracedb queries`), path to a .sql file, or - for stdin"),
+    sql: str = typer.Argument(..., metavar="QUERY", help="Canned query name (see `tracedb queries`), path to a .sql file, the SQL itself (\"SELECT ...\"), or - for stdin"),
     param: List[str] = typer.Option([], "--param", "-p", metavar="NAME=VALUE", show_default=False, help="Query parameter; repeatable"),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson | parquet"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout"),
@@ -171,6 +171,7 @@ def query(
     """Run a canned or ad-hoc SQL query over the warehouse views (sandboxed: reads only the warehouse's data).
 
     Example: tracedb query top_kernels --param run_id=resnet50 --format csv
+    Example: tracedb query "select run_id, count(*) from kernels group by all" --format csv
     Example: echo "select count(*) from kernels" | tracedb query - --format ndjson
     Example: echo "select name, count(*) from kernels group by all" | tracedb query - --run resnet50
     """
