@@ -152,23 +152,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # -- opt-in: each test's CPU, for sizing the suite (TRACEDB_TEST_CPU_LOG=<file>) -----------
 
 def _cpu_now() -> float:
-    """This process's CPU, its waited-for children's, and the moto server's (a child that
-    lives all session, so its CPU is read from /proc while it runs). A long-lived child
-    reaped during a test (a forkserver of earlier parallel ingests) lands on that test."""
+    """This process's CPU, its waited-for children's, and its live children's with what
+    they have waited for: the moto server (a child that lives all session), the forkserver
+    of in-process parallel ingests (its workers' CPU reaches this process only when the
+    forkserver exits, which once put ~150 s of ingests on two 1-second tests), a subprocess
+    still running. A child read live at a test's start and reaped during it counts its
+    difference, once."""
     import resource
 
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     total = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-    for pid in _MOTO_PIDS:
+    for pid in _live_children():
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except OSError:
+            total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+        except (OSError, ValueError):
             pass
     return total
 
 
-_MOTO_PIDS: list[int] = []
+def _live_children() -> set[int]:
+    """This process's children now (any of its threads may have started one)."""
+    out = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        try:
+            out.update(int(p) for p in (task / "children").read_text().split())
+        except OSError:
+            pass
+    return out
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -180,12 +191,8 @@ def pytest_runtest_protocol(item, nextitem):
     import json
     import time
 
-    if not _MOTO_PIDS:
-        _MOTO_PIDS.extend(int(p) for p in os.popen(f"pgrep -P {os.getpid()} -f moto.server").read().split())
     wall, cpu = time.monotonic(), _cpu_now()
     yield
-    if not _MOTO_PIDS:  # started during this test
-        _MOTO_PIDS.extend(int(p) for p in os.popen(f"pgrep -P {os.getpid()} -f moto.server").read().split())
     with open(log, "a") as f:
         f.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - wall, 3),
                             "cpu": round(_cpu_now() - cpu, 3)}) + "\n")

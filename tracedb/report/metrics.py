@@ -133,9 +133,33 @@ def _prepared(name: str) -> tuple[sqllib.CannedQuery, tuple]:
     return cq, tuple(sqllib.bind(cq, {"run_id": None}).items())
 
 
-def _run(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> list[dict]:
-    cq, defaults = _prepared(name)
-    return query.execute(con, cq, {**dict(defaults), "run_id": run_id}).to_pylist()
+class _Rows:
+    """Each query's rows of a run, from one query per metric query for all the report's
+    runs (their files alone bound, `query.execute(runs=...)`), split by run: one query a
+    run and query was 7 queries a run (84 for a 12-run fleet report), each binding its
+    views anew. The queries keep runs apart (every row is one run's, its windows and
+    aggregates partitioned by run), so a run's rows are the ones a query of that run alone
+    returns, in its order; a query's `limit` (roofline's) applies to each run's rows."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, runs: list[str]):
+        self.con, self.runs, self.fetched = con, sorted(set(runs)), {}
+
+    def __call__(self, name: str, run_id: str) -> list[dict]:
+        if name not in self.fetched:
+            self.fetched[name] = self._fetch(name)
+        return self.fetched[name].get(run_id, [])
+
+    def _fetch(self, name: str) -> dict[str, list[dict]]:
+        cq, defaults = _prepared(name)
+        values = {**dict(defaults), "run_id": None}
+        limit = values.get("limit") if cq.param("limit") else None
+        if limit is not None:
+            values["limit"] = (1 << 62)  # every run's rows: the limit applies to each run below
+        by_run: dict[str, list[dict]] = defaultdict(list)
+        for r in query.execute(self.con, cq, values, runs=self.runs).to_pylist():
+            if limit is None or len(by_run[r["run_id"]]) < limit:
+                by_run[r["run_id"]].append(r)
+        return by_run
 
 
 def _steps(rows: list[dict]) -> list[dict]:
@@ -168,12 +192,13 @@ def collect(con: duckdb.DuckDBPyConnection, sides: dict[str, list[str]], setting
     kernels and op types that `settings.ignore` names (globs) are left out."""
     col = _Collector()
     ignore = tuple(settings.ignore) if settings else ()
+    fetch = _Rows(con, [run for runs in sides.values() for run in runs])
     for side, runs in sides.items():
         for run in runs:
-            _gpu(con, col, side, run, ignore)
-            _memory(con, col, side, run)
-            _host(con, col, side, run, ignore)
-            _mfu(con, col, side, run)
+            _gpu(fetch, col, side, run, ignore)
+            _memory(fetch, col, side, run)
+            _host(fetch, col, side, run, ignore)
+            _mfu(fetch, col, side, run)
     return list(col.metrics.values())
 
 
@@ -186,12 +211,12 @@ def _communication(name: str) -> bool:
     return "nccl" in name.lower() or "rccl" in name.lower()
 
 
-def _gpu(con, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
+def _gpu(fetch: _Rows, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
     by_device = defaultdict(list)
-    for r in _run(con, "gpu_busy_idle", run_id=run):
+    for r in fetch("gpu_busy_idle", run):
         by_device[r["device"]].append(r)
     kernel_rows = defaultdict(list)
-    for r in _run(con, "kernel_steps", run_id=run):
+    for r in fetch("kernel_steps", run):
         kernel_rows[r["device"]].append(r)
     compute: dict = defaultdict(lambda: defaultdict(float))  # rank -> step -> kernel ns without collectives
     rank_steps: dict = defaultdict(dict)  # rank -> its steps, in order -> its (first) device
@@ -235,19 +260,19 @@ def _gpu(con, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
                     [compute[rank][st] for st in order])
 
 
-def _mfu(con, col: _Collector, side: str, run: str) -> None:
+def _mfu(fetch: _Rows, col: _Collector, side: str, run: str) -> None:
     """MFU per step (pct) where the run's FLOPs and its GPU's peak are known, and the run's
     roofline points (the `roofline` query's kernels) for the HTML chart."""
-    rows = [r for r in _steps(_run(con, "mfu", run_id=run)) if r["mfu_pct"] is not None]
+    rows = [r for r in _steps(fetch("mfu", run)) if r["mfu_pct"] is not None]
     if not rows:
         return
     col.add(side, run, MFU, MFU_DEVICE, "", "pct", [r["mfu_pct"] for r in rows])
-    points = [r for r in _run(con, "roofline", run_id=run) if r["intensity_flop_per_byte"] and r["achieved_tflops"]]
+    points = [r for r in fetch("roofline", run) if r["intensity_flop_per_byte"] and r["achieved_tflops"]]
     col.metrics[(MFU_DEVICE, MFU, "")].extra.setdefault("roofline", {}).setdefault(side, []).extend(points)
 
 
-def _memory(con, col: _Collector, side: str, run: str) -> None:
-    for r in _run(con, "peak_memory", run_id=run):
+def _memory(fetch: _Rows, col: _Collector, side: str, run: str) -> None:
+    for r in fetch("peak_memory", run):
         name = r["allocator"] or ""
         if r["peak_bytes"] is not None and (r["allocs"] or r["chunks"]):
             col.add(side, run, PEAK, r["device"], name, "bytes", [r["peak_bytes"]])
@@ -255,13 +280,13 @@ def _memory(con, col: _Collector, side: str, run: str) -> None:
             col.add(side, run, PEAK_REPORTED, r["device"], name, "bytes", [r["reported_peak_bytes"]])
 
 
-def _host(con, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
-    steps = [r for r in _run(con, "step_times", run_id=run) if r["host_step_ns"] is not None]
+def _host(fetch: _Rows, col: _Collector, side: str, run: str, ignore: tuple = ()) -> None:
+    steps = [r for r in fetch("step_times", run) if r["host_step_ns"] is not None]
     numbered = [r for r in steps if r["step"] is not None]
     if numbered:
         col.add(side, run, HOST_STEP, "host", "", "ns", [r["host_step_ns"] for r in numbered])
     n = len(numbered) or 1
-    for r in _run(con, "op_type_time", run_id=run):
+    for r in fetch("op_type_time", run):
         if ignored(r["op_type"] or "(none)", ignore):
             continue
         col.add(side, run, OP_TYPE, "host", f"{r['op_type'] or '(none)'} ({r['device']})", "ns", [r["total_ns"] / n])
