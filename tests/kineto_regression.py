@@ -43,11 +43,9 @@ def key(p: Path) -> str:
     return p.relative_to(DATA).as_posix()
 
 
-def sorted_digest(path: Path) -> dict:
-    """{table: "rows:sha"} over the sorted reprs of the rows, plus format, metadata and
-    warnings (or the error)."""
-    import pyarrow as pa
-
+def read_tables(path: Path) -> tuple[dict[str, list] | None, object]:
+    """What the reader `formats.detect` picks makes of the file: ({table: [batches]},
+    its ReadContext), or (None, the error's message)."""
     from tracedb.errors import TraceFormatError
     from tracedb.formats import detect, read
     from tracedb.formats.base import ReadContext
@@ -58,7 +56,18 @@ def sorted_digest(path: Path) -> dict:
         for table, batch in read(path, ctx, detect(path).NAME):
             tables.setdefault(table, []).append(batch)
     except TraceFormatError as e:
-        return {"error": str(e)}
+        return None, str(e)
+    return tables, ctx
+
+
+def sorted_digest(path: Path, read: tuple | None = None) -> dict:
+    """{table: "rows:sha"} over the sorted reprs of the rows, plus format, metadata and
+    warnings (or the error). `read`: the file's `read_tables`, when made already."""
+    import pyarrow as pa
+
+    tables, ctx = read or read_tables(path)
+    if tables is None:
+        return {"error": ctx}
     out = {}
     for t, bs in sorted(tables.items()):
         rows = sorted(repr(sorted(r.items())) for r in pa.Table.from_batches(bs).to_pylist())
