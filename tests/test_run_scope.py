@@ -174,10 +174,19 @@ def test_a_snapshot_an_older_tracedb_wrote_is_rebuilt_once(two_runs):
     assert runs == [("a",), ("b",)]
 
 
-def test_ad_hoc_sql_limited_to_runs(two_runs):
+def test_ad_hoc_sql_limited_to_runs(two_runs, fleet_warehouse):
     """`runs=`: the data views show only those runs; `runs`, `files` and `ingest_log` stay
-    whole. Counts are the unscoped per-run counts."""
+    whole. Counts are the unscoped per-run counts, also where a file holds several runs
+    (fleet_dev's six runs, one ingest) and so other runs' rows share the files bound."""
     import tracedb
+    from tracedb.lake import Lake
+
+    fleet = tracedb.Warehouse(fleet_warehouse)
+    per_run = "SELECT run_id, count(*) AS n FROM kernels GROUP BY run_id ORDER BY run_id"
+    whole = {r["run_id"]: r["n"] for r in fleet.sql(per_run).to_pylist()}
+    assert len(whole) == 6 and len(Lake(fleet_warehouse).live_files("kernels")[0]) < 6  # files of several runs
+    assert fleet.sql(per_run, runs=["mem512", "day2"]).to_pylist() == [
+        {"run_id": r, "n": whole[r]} for r in ("day2", "mem512")]
 
     wh = tracedb.Warehouse(two_runs)
     per_run = "SELECT run_id, count(*) AS n FROM kernels GROUP BY run_id ORDER BY run_id"

@@ -673,11 +673,16 @@ class Lake:
         self._actions.pop(table, None)
 
     def versions(self) -> dict[str, int]:
-        """Latest Delta version of each table, read from the log folder listing (cheap)."""
-        out = {}
-        for table in schema.ALL_TABLES:
-            out[table] = storage.latest_log_version(self.storage.names(f"{table}/_delta_log"))
-        return out
+        """Latest Delta version of each table, read from the log folder listing (cheap; on
+        object storage a LIST request a table, sent at once: each reader's connect and
+        each publish asks, and one after another they were most of a remote query's wait)."""
+        def latest(table: str) -> int:
+            return storage.latest_log_version(self.storage.names(f"{table}/_delta_log"))
+
+        tables = schema.ALL_TABLES
+        if isinstance(self.storage, storage.LocalStorage):  # a folder listing: ~10 us
+            return {t: latest(t) for t in tables}
+        return dict(zip(tables, concurrently([lambda t=t: latest(t) for t in tables])))
 
     @contextmanager
     def lock(self, wait: bool = True) -> Iterator[bool]:

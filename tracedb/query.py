@@ -33,8 +33,9 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
             sink: Callable[[pa.Table | Rows], None] | None = None) -> pa.Table | Rows | int:
     """Run a query with values from `bind` (validated, typed) on an open connection.
     rows=True: a `tracedb.output.Rows` when `fetch` allows, without importing pyarrow.
-    runs: the data views show only these runs' rows (their files alone are bound), as
-    the query's own `-- scope:` does when its run parameters are given.
+    runs: the data views show only these runs' rows (their files alone are bound, and
+    other runs' rows in them left out), as the query's own `-- scope:` binds only the
+    files of the runs its parameters name.
     rollups=False: every metric from raw rows, never its rollup (`CannedQuery.sql_for`).
     sink: given, the result goes to it a batch at a time (`stream`) and the row count is
     returned."""
@@ -46,7 +47,7 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
     if sql != query.sql:  # a rollup read: the raw text's other parameters are not in it
         values = {k: v for k, v in values.items() if k in bound_names(sql, con)}
     limit = list(runs) if runs else scoped_runs(query, values)
-    made = snapshot.scope_to_runs(con, limit, sql) if limit else []
+    made = snapshot.scope_to_runs(con, limit, sql, rows=bool(runs)) if limit else []
     if made is None:
         if runs:  # asked for: never the whole views instead
             raise TracedbError(f"{query.name}: this connection's snapshot does not list its files by run, "

@@ -126,11 +126,14 @@ def view_sql(columns: str, files: list[tuple[str, str, str, bool]], hive: bool =
     return " UNION ALL ".join(parts)
 
 
-def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> list[str] | None:
+def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str,
+                  rows: bool = False) -> list[str] | None:
     """Shadow the snapshot's data views that `sql` names with TEMP views over these runs'
     live files only. Returns the views made, for `unscope`. None (nothing made) on a
     connection without the snapshot's record of live files: an older snapshot, or a
-    connection over other files (`tracedb.rollups`)."""
+    connection over other files (`tracedb.rollups`). A file holds many runs (one
+    ingest's): rows=True also leaves out the other runs' rows (`runs=` of ad-hoc SQL and
+    the report), where a canned query's own scoping leaves that to its run filter."""
     try:
         parts = con.execute("SELECT value FROM tracedb_meta WHERE key = 'view_parts'").fetchall()  # not fetchone: DuckDB 2.0.1 keeps its result open
         if not parts:
@@ -148,6 +151,8 @@ def scope_to_runs(con: duckdb.DuckDBPyConnection, runs: list[str], sql: str) -> 
     for table, part in named:
         paths = files.get(table)
         body = view_sql(part["columns"], paths, part.get("hive", False)) if paths else part["empty"]
+        if paths and rows:
+            body = f"SELECT * FROM ({body}) WHERE run_id IN ({', '.join(sql_str(r) for r in runs)})"
         con.execute(f'CREATE OR REPLACE TEMP VIEW "{table}" AS {body}')
         made.append(table)
     return made
