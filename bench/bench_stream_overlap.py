@@ -40,7 +40,7 @@ t0 = time.time()
 try:
     if mode == "sql":
         con = duckdb.connect()
-        con.execute(f"SET threads = 1; SET memory_limit = '{memory}'; SET temp_directory = '{tempfile.mkdtemp()}'")
+        con.execute(f"SET enable_progress_bar = false; SET threads = 1; SET memory_limit = '{memory}'; SET temp_directory = '{tempfile.mkdtemp()}'")
         con.execute(f"CREATE VIEW kernels AS SELECT * FROM read_parquet('{path}/kernels/part-0.parquet')")
         used = sqllib.bound_names(text)
         rows = con.execute(text, {k: None for k in ("run_id", "device", "kind", "step_from", "step_to") if k in used}).fetchall()
@@ -98,7 +98,7 @@ def main() -> None:
                 if out.returncode:
                     print(f"| {n:,} | {form} | failed: {out.stderr.strip().splitlines()[-1][:100]} | | | |", flush=True)
                     continue
-                r = json.loads(out.stdout)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
                 print(f"| {n:,} | {form} | {r['cpu']:.2f} | {r['wall']:.1f} | {r['peak_mb']:.0f} | {r['rows']} |", flush=True)
 
 

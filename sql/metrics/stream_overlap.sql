@@ -11,8 +11,8 @@
 -- rollup-where: kind IS NOT DISTINCT FROM $kind
 -- reads: kernels
 -- rollup-sql: metrics/streamed/stream_overlap.sql
--- (The ingest computes the rollup with that file: the same rows, DuckDB only, in memory
--- bounded whatever one stream's size; tests/test_stream_overlap_memory.py checks both.)
+-- (The ingest computes this metric's rollup with metrics/streamed/stream_overlap.sql: the same
+-- rows, DuckDB only, in memory bounded whatever one stream's size; tests/test_stream_overlap_memory.py.)
 WITH k AS (
     -- A source without stream ids (MegEngine) counts as one stream.
     SELECT run_id, device, coalesce(stream, -1) AS stream, start_ns, start_ns + duration_ns AS end_ns
