@@ -117,3 +117,18 @@ def test_one_big_stream_rolls_up_within_a_low_cap(tmp_path, monkeypatch):
     # 14 us, kernel 0 one of 4 us, and the last (odd) kernel alone 12 us.
     busy = 4000 + 14000 * ((n - 2) // 2) + 12000
     assert got == [(None, 1, busy, 0, 1), ("kernel", 1, busy, 0, 1)]
+
+
+def test_rollup_sql_header_names_one_library_file():
+    """`-- rollup-sql:` names one .sql file of the library, under a `-- rollup:`; else a
+    one-line error naming the metric's file."""
+    from tracedb.errors import TracedbError
+
+    head = "-- rollup: rollup_x\n-- columns: a\n"
+    assert sqllib.parse(head + "-- rollup-sql: metrics/streamed/stream_overlap.sql\nSELECT 1 AS a", "x").rollup_sql \
+        == METRIC.rollup_sql
+    for bad in ("metrics/streamed/nothing.sql", "../pyproject.toml", "a.sql b.sql"):
+        with pytest.raises(TracedbError, match=r"x\.sql: `-- rollup-sql:` names one file"):
+            sqllib.parse(head + f"-- rollup-sql: {bad}\nSELECT 1 AS a", "x", Path("x.sql"))
+    with pytest.raises(TracedbError, match="without a `-- rollup:` table"):
+        sqllib.parse("-- rollup-sql: metrics/streamed/stream_overlap.sql\nSELECT 1", "x")
