@@ -30,8 +30,11 @@ How it stays within a bounded memory whatever a run's size (issue 28 item 13): D
 works within ROLLUP_MEMORY and spills into a temporary folder of the Writer's own; a
 group whose files hold more than TABLE_ROWS rows is read from the files (views), not
 copied into DuckDB's memory; a metric's rows are fetched and written a chunk at a time
-(`rollup_kernel_launches` has a row a launch); and stream_overlap reads each of its `WITH`
-relations once (DuckDB holds one read twice whole, in memory, where it did not fit).
+(`rollup_kernel_launches` has a row a launch); stream_overlap reads each of its `WITH`
+relations once (DuckDB holds one read twice whole, in memory, where it did not fit), and
+its rollup is computed by its `-- rollup-sql:` text (sql/metrics/streamed/): DuckDB's
+streaming windows over ORDER BYs, which spill, where the declaration's windows hold a
+whole stream (one stream of 10 M kernels did not fit 256 MB).
 """
 
 from __future__ import annotations
@@ -155,7 +158,9 @@ class Writer:
             if whole:  # a cursor's own setting: `kernels` is then that schema's
                 cur.execute("SET search_path = 'whole'")
             # parsed once (DuckDB's Statement): ~1.5 ms a metric a computation under load
-            self.metrics[table] = _Metric(cq, sqllib.bind(cq, {}, self.con), self.con.extract_statements(cq.sql)[-1], cur, whole)
+            # (a metric's `-- rollup-sql:`: the text it declares for the ingest, same rows)
+            text = cq.rollup_sql or cq.sql
+            self.metrics[table] = _Metric(cq, sqllib.bind(cq, {}, self.con), self.con.extract_statements(text)[-1], cur, whole)
 
     def close(self) -> None:
         for m in self.metrics.values():

@@ -44,7 +44,9 @@ reads the rollup when the values allow and the metric's SQL on raw rows otherwis
 two give the same rows (tests/test_metric_rollups.py runs both). `reads` names the source
 tables the metric reads (the ingest hands the rollup writer those); `needs` those it
 must have rows of to give any row (`a|b`: either; default: all it reads), else the
-writer skips it.
+writer skips it. `rollup-sql: metrics/streamed/NAME.sql` (stream_overlap only): the
+ingest computes the rollup with that text instead, DuckDB-only SQL giving the same rows
+in bounded memory; the declaration stays the metric's file, the one other engines get.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ if TYPE_CHECKING:
 
 TYPES = ("VARCHAR", "BIGINT", "DOUBLE", "BOOLEAN", "TIMESTAMP")
 _KEYS = ("title", "description", "param", "scope", "rollup", "columns", "rollup-filter", "rollup-where", "reads",
-         "needs", "raw-if")
+         "needs", "raw-if", "rollup-sql")
 _HEADER = re.compile(rf"^--\s*({'|'.join(_KEYS)}):\s*(.*)$")
 # `name TYPE DEFAULT description`; TYPE may carry a lower bound (BIGINT>0, BIGINT>=0) or,
 # for VARCHAR, the allowed values (VARCHAR{time,flops,memory}).
@@ -128,6 +130,7 @@ class CannedQuery:
     reads: tuple[str, ...] = ()  # `-- reads:` source tables
     needs: tuple[tuple[str, ...], ...] = ()  # `-- needs:` each entry: rows of one of these tables
     text: str = ""  # the file as written (includes not expanded)
+    rollup_sql: str = ""  # `-- rollup-sql:` the text the ingest computes the rollup with ("": `sql`)
     _variants: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # texts by choice
 
     def param(self, name: str) -> Param | None:
@@ -242,7 +245,9 @@ def _header(text: str, name: str, path: Path | None) -> CannedQuery:
     q.needs = tuple(tuple(w.split("|")) for w in words.get("needs", q.reads))
     if "rollup" in lines:
         q.rollup = _rollup(q, words, lines, where)
-    elif any(k in lines for k in ("columns", "rollup-filter", "rollup-where")):
+        if "rollup-sql" in words:
+            q.rollup_sql = _rollup_sql(words["rollup-sql"], where)
+    elif any(k in lines for k in ("columns", "rollup-filter", "rollup-where", "rollup-sql")):
         raise TracedbError(f"{where}: rollup columns or conditions without a `-- rollup:` table")
     return q
 
@@ -259,6 +264,15 @@ def _rollup(q: CannedQuery, words: dict, lines: dict, where: str) -> Rollup:
     if unknown:
         raise TracedbError(f"{where}: the rollup's conditions name {', '.join(unknown)}, not a parameter of the metric")
     return Rollup(table, words["columns"], tuple(conditions), serves)
+
+
+def _rollup_sql(names: tuple[str, ...], where: str) -> str:
+    """The text of a metric's `-- rollup-sql:` file (a library file, no includes)."""
+    rel = Path(names[0]) if len(names) == 1 else Path()
+    target = sql_dir() / rel
+    if rel.is_absolute() or ".." in rel.parts or rel.suffix != ".sql" or not target.is_file():
+        raise TracedbError(f"{where}: `-- rollup-sql:` names one file of the SQL library ({sql_dir()}), got {' '.join(names)!r}")
+    return target.read_text()
 
 
 def expand_includes(text: str, where: str, choose: Callable[[CannedQuery], bool] | None = None,

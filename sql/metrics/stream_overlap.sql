@@ -10,6 +10,9 @@
 -- rollup-filter: run_id device
 -- rollup-where: kind IS NOT DISTINCT FROM $kind
 -- reads: kernels
+-- rollup-sql: metrics/streamed/stream_overlap.sql
+-- (The ingest computes this metric's rollup with metrics/streamed/stream_overlap.sql: the same
+-- rows, DuckDB only, in memory bounded whatever one stream's size; tests/test_stream_overlap_memory.py.)
 WITH k AS (
     -- A source without stream ids (MegEngine) counts as one stream.
     SELECT run_id, device, coalesce(stream, -1) AS stream, start_ns, start_ns + duration_ns AS end_ns
@@ -35,27 +38,29 @@ prev AS (
     FROM k
 ),
 edges AS (
-    -- Island edges straight from `prev` (no second window, no GROUP BY per island): an island
+    -- Island edges straight from `prev` (no second window over streams): an island
     -- opens (+1) at a row that starts after prev_end_ns; the island before it closes (-1) at
     -- that prev_end_ns (islands are disjoint, so the latest earlier end is the previous
     -- island's end); a stream's last island closes at the stream's last end, edge 3 of
-    -- its first row, which also counts the stream.
+    -- its first row, which also counts the stream. One row an edge, not grouped by time
+    -- (a hash table of every edge time did not fit DuckDB's memory at 10 M kernels).
     SELECT p.run_id, p.device,
            CASE e.edge WHEN 1 THEN p.start_ns WHEN 2 THEN p.prev_end_ns ELSE p.last_end_ns END AS ts_ns,
-           sum(CASE e.edge WHEN 1 THEN 1 ELSE -1 END) AS delta,
-           sum(CASE e.edge WHEN 3 THEN 1 ELSE 0 END) AS new_streams
+           CASE e.edge WHEN 1 THEN 1 ELSE -1 END AS delta,
+           CASE e.edge WHEN 3 THEN 1 ELSE 0 END AS new_streams
     FROM prev p, (VALUES (1), (2), (3)) e(edge)
     WHERE CASE e.edge WHEN 1 THEN p.prev_end_ns IS NULL OR p.start_ns > p.prev_end_ns
                       WHEN 2 THEN p.start_ns > p.prev_end_ns
                       ELSE p.prev_end_ns IS NULL END
-    GROUP BY 1, 2, 3
 ),
 segments AS (
-    -- Between one edge and the next, `active` streams run.
+    -- After the last edge at a time, `active` streams run until the next time: edges at
+    -- one time are ordered by their values (rows alike in all three are interchangeable),
+    -- and only the last of them has a length (the others: 0, made NULL).
     SELECT run_id, device, new_streams,
-           sum(delta) OVER (PARTITION BY run_id, device ORDER BY ts_ns
+           sum(delta) OVER (PARTITION BY run_id, device ORDER BY ts_ns, delta, new_streams
                             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS active,
-           lead(ts_ns) OVER (PARTITION BY run_id, device ORDER BY ts_ns) - ts_ns AS length_ns
+           nullif(lead(ts_ns) OVER (PARTITION BY run_id, device ORDER BY ts_ns, delta, new_streams) - ts_ns, 0) AS length_ns
     FROM edges
 ),
 totals AS (
