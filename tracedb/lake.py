@@ -1356,9 +1356,10 @@ class Lake:
         """Tiered compaction of a data table: its live files (`add_actions` rows) that are not
         full (`_full`) by tier of rows (`_tier`), each tier's files in run order, in chunks of
         `fanout` (FANOUT) to merge into one file of the next tier, each chunk cut to a merge's
-        bounds (`_bounded`); a tier with fewer is left (`everything`, for `tracedb optimize`:
-        the lowest tier's files merge whenever there are two, and a lone one that may hold
-        dead rows is rewritten). Each row is rewritten about once a tier until its file is
+        bounds (`_bounded`), the first of them only (an ingest's compaction is then at most
+        one merge a tier, of at most FILE_ROWS rows); a tier with fewer is left.
+        `everything` (`tracedb optimize`): every chunk of every tier, the lowest tier's files
+        whenever there are two, and a lone one that may hold dead rows rewritten. Each row is rewritten about once a tier until its file is
         full: an ingest that fills a tier pays for one merge (`write_compacted`), not for
         the history."""
         fanout = fanout or self.FANOUT
@@ -1373,9 +1374,11 @@ class Lake:
                 named = self.dead_row_files()
                 chunks += self._bounded(files)
                 chunks += [[r] for r in files if r["path"] in named and not any(r in c for c in chunks)]
-            else:
+            elif everything:
                 for i in range(0, len(files) - fanout + 1, fanout):
                     chunks += self._bounded(files[i:i + fanout])
+            elif len(files) >= fanout:  # an ingest merges one chunk a tier: its time is one merge's
+                chunks += self._bounded(files[:fanout])[:1]
         return chunks
 
     def _has_dead_rows(self, r: dict, published: dict[str, str]) -> bool:
