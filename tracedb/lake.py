@@ -22,8 +22,9 @@ delta-rs computes truncate long strings). A file is live while it holds a row of
 published run's live ingest (`_live_runs`: the published runs in its run range whose live
 ingest is in its ingest range); a re-ingest or `rm` rewrites no file: the views keep
 `(run_id, ingest_id) IN runs`, a file left with no live row is removed from the log, and
-compaction drops the others' rows (`compaction_plan`: size tiers of ten, merged after an
-ingest where a tier is full, all small ones by `optimize`). Schema 7 partitioned every data
+compaction drops the others' rows (`compaction_plan`: tiers of rows, ten files of a tier
+merged into the next after an ingest, until a file is full at 64-128 MiB or 16-32 M rows;
+all small ones by `optimize`). Schema 7 partitioned every data
 table by run and device: ~17 files a run, a cost every commit, publish and query paid
 per file. A lake migrating from it meets both layouts while its older migrations run
 (`partitioned`, `partition_new_tables`); migration 0013 rewrites it.
@@ -347,9 +348,10 @@ def _row_groups(data: pa.Table, order: pa.Array) -> Iterator[pa.Table]:
         yield group
 
 
-# A streaming merge (`merge_files`) reads each input this many rows at a time (its string
-# columns dictionary-decoded: a batch of 32 k kernel rows holds a few MB, not ~60).
-MERGE_BATCH_ROWS = 32 * 1024
+# A streaming merge (`merge_files`) reads each input this many rows at a time: its memory
+# is about ten inputs' batches and a row group (ten kernels inputs, peak RSS: 4 k rows
+# ~400 MB, 32 k ~670 MB; bench/RESULTS.md "Session 15").
+MERGE_BATCH_ROWS = 8 * 1024
 # An input not already in run order is read once a (run_id, device) it holds (a run's own
 # file: one to a few devices); one holding more keys than this is sorted in memory alone.
 MERGE_PASSES = 16
