@@ -1361,9 +1361,9 @@ class Lake:
         bounds (`_bounded`), the first of them only (an ingest's compaction is then at most
         one merge a tier, of at most FILE_ROWS rows); a tier with fewer is left.
         `everything` (`tracedb optimize`): every chunk of every tier, the lowest tier's files
-        whenever there are two, and a lone one that may hold dead rows rewritten. Each row is rewritten about once a tier until its file is
-        full: an ingest that fills a tier pays for one merge (`write_compacted`), not for
-        the history."""
+        whenever there are two, and a lone one that may hold dead rows rewritten. Each row
+        is rewritten about once a tier until its file is full: an ingest that fills a tier
+        pays for one merge (`write_compacted`), not for the history."""
         fanout = fanout or self.FANOUT
         live = self.live_file_ranges(table, published)
         tiers: dict[int, list[dict]] = {}
