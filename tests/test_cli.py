@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from conftest import scenario
+from conftest import SCENARIOS, scenario
 from tracedb.cli import app
 
 runner = CliRunner()
@@ -63,6 +63,24 @@ def test_param_errors_are_clean(lstm_warehouse):
     assert r.exit_code == 2 and "limit must be BIGINT" in r.output
     r = runner.invoke(app, ["query", "no_such_query", "-w", str(lstm_warehouse)])
     assert r.exit_code == 2 and "no canned query named 'no_such_query'" in r.output
+
+
+def test_sql_given_inline_runs_as_from_stdin(seed_warehouse):
+    """`tracedb query "SELECT ..."` (as `duckdb -c`) is the same query as the SQL piped in,
+    sandboxed alike; a typo of a canned name still gets the list of names."""
+    wh = str(seed_warehouse)
+    sql = "SELECT run_id, count(*) AS n FROM kernels GROUP BY run_id ORDER BY run_id"
+    inline = runner.invoke(app, ["query", sql, "-w", wh, "-f", "json"])
+    piped = runner.invoke(app, ["query", "-", "-w", wh, "-f", "json"], input=sql)
+    assert inline.exit_code == 0, inline.output
+    rows = json.loads(inline.output)
+    assert rows == json.loads(piped.output) and len(rows) > 3 and all(r["n"] > 0 for r in rows)
+    r = runner.invoke(app, ["query", "  with t AS (FROM runs) SELECT count(*) AS n FROM t", "-w", wh, "-f", "csv"])
+    assert r.exit_code == 0 and r.output == f'"n"\n{len(SCENARIOS)}\n', r.output
+    r = runner.invoke(app, ["query", "SELECT * FROM read_csv('/etc/passwd')", "-w", wh])
+    assert r.exit_code == 2 and "sandbox refused" in r.output
+    r = runner.invoke(app, ["query", "top_kernel", "-w", wh])
+    assert r.exit_code == 2 and "no canned query named 'top_kernel'" in r.output
 
 
 def test_dialect_prints_transpiled_sql():

@@ -163,20 +163,24 @@ class Warehouse:
         return sqllib.list_queries()
 
     def query(self, name: str | sqllib.CannedQuery, output: str = "arrow", allow_external: bool = False,
-              runs: list[str] | None = None, **params: Any):
+              runs: list[str] | None = None, sink: Callable | None = None, **params: Any):
         """Run a canned query (name, .sql path or parsed query); parameters as keyword
         arguments (strings are converted to the parameter's type). `output`: arrow,
         pandas (nullable integer columns), polars, or rows (`tracedb.output.Rows` of plain
         Python values where the column types allow, else arrow: what `tracedb query`
         prints). `runs`: the data views show only these runs (as `sql`). Sandboxed like
-        `sql` unless allow_external=True."""
+        `sql` unless allow_external=True. `sink`: a callable handed the result a batch of
+        at most 100,000 rows at a time instead (arrow or rows), e.g. `with
+        tracedb.output.Writer("csv", Path("out.csv")) as w: wh.query(name, sink=w)`;
+        returns the row count: a fleet-wide result of millions of rows then needs a
+        batch's memory."""
         from tracedb import query
 
         return query.run_query(name, params, self.storage, output=output, allow_external=allow_external, runs=runs,
-                               limits=self.limits)
+                               limits=self.limits, sink=sink)
 
     def sql(self, sql: str, output: str = "arrow", allow_external: bool = False,
-            runs: list[str] | None = None, **params: Any):
+            runs: list[str] | None = None, sink: Callable | None = None, **params: Any):
         """Run ad-hoc SQL over the views; `$name` placeholders bound from keyword arguments.
 
         `runs=["r1", ...]`: the data views (nodes, kernels, tensors, ...; not runs, files,
@@ -187,11 +191,12 @@ class Warehouse:
         attach databases or read other files (`/etc/passwd`, URLs); allow_external=True
         lifts that for SQL you trust (e.g. joining a CSV of your own).
         Limits: `Warehouse(path, limits=tracedb.QueryLimits(timeout_s=60, memory_limit="4GB",
-        temp_limit="10GiB"))`; Ctrl-C (KeyboardInterrupt) stops a query within a second."""
+        temp_limit="10GiB"))`; Ctrl-C (KeyboardInterrupt) stops a query within a second.
+        `sink`: the result a batch at a time, as `query`."""
         from tracedb import query, sqllib
 
         return query.run_query(sqllib.parse(sql, "sql"), params, self.storage, output=output,
-                               allow_external=allow_external, runs=runs, limits=self.limits)
+                               allow_external=allow_external, runs=runs, limits=self.limits, sink=sink)
 
     def transpile(self, name: str | sqllib.CannedQuery, dialect: str, params: dict[str, Any] | None = None) -> str:
         """A canned query's SQL for another engine (spark, trino, ...), header kept: with

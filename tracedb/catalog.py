@@ -449,8 +449,7 @@ def _build_views(con: duckdb.DuckDBPyConnection, lake: lake_mod.Lake, unreadable
     # `files` as it describes the live versions (a run published just before a crash has
     # its rows from the ingest log, `Lake.live_file_rows`)
     published = lake.published()
-    behind = lake.behind_file_rows()  # read `files` whole only when some are
-    files, stale = lake.live_file_rows(behind) if behind else (None, [])
+    files, stale = lake.live_file_rows()  # None: no run's rows behind, `files` not read whole
     con.execute("BEGIN")
     for name in ("runs", "files", "ingest_log", "acceptances"):
         _meta_table(con, lake, name, files if name == "files" else None, materialize=name == "files" and bool(stale))

@@ -149,7 +149,7 @@ def ingest(
 
 @command()
 def query(
-    sql: str = typer.Argument(..., metavar="QUERY", help="Canned query name (see `tracedb queries`), path to a .sql file, or - for stdin"),
+    sql: str = typer.Argument(..., metavar="QUERY", help="Canned query name (see `tracedb queries`), path to a .sql file, the SQL itself (\"SELECT ...\"), or - for stdin"),
     param: List[str] = typer.Option([], "--param", "-p", metavar="NAME=VALUE", show_default=False, help="Query parameter; repeatable"),
     fmt: str = typer.Option("table", "--format", "-f", metavar="FORMAT", help="table | csv | json | ndjson | parquet"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="FILE", help="Write to FILE instead of stdout"),
@@ -171,6 +171,7 @@ def query(
     """Run a canned or ad-hoc SQL query over the warehouse views (sandboxed: reads only the warehouse's data).
 
     Example: tracedb query top_kernels --param run_id=resnet50 --format csv
+    Example: tracedb query "select run_id, count(*) from kernels group by all" --format csv
     Example: echo "select count(*) from kernels" | tracedb query - --format ndjson
     Example: echo "select name, count(*) from kernels group by all" | tracedb query - --run resnet50
     """
@@ -193,10 +194,16 @@ def query(
         return
     wh.limits = tracedb.QueryLimits(timeout_s=timeout or None, memory_limit=memory_limit, temp_limit=temp_limit)
     # Text formats print DuckDB's own Python values where they print the same (no pyarrow
-    # import: ~110 ms of start-up, issue 12 item 6); Parquet needs Arrow.
-    result = wh.query(canned, output="arrow" if fmt == "parquet" else "rows", allow_external=allow_external,
-                      runs=run or None, **params)
-    out.write(result, fmt, output, safe_csv=safe_csv)
+    # import: ~110 ms of start-up, issue 12 item 6); Parquet needs Arrow. Every format but
+    # the text table (which sizes its columns from every row) is written a batch at a
+    # time, so a result of millions of rows needs the memory of one batch.
+    kind = "arrow" if fmt == "parquet" else "rows"
+    if fmt not in out.STREAMED:
+        out.write(wh.query(canned, output=kind, allow_external=allow_external, runs=run or None, **params),
+                  fmt, output, safe_csv=safe_csv)
+        return
+    with out.Writer(fmt, output, safe_csv=safe_csv) as writer:
+        wh.query(canned, output=kind, allow_external=allow_external, runs=run or None, sink=writer, **params)
 
 
 @command()

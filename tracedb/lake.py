@@ -598,6 +598,11 @@ class Published(dict):
     `Lake._live_runs` makes, built once a read (a commit's clean-up asks for every table's
     files). Not to be changed once read."""
 
+    @classmethod
+    def of(cls, published: dict[str, str | None]) -> Published:
+        """`published` itself when it is one (its index built once), else a new one."""
+        return published if isinstance(published, Published) else cls(published)
+
     @functools.cached_property
     def index(self) -> tuple[list[str], list[str], pa.Array]:
         """The runs sorted; the distinct live ingest ids sorted; for each sorted run, the
@@ -858,7 +863,7 @@ class Lake:
         readers filter)."""
         import pyarrow.compute as pc
 
-        published = published if isinstance(published, Published) else Published(published)
+        published = Published.of(published)
         runs = published.index[0]
         return [[runs[i + k] for k in pc.indices_nonzero(mask).to_pylist()] if mask is not None else []
                 for i, mask in Lake._live_masks(actions, published)]
@@ -868,7 +873,7 @@ class Lake:
         """`_live_runs`, counted only (what `live_file_ranges` needs)."""
         import pyarrow.compute as pc
 
-        published = published if isinstance(published, Published) else Published(published)
+        published = Published.of(published)
         return [(pc.sum(mask).as_py() or 0) if mask is not None else 0 for _, mask in Lake._live_masks(actions, published)]
 
     @staticmethod
@@ -883,7 +888,7 @@ class Lake:
 
         import pyarrow.compute as pc
 
-        runs, ingests, at = (published if isinstance(published, Published) else Published(published)).index
+        runs, ingests, at = Published.of(published).index
         cols = (actions.column(c).to_pylist() for c in ("run_id", "run_hi", "min_ingest", "max_ingest"))
         for lo, hi, first, last in zip(*cols):
             if lo is None or hi is None or first is None or last is None:
@@ -1164,19 +1169,20 @@ class Lake:
                                                  predicate=" OR ".join(preds), storage_options=self._opts))
         concurrently(calls)  # two tables, two commits at once
 
-    def live_file_rows(self, behind: set[tuple[str, str]] | None = None) -> tuple[pa.Table, list[str]]:
+    def live_file_rows(self) -> tuple[pa.Table | None, list[str]]:
         """The rows of `files` as they describe each run's live version, and the runs whose
-        rows in the table do not (`behind`: `behind_file_rows`, when the caller has it):
-        theirs come from the ingest log, where step 2 wrote them."""
-        behind = self.behind_file_rows() if behind is None else set(behind)
-        files = self.read_table("files")
+        rows in the table do not (`behind_file_rows`): theirs come from the ingest log,
+        where step 2 wrote them. (None, []) when no run's rows are behind (or none is in the
+        log): `files` is then not read whole."""
+        behind = self.behind_file_rows()
         if not behind:
-            return files, []
+            return None, []
         log = self.read_table("ingest_log")
         keys = list(zip(log.column("run_id").to_pylist(), log.column("ingest_id").to_pylist()))
         behind &= set(keys)
         if not behind:
-            return files, []
+            return None, []
+        files = self.read_table("files")
         stale = sorted({run for run, _ in behind})
         keep = pa.array([run not in set(stale) for run in files.column("run_id").to_pylist()], pa.bool_())
         take = pa.array([k in behind for k in keys], pa.bool_())
@@ -1204,8 +1210,7 @@ class Lake:
         (`live_file_rows`); returns those runs. Call under `lock()`."""
         from deltalake import write_deltalake
 
-        behind = self.behind_file_rows()
-        rows, stale = self.live_file_rows(behind) if behind else (None, [])
+        rows, stale = self.live_file_rows()
         if stale:
             self._guard()
             fixed = rows.filter(pa.array([r in set(stale) for r in rows.column("run_id").to_pylist()], pa.bool_()))

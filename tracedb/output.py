@@ -354,18 +354,19 @@ def spreadsheet_safe(text: str) -> str:
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
-def csv_rows(rows: Rows, safe: bool = False) -> str:
+def csv_rows(rows: Rows, safe: bool = False, header: bool = True) -> str:
     """CSV of `Rows`, byte for byte what pyarrow.csv.write_csv writes for the same result
-    (safe: formula-like text cells prefixed with `'`, as `_csv_arrow` does)."""
+    (safe: formula-like text cells prefixed with `'`, as `_csv_arrow` does; header=False:
+    the rows only, for a result's later batches)."""
     cells = [_CSV_CELL[k] for k in rows.kinds]
     if safe:
         cells = [(lambda v: _csv_quote(spreadsheet_safe(v))) if k == "text" else f for f, k in zip(cells, rows.kinds)]
-    lines = [",".join(_csv_quote(spreadsheet_safe(n) if safe else n) for n in rows.names)]
+    lines = [",".join(_csv_quote(spreadsheet_safe(n) if safe else n) for n in rows.names)] if header else []
     lines += [",".join("" if v is None else f(v) for f, v in zip(cells, r)) for r in rows.rows]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" if lines else ""
 
 
-def _csv_arrow(table: pa.Table, safe: bool = False) -> str:
+def _csv_arrow(table: pa.Table, safe: bool = False, header: bool = True) -> str:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -378,7 +379,7 @@ def _csv_arrow(table: pa.Table, safe: bool = False) -> str:
         cols = [pa.array([None if v is None else spreadsheet_safe(v) for v in c.to_pylist()], type=c.type)
                 if pa.types.is_string(c.type) or pa.types.is_large_string(c.type) else c for c in cols]
         names = [spreadsheet_safe(n) for n in names]
-    pacsv.write_csv(pa.Table.from_arrays(cols, names=names), buf)
+    pacsv.write_csv(pa.Table.from_arrays(cols, names=names), buf, pacsv.WriteOptions(include_header=header))
     return buf.getvalue().decode()
 
 
@@ -387,29 +388,111 @@ def write(table: Result, fmt: str, output: Path | None = None, stream: IO[str] |
     """Write a result in a format (FORMATS) to `output` or `stream` (stdout).
     width: the line width a table is fit to; "auto": the terminal's (`terminal_width`),
     none for a file. safe_csv: CSV for spreadsheets (`spreadsheet_safe`)."""
-    if fmt not in FORMATS:
-        raise TracedbError(f"unknown format {fmt!r} (one of: {', '.join(FORMATS)})")
-    if fmt == "parquet":
-        if output is None:
-            raise TracedbError("--format parquet needs --output FILE")
-        import pyarrow.parquet as pq  # only here: ~25 ms of start-up (issue 12 item 6)
-
-        if isinstance(table, Rows):
-            raise TypeError("Parquet needs an Arrow table (query with output='arrow')")
-        pq.write_table(table, output)
-        return
     if fmt == "table":
         text = text_table(table, (None if output is not None else terminal_width(stream)) if width == "auto" else width)
-    elif fmt == "json":
-        text = json.dumps(table.to_pylist(), default=_json_default, indent=1) + "\n"
-    elif fmt == "ndjson":
-        text = "".join(json.dumps(row, default=_json_default) + "\n" for row in table.to_pylist())
-    else:
-        text = csv_rows(table, safe_csv) if isinstance(table, Rows) else _csv_arrow(table, safe_csv)
-    if output is not None:
-        output.write_text(text)
-    else:
-        (stream or sys.stdout).write(text)
+        if output is not None:
+            output.write_text(text)
+        else:
+            (stream or sys.stdout).write(text)
+        return
+    with Writer(fmt, output, stream, safe_csv) as w:
+        w(table)
+
+
+# Formats a `Writer` can write a batch at a time (a text table needs every row first, to
+# size its columns).
+STREAMED = ("csv", "json", "ndjson", "parquet")
+
+
+class Writer:
+    """Writes a result a batch at a time (`Writer(fmt, output)(batch)` for each batch, then
+    `close()`; or `with`): what `tracedb query` does for the formats in STREAMED, so a
+    fleet-wide result of millions of rows needs the memory of one batch, not of the whole
+    result (a per-launch query over 50,000 runs held 12.6 GB as Python rows).
+    The bytes equal those of `write` given the whole result at once. A file (`output`) is
+    written beside its place and moved there by `close()`, so a failed query leaves no
+    half-written file; `abort()` (or leaving the `with` block by an exception) removes it."""
+
+    def __init__(self, fmt: str, output: Path | None = None, stream: IO[str] | None = None, safe_csv: bool = False):
+        if fmt not in STREAMED:
+            raise TracedbError(f"unknown format {fmt!r} (one of: {', '.join(f for f in FORMATS if f != 'table')})"
+                               if fmt not in FORMATS else f"format {fmt} is not written a batch at a time")
+        if fmt == "parquet" and output is None:
+            raise TracedbError("--format parquet needs --output FILE")
+        self.fmt, self.output, self.safe_csv = fmt, output, safe_csv
+        self.rows = 0
+        self._started = False  # the first batch (which writes the header) is written
+        self._parquet = None
+        self._part = None if output is None else output.with_name(f".{output.name}.part")
+        if fmt == "parquet":
+            self._out = None
+        elif self._part is not None:
+            self._out = open(self._part, "w", encoding="utf-8", newline="")
+        else:
+            self._out = stream or sys.stdout
+
+    def __call__(self, batch: Result) -> None:
+        """Write one batch (Rows or an Arrow table); the first one also writes the header."""
+        first, self._started = not self._started, True
+        if self.fmt == "parquet":
+            self._write_parquet(batch)
+        elif self.fmt == "csv":
+            self._out.write(csv_rows(batch, self.safe_csv, first) if isinstance(batch, Rows)
+                            else _csv_arrow(batch, self.safe_csv, first))
+        elif self.fmt == "ndjson":
+            self._out.write("".join(json.dumps(row, default=_json_default) + "\n" for row in batch.to_pylist()))
+        else:  # json: one array, as json.dumps(rows, indent=1) writes it
+            rows = batch.to_pylist()
+            if rows:
+                items = (" " + json.dumps(row, default=_json_default, indent=1).replace("\n", "\n ") for row in rows)
+                self._out.write(("[\n" if self.rows == 0 else ",\n") + ",\n".join(items))
+        self.rows += batch.num_rows
+
+    def _write_parquet(self, batch: Result) -> None:
+        import pyarrow.parquet as pq  # only here: ~25 ms of start-up (issue 12 item 6)
+
+        if isinstance(batch, Rows):
+            raise TypeError("Parquet needs an Arrow table (query with output='arrow')")
+        if self._parquet is None:
+            self._schema = batch.schema
+            self._parquet = pq.ParquetWriter(self._part, batch.schema)
+        elif batch.schema != self._schema:  # a later batch's HUGEINT beyond int64 (Decimal)
+            batch = batch.cast(self._schema)
+        self._parquet.write_table(batch)
+
+    def close(self) -> None:
+        """Finish the result (a JSON array's end; an empty result's header) and move a
+        file into place."""
+        if self.fmt == "json":
+            self._out.write("\n]\n" if self.rows else "[]\n")
+        self._finish()
+        if self._part is not None and self._part.exists():
+            self._part.replace(self.output)
+
+    def abort(self) -> None:
+        """Leave no file behind (a failed or interrupted query)."""
+        self._finish()
+        if self._part is not None:
+            self._part.unlink(missing_ok=True)
+
+    def _finish(self) -> None:
+        if self._parquet is not None:
+            self._parquet.close()
+        elif self._out is None:  # Parquet without a batch
+            return
+        elif self._part is not None:
+            self._out.close()
+        else:
+            self._out.flush()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, kind, value, tb) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
 
 
 def plain_numbers(table: pa.Table) -> pa.Table:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from tracedb.errors import TracedbError
 from tracedb.output import plain_numbers
@@ -29,12 +29,15 @@ if TYPE_CHECKING:
 
 
 def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str, Any],
-            rows: bool = False, runs: list[str] | None = None, rollups: bool = True) -> pa.Table | Rows:
+            rows: bool = False, runs: list[str] | None = None, rollups: bool = True,
+            sink: Callable[[pa.Table | Rows], None] | None = None) -> pa.Table | Rows | int:
     """Run a query with values from `bind` (validated, typed) on an open connection.
     rows=True: a `tracedb.output.Rows` when `fetch` allows, without importing pyarrow.
     runs: the data views show only these runs' rows (their files alone are bound), as
     the query's own `-- scope:` does when its run parameters are given.
-    rollups=False: every metric from raw rows, never its rollup (`CannedQuery.sql_for`)."""
+    rollups=False: every metric from raw rows, never its rollup (`CannedQuery.sql_for`).
+    sink: given, the result goes to it a batch at a time (`stream`) and the row count is
+    returned."""
     import duckdb
 
     from tracedb import snapshot
@@ -50,6 +53,8 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
                                "so it cannot be limited to runs (reopen the warehouse: the snapshot is rebuilt)")
         made = []  # the header's own scoping is only a speed-up
     try:
+        if sink is not None:
+            return stream(con, sql, values, rows, sink)
         if rows:
             return fetch(con.sql(sql, params=values or None))
         from tracedb import catalog
@@ -71,6 +76,54 @@ def execute(con: duckdb.DuckDBPyConnection, query: CannedQuery, values: dict[str
         snapshot.unscope(con, made)
 
 
+# Rows a sink is handed at a time (`stream`): ~10-30 MB of Python rows of a dozen columns.
+BATCH_ROWS = 100_000
+
+
+def stream(con: duckdb.DuckDBPyConnection, sql: str, values: dict[str, Any], rows: bool,
+           sink: Callable[[pa.Table | Rows], None]) -> int:
+    """Hand a query's result to `sink` a batch at a time (of `BATCH_ROWS`; always at least
+    one, maybe empty, so that a writer learns the columns); returns the rows. DuckDB
+    streams the result, so memory is a batch's, not the result's. Batches are `Rows` when
+    rows=True and `fetch` would give Rows, else Arrow tables (`plain_numbers`)."""
+    rel = con.sql(sql, params=values or None)
+    if rel is None:  # a statement without a result
+        import pyarrow as pa
+
+        sink(pa.table({}))
+        return 0
+    types = [str(t) for t in rel.types]
+    kinds = [_kind(t) for t in types]
+    count = 0
+    if rows and None not in kinds:
+        from tracedb.output import Rows
+
+        names = list(rel.columns)
+        cursor = con.execute(sql, values or None)  # (a relation no longer fetches in parts)
+        while True:
+            data = cursor.fetchmany(BATCH_ROWS)
+            if data or not count:
+                sink(Rows(names, kinds, _wide_hugeints(types, data)))
+            count += len(data)
+            if len(data) < BATCH_ROWS:
+                return count
+    import pyarrow as pa
+
+    reader = rel.to_arrow_reader(BATCH_ROWS)
+    batches = iter(reader)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        except (OSError, pa.ArrowException) as e:  # DuckDB's error after the first batches, as Arrow hands it on
+            raise _duckdb_error(str(e)) from None
+        if batch.num_rows or not count:
+            sink(plain_numbers(pa.Table.from_batches([batch])))
+        count += batch.num_rows
+    if not count:
+        sink(plain_numbers(reader.schema.empty_table()))
+    return count
 
 
 # DuckDB types whose Python values (fetchall) print exactly as their Arrow values do after
@@ -104,13 +157,29 @@ def fetch(rel) -> pa.Table | Rows:
         if rel is None:  # a statement without a result
             return pa.table({})
         return plain_numbers((getattr(rel, "to_arrow_table", None) or rel.arrow)())
-    names, data = list(rel.columns), rel.fetchall()
-    for i, t in enumerate(rel.types):
-        if str(t) == "HUGEINT" and any(v is not None and not _INT64[0] <= v <= _INT64[1] for v in (r[i] for r in data)):
+    return Rows(list(rel.columns), kinds, _wide_hugeints([str(t) for t in rel.types], rel.fetchall()))
+
+
+def _duckdb_error(message: str) -> Exception:
+    """The DuckDB exception an Arrow reader's error text stands for ("Out of Memory Error:
+    ...", "Invalid Input Error: ..."), so that `execute` words it as it words the others."""
+    import duckdb
+
+    kinds = {"Out of Memory Error": duckdb.OutOfMemoryException, "Permission Error": duckdb.PermissionException,
+             "INTERRUPT Error": duckdb.InterruptException}
+    kind = next((k for prefix, k in kinds.items() if message.startswith(prefix)), duckdb.Error)
+    return kind(message)
+
+
+def _wide_hugeints(types: list[str], data: list[tuple]) -> list[tuple]:
+    """The rows with each HUGEINT column that holds a value beyond int64 made Decimal
+    throughout, as `plain_numbers` leaves such a column."""
+    for i, t in enumerate(types):
+        if t == "HUGEINT" and any(v is not None and not _INT64[0] <= v <= _INT64[1] for v in (r[i] for r in data)):
             from decimal import Decimal
 
             data = [r[:i] + (None if r[i] is None else Decimal(r[i]),) + r[i + 1:] for r in data]
-    return Rows(names, kinds, data)
+    return data
 
 
 # Statement kinds user SQL may run in the sandbox: queries (SELECT, WITH, FROM-first,
@@ -311,7 +380,8 @@ def _stop(con: duckdb.DuckDBPyConnection, done) -> None:
 
 def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
               warehouse: Path | str | storage.Storage | None = None, output: str = "arrow", allow_external: bool = False,
-              runs: list[str] | None = None, limits: QueryLimits | None = None):
+              runs: list[str] | None = None, limits: QueryLimits | None = None,
+              sink: Callable[[pa.Table | Rows], None] | None = None):
     """Run a canned query (name, .sql path or CannedQuery) on a warehouse.
 
     The query runs sandboxed (`sandbox`, `check_statements`): it reads only the
@@ -324,6 +394,9 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
     same however many runs the warehouse holds. Each must exist.
     limits: time, memory and temp-space limits (`QueryLimits`); Ctrl-C (KeyboardInterrupt)
     stops the query within a second either way.
+    sink: a callable handed the result a batch at a time (`stream`: Arrow tables, or Rows
+    with output="rows"), e.g. a `tracedb.output.Writer`; the row count is returned. Memory
+    is then a batch's, however many rows the result has.
     """
     import shutil
 
@@ -355,9 +428,11 @@ def run_query(spec: str | CannedQuery, params: dict[str, Any] | None = None,
             sandbox(con, warehouse)
         if runs:
             _check_runs_exist(con, list(runs))
-        table = interruptible(con, lambda: execute(con, query, values, rows=output == "rows", runs=runs),
+        if sink is not None and output not in ("arrow", "rows"):
+            raise TracedbError(f"output={output!r} with a sink: batches are arrow or rows")
+        table = interruptible(con, lambda: execute(con, query, values, rows=output == "rows", runs=runs, sink=sink),
                               (limits or QueryLimits()).timeout_s, query.name)
-        if table.num_rows == 0:
+        if (table if sink is not None else table.num_rows) == 0:
             _check_run_ids(con, values)
     finally:
         con.close()

@@ -337,8 +337,15 @@ def stored_rollups() -> dict[str, CannedQuery]:
     return {m.rollup.table: m for m in list_metrics() if m.rollup and m.rollup.table == f"rollup_{m.name}"}
 
 
+# What inline SQL starts with (`tracedb query "SELECT ..."`, as `duckdb -c`): a statement
+# keyword, a parenthesis or a comment, then the rest (a name or a path has no space).
+INLINE_SQL = re.compile(r"\s*(?:\(|--|/\*|(?:select|with|from|values|describe|show|summarize|explain|pivot|unpivot|table)\b)"
+                        r"[\s\S]*\s", re.IGNORECASE)
+
+
 def load(spec: str) -> CannedQuery:
-    """A canned query by name, a path to a .sql file, or '-' for stdin."""
+    """A canned query by name, a path to a .sql file, '-' for stdin, or the SQL itself
+    (INLINE_SQL: a statement with a space in it that is not a file's path)."""
     if spec == "-":
         import sys
 
@@ -349,10 +356,13 @@ def load(spec: str) -> CannedQuery:
     canned = sql_dir() / f"{spec}.sql"
     if re.fullmatch(r"[A-Za-z0-9_]+", spec) and canned.is_file():
         return parse(canned.read_text(), spec, canned)
+    if INLINE_SQL.match(spec) and not path.exists():
+        return parse(spec, "sql")
     if path.suffix == ".sql":
         raise TracedbError(f"{spec}: no such file")
     names = ", ".join(q.name for q in list_queries())
-    raise TracedbError(f"no canned query named {spec!r} (known: {names}); or give a path to a .sql file, or - for stdin")
+    raise TracedbError(f"no canned query named {spec!r} (known: {names}); or give a path to a .sql file, "
+                      "SQL itself (\"SELECT ...\"), or - for stdin")
 
 
 def placeholders(sql: str) -> set[str]:
