@@ -7,9 +7,9 @@ ingest's own Lake) so that a few runs fill several tiers. The oracle is arithmet
 rows of one run of each table, read from a one-run warehouse with pyarrow: with a fanout of
 2 and tiers of rows (TIER_ROWS 1: a file of m rows is in tier m.bit_length()), each ingest
 adds a file of r rows, then merges the pairs of each tier that holds two (planned once, so
-a merged file merges again at a later ingest), until a file is full (`_expected`); before issue 22's fix, tiers were by compressed size, and
-a merged file of these tiny files stayed in the lowest tier and was merged again at each
-ingest (every row rewritten every night), while larger files stopped merging at 48 MiB."""
+a merged file merges again at a later ingest), until a file is full (`_expected`).
+Before issue 22's fix, tiers were by compressed size (a merged file of tiny files stayed
+in the lowest tier) and a chunk above 48 MiB was not merged, so files stopped growing."""
 
 from __future__ import annotations
 
