@@ -168,17 +168,22 @@ def simulate(tpl: Template, table: str, nights: int, size: int, ratio: float) ->
 
     from tracedb import lake as lake_mod
 
-    live = [{"path": a["path"], "size": a["size"], "run_id": a["run_id"], "members": [a["path"]], "tag": ""}
-            for a in tpl.actions[table]]
+    live = [{"path": a["path"], "size": a["size"], "rows": a["rows"], "run_id": a["run_id"], "members": [a["path"]],
+             "tag": ""} for a in tpl.actions[table]]
     lo = min(r for r in tpl.data[table].column("run_id").to_pylist())
+    nightly = tpl.data[table].num_rows
+    L = lake_mod.Lake
     fake = types.SimpleNamespace(
-        TIER_BASE=lake_mod.Lake.TIER_BASE, MERGE_BYTES=lake_mod.Lake.MERGE_BYTES,
-        live_file_ranges=lambda _t, _p: pa.Table.from_pylist([{k: r[k] for k in ("path", "size", "run_id")} for r in live]))
+        **{k: getattr(L, k) for k in ("TIER_ROWS", "FANOUT", "FILE_BYTES", "FILE_ROWS")},
+        live_file_ranges=lambda _t, _p: pa.Table.from_pylist(
+            [{k: r[k] for k in ("path", "size", "rows", "run_id")} for r in live]))
+    for name in ("_full", "_tier", "_bounded"):
+        setattr(fake, name, getattr(L, name).__get__(fake))
     written, merges = [], []
     for b in range(1, nights + 1):
         ing = night_id(tpl.base, b)
-        f = {"path": f"{table}/part-{ing}-g{table[:3]}.parquet", "size": size, "run_id": f"{lo}-n{b:05d}",
-             "members": [b], "tag": ing}
+        f = {"path": f"{table}/part-{ing}-g{table[:3]}.parquet", "size": size, "rows": nightly,
+             "run_id": f"{lo}-n{b:05d}", "members": [b], "tag": ing}
         live.append(f)
         written.append(f)
         chunks = lake_mod.Lake.compaction_plan(fake, table, {})
@@ -188,7 +193,8 @@ def simulate(tpl: Template, table: str, nights: int, size: int, ratio: float) ->
             live = [r for r in live if r["path"] not in gone]
             members = [x for r in old for x in r["members"]]
             m = {"path": f"{table}/part-{ing}-c{secrets.token_hex(4)}.parquet",
-                 "size": int(size * ratio * len(members)), "run_id": min(r["run_id"] for r in old),
+                 "size": int(size * ratio * len(members)), "rows": sum(r["rows"] for r in old),
+                 "run_id": min(r["run_id"] for r in old),
                  "members": members, "tag": ing}
             live.append(m)
             written.append(m)

@@ -707,11 +707,14 @@ def _add_rollups(roll: rollups.Writer, warehouse: storage.Storage, runs: list[la
 # A metadata table (`runs`, `files`, `ingest_log`, `checksums`) gains a file a commit;
 # compacted after an ingest once it has this many (delta-rs optimize: the table is small).
 META_FILES = 32
+# Compaction chunks of more bytes than this are merged one at a time (`_compact`).
+CONCURRENT_MERGE_BYTES = 16 << 20
 
 
 def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
     """Tiered compaction after an ingest (`lake.Lake.compaction_plan`): where a table's tier
-    holds `Lake.FANOUT` files, they are merged into one, written before the commit lock
+    holds `Lake.FANOUT` files, they (or the first of them that fit a merge's bounds) are
+    merged into one, written before the commit lock
     (files never change once written) and committed under it, with a new snapshot; a
     chunk that another writer changed meanwhile is dropped (`commit_compacted`). An ingest
     that fills no tier (nine in ten nightly groups) pays one reading of the logs."""
@@ -722,7 +725,13 @@ def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
     meta = [t for t in lake.META_WRITTEN if len(store.table(t).file_uris()) >= META_FILES]
     if not plans and not meta:
         return {}
-    written = lake.concurrently([lambda t=t, c=c: store.write_compacted(t, c, published, ingest_id) for t, c in plans])
+    # small merges in threads; a large one alone (a merge's memory is a row group and a batch
+    # of each input, ~0.5 GB for kernels: two at once would double it)
+    large = [sum(r["size"] for r in c) > CONCURRENT_MERGE_BYTES for _, c in plans]
+    written = lake.concurrently([lambda t=t, c=c: store.write_compacted(t, c, published, ingest_id)
+                                 for (t, c), big in zip(plans, large) if not big])[::-1]
+    written = [store.write_compacted(t, c, published, ingest_id) if big else written.pop()
+               for (t, c), big in zip(plans, large)]
     done: dict[str, int] = {}
     with store.lock():
         try:

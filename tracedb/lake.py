@@ -22,8 +22,9 @@ delta-rs computes truncate long strings). A file is live while it holds a row of
 published run's live ingest (`_live_runs`: the published runs in its run range whose live
 ingest is in its ingest range); a re-ingest or `rm` rewrites no file: the views keep
 `(run_id, ingest_id) IN runs`, a file left with no live row is removed from the log, and
-compaction drops the others' rows (`compaction_plan`: size tiers of ten, merged after an
-ingest where a tier is full, all small ones by `optimize`). Schema 7 partitioned every data
+compaction drops the others' rows (`compaction_plan`: tiers of rows, ten files of a tier
+merged into the next after an ingest, until a file is full at 64-128 MiB or 16-32 M rows;
+all small ones by `optimize`). Schema 7 partitioned every data
 table by run and device: ~17 files a run, a cost every commit, publish and query paid
 per file. A lake migrating from it meets both layouts while its older migrations run
 (`partitioned`, `partition_new_tables`); migration 0013 rewrites it.
@@ -347,11 +348,15 @@ def _row_groups(data: pa.Table, order: pa.Array) -> Iterator[pa.Table]:
         yield group
 
 
-# A streaming merge (`merge_files`) reads each input this many rows at a time.
-MERGE_BATCH_ROWS = 4 * 1024
+# A streaming merge (`merge_files`) reads each input this many rows at a time: its memory
+# is about ten inputs' batches and a row group (ten kernels inputs, peak RSS: 4 k rows
+# ~400 MB, 32 k ~670 MB; bench/RESULTS.md "Session 15").
+MERGE_BATCH_ROWS = 8 * 1024
 # An input not already in run order is read once a (run_id, device) it holds (a run's own
 # file: one to a few devices); one holding more keys than this is sorted in memory alone.
 MERGE_PASSES = 16
+# The columns a merge reads first, whole, to learn an input's order and its runs' ingests.
+_KEY_COLUMNS = ("run_id", "device", INGEST_ID.name)
 
 
 def merge_files(storage_: storage.Storage, table: str, sources: list[str], rel: str,
@@ -363,9 +368,16 @@ def merge_files(storage_: storage.Storage, table: str, sources: list[str], rel: 
     already in run order (every merged file is), so this is a k-way merge of cursors
     holding a batch of MERGE_BATCH_ROWS each; the memory is the inputs' count times a
     batch, not their rows (ten files of repeated kernel names, 48 MB of Parquet, decoded
-    to over 15 GB in the in-memory merge: bench/RESULTS.md "Session 13")."""
+    to over 15 GB in the in-memory merge: bench/RESULTS.md "Session 13").
+
+    What it costs is decoding and encoding (bench/RESULTS.md "Session 15"): the string
+    columns other than the keys are read dictionary-encoded (repeated kernel and op names
+    decode once a column chunk, not once a row) and made plain a row group at a time, just
+    before the writer encodes them; `keep` is looked up once for each input's distinct
+    (run, ingest) pairs, and an input whose rows are all kept is not filtered at all."""
     import heapq
 
+    target = file_schema(table)
     cursors = [_Cursor(_sorted_segments(storage_.parquet_source(s), table, keep)) for s in sources]
     heap = [(c.key, i) for i, c in enumerate(cursors) if c.key is not None]
     heapq.heapify(heap)
@@ -377,7 +389,7 @@ def merge_files(storage_: storage.Storage, table: str, sources: list[str], rel: 
             if cursors[i].key is not None:
                 heapq.heappush(heap, (cursors[i].key, i))
 
-    return _write_groups(storage_, table, rel, file_schema(table), _regroup(rows()))
+    return _write_groups(storage_, table, rel, target, _regroup(rows(), target))
 
 
 def _keys(data: pa.Table | pa.RecordBatch, columns: tuple[str, str] = ("run_id", "device")) -> pa.Array:
@@ -388,39 +400,62 @@ def _keys(data: pa.Table | pa.RecordBatch, columns: tuple[str, str] = ("run_id",
 
 
 def _conformed(batches: Iterator[pa.RecordBatch], target: pa.Schema) -> Iterator[pa.Table]:
-    """Batches as tables of the lake's file schema (a column an older file lacks: NULL)."""
+    """Batches as tables of `target` (a column an older file lacks: NULL; a column of
+    another type cast to the target's)."""
     for b in batches:
-        cols = [b.column(f.name).cast(f.type) if f.name in b.schema.names else pa.nulls(b.num_rows, f.type)
-                for f in target]
+        cols = [(c if (c := b.column(f.name)).type == f.type else c.cast(f.type)) if f.name in b.schema.names
+                else pa.nulls(b.num_rows, f.type) for f in target]
         yield pa.Table.from_arrays(cols, schema=target)
+
+
+def _dictionary_schema(target: pa.Schema) -> pa.Schema:
+    """`target` with its string columns, other than the keys, as dictionaries."""
+    return pa.schema([f.with_type(pa.dictionary(pa.int32(), f.type))
+                      if f.name not in _KEY_COLUMNS and pa.types.is_string(f.type) else f for f in target])
 
 
 def _sorted_segments(source, table: str, keep: pa.Array | None) -> Iterator[tuple[str, pa.Table]]:
     """A file's kept rows as (key, rows) pieces in key order ("run_id\\0device"; a key may
-    span pieces). A file in run order is read once, a batch at a time; one that is not
-    (a run's file of several devices) once a key, or whole past MERGE_PASSES keys."""
+    span pieces), its string columns dictionary-encoded (`_dictionary_schema`). A file in
+    run order is read once, a batch at a time; one that is not (a run's file of several
+    devices) once a key, or whole past MERGE_PASSES keys."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    target = file_schema(table)
+    target = _dictionary_schema(file_schema(table))
     pf = pq.ParquetFile(source, pre_buffer=False)
+    present = set(pf.schema_arrow.names)
+    pf = pq.ParquetFile(source, pre_buffer=False, read_dictionary=[
+        f.name for f in target if pa.types.is_dictionary(f.type) and f.name in present])
 
-    def batches(columns=None) -> Iterator[pa.Table]:
-        for t in _conformed(pf.iter_batches(MERGE_BATCH_ROWS, columns=columns, use_threads=False),
-                            target if columns is None else pa.schema([target.field(c) for c in columns])):
-            if keep is not None:
-                t = t.filter(pc.is_in(_keys(t, ("run_id", INGEST_ID.name)), value_set=keep))
-            if t.num_rows:
-                yield t
-
-    in_order, last, seen = True, None, set()
-    for t in batches(["run_id", "device", INGEST_ID.name]):
+    in_order, last, seen, pairs = True, None, set(), set()
+    for t in pf.iter_batches(MERGE_BATCH_ROWS, columns=list(_KEY_COLUMNS), use_threads=False):
+        if not t.num_rows:
+            continue
         k = _keys(t)
         if k[0].as_py() < (last or "") or not pc.all(pc.less_equal(k[:-1], k[1:])).as_py():
             in_order = False
         last = k[-1].as_py()
         if len(seen) <= MERGE_PASSES:
             seen.update(pc.unique(k).to_pylist())
+        if keep is not None:
+            pairs.update(pc.unique(_keys(t, ("run_id", INGEST_ID.name))).to_pylist())
+    kept = None
+    if keep is not None:
+        found = pa.array(sorted(pairs), pa.string())
+        kept = found.filter(pc.is_in(found, value_set=keep))
+        if len(kept) == 0:
+            return
+        if len(kept) == len(found):
+            kept = None  # every row kept: nothing to filter
+
+    def batches() -> Iterator[pa.Table]:
+        for t in _conformed(pf.iter_batches(MERGE_BATCH_ROWS, use_threads=False), target):
+            if kept is not None:
+                t = t.filter(pc.is_in(_keys(t, ("run_id", INGEST_ID.name)), value_set=kept))
+            if t.num_rows:
+                yield t
+
     if in_order:
         for t in batches():
             yield from _split(t)
@@ -460,10 +495,11 @@ class _Cursor:
             self.key, self.rows = next(self.pieces, (None, None))
 
 
-def _regroup(pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
+def _regroup(pieces: Iterator[pa.Table], schema_: pa.Schema | None = None) -> Iterator[pa.Table]:
     """Pieces of rows as row groups of ROW_GROUP_ROWS (the last one shorter), each a table of
     the pieces' chunks (the Parquet writer writes a chunked table as one row group: no copy),
-    combined only when made of thousands of pieces (a small table's runs: the writer pays per chunk)."""
+    cast to `schema_` if given (`merge_files`: dictionary columns made plain), combined
+    only when made of thousands of pieces (a small table's runs: the writer pays per chunk)."""
     held, n = [], 0
     for p in pieces:
         while p.num_rows:
@@ -471,14 +507,16 @@ def _regroup(pieces: Iterator[pa.Table]) -> Iterator[pa.Table]:
             held.append(p.slice(0, cut))
             n, p = n + cut, p.slice(cut)
             if n == ROW_GROUP_ROWS:
-                yield _group(held)
+                yield _group(held, schema_)
                 held, n = [], 0
     if n:
-        yield _group(held)
+        yield _group(held, schema_)
 
 
-def _group(held: list[pa.Table]) -> pa.Table:
+def _group(held: list[pa.Table], schema_: pa.Schema | None) -> pa.Table:
     group = pa.concat_tables(held)
+    if schema_ is not None and group.schema != schema_:
+        group = group.cast(schema_)
     return group.combine_chunks() if len(held) > 4096 else group
 
 
@@ -1266,7 +1304,8 @@ class Lake:
     # -- maintenance --------------------------------------------------------------------
     def optimize(self, target_size: int = 256 << 20, fanout: int = 10) -> dict[str, int]:
         """Compact the data tables (tiered, `compaction_plan`: every small file merged) and
-        the metadata tables' small files; returns files removed per table. Call under `lock()`."""
+        the metadata tables' small files (delta-rs, files up to `target_size`); returns files
+        removed per table. Call under `lock()`."""
         self.remove_unpublished()
         published = self.published()
         out = {}
@@ -1274,7 +1313,7 @@ class Lake:
             self._guard()
             if table in schema.TABLES:
                 out[table] = 0
-                for chunk in self.compaction_plan(table, published, fanout, target_size, everything=True):
+                for chunk in self.compaction_plan(table, published, fanout, everything=True):
                     merged = self.write_compacted(table, chunk, published, f"optimize-{int(time.time() * 1000)}")
                     out[table] += self.commit_compacted(table, chunk, merged, published)
             else:
@@ -1282,41 +1321,76 @@ class Lake:
             faults.step(f"optimize_after_{table}")
         return out
 
-    # Files below this size are the lowest tier: each ingest group writes one a table.
-    TIER_BASE = 1 << 20
+    # Compaction's tiers (`compaction_plan`) are by rows: the lowest below TIER_ROWS (an
+    # ingest group's file of most tables), then each FANOUT times more. A merge of a tier's
+    # FANOUT files holds FANOUT times the rows, so it lands in the next tier, whatever its
+    # compression (by compressed size, a merged file compresses ~5x better than its
+    # inputs and could land back in the tier of its inputs).
+    TIER_ROWS = 64 * 1024
     FANOUT = 10
-    # A chunk holds at most this many bytes of Parquet, so files top out near it. The merge
-    # streams (`merge_files`: its memory is a batch of each file, not their rows), so this
-    # bounds a merge's time (~20 M kernel rows) and, on object storage, where each input is
-    # fetched whole, the bytes held.
-    MERGE_BYTES = 48 << 20
+    # A merge writes at most about FILE_BYTES of Parquet and FILE_ROWS rows (a merge's time
+    # is per row, and kernel rows of repeated names compress to ~4 bytes); a file past half
+    # of either is full and is merged no more. So a table holds its bytes in full files
+    # and at most FANOUT - 1 files a tier below them: a count that grows with the bytes,
+    # not with the runs. (Before: a chunk of inputs above 48 MiB was not merged, so files
+    # stopped at ~9-13 MB and their count grew with the runs: 54 kernels files at 50,000.)
+    # The merge streams (`merge_files`: a batch of each input, not their rows); on object
+    # storage each input is fetched whole, so FILE_BYTES also bounds the bytes held.
+    FILE_BYTES = 128 << 20
+    FILE_ROWS = 32 << 20
 
-    def compaction_plan(self, table: str, published: dict[str, str], fanout: int = FANOUT,
-                        target_size: int = 256 << 20, everything: bool = False) -> list[list[dict]]:
-        """Tiered compaction of a data table: its live files (`add_actions` rows) by size tier
-        (below 1 MiB, then each `fanout` times larger), each tier's files in run order, in
-        chunks of `fanout` to merge into one file of the next tier; a tier with fewer is
-        left (`everything`, for `tracedb optimize`: the lowest tier's files merge whenever
-        there are two). A table then holds about `fanout` files a tier (~30 at 100,000 runs
-        of nightly groups of 50), and each row is rewritten about once a tier: an ingest
-        that fills a tier pays for one merge (`write_compacted`), not for the history."""
-        import math
+    def _full(self, r: dict) -> bool:
+        """Whether a live file (an `add_actions` row) is past half a merge's bounds."""
+        return r["size"] >= self.FILE_BYTES // 2 or (r["rows"] or 0) >= self.FILE_ROWS // 2
 
+    def _tier(self, r: dict) -> int:
+        """A file's tier by its rows: 0 below TIER_ROWS, then each FANOUT times more."""
+        rows, tier = r["rows"] or 0, 0
+        while rows >= self.TIER_ROWS * self.FANOUT ** tier:
+            tier += 1
+        return tier
+
+    def _bounded(self, files: list[dict]) -> list[list[dict]]:
+        """Files, in their order, cut into chunks whose sizes and rows sum to at most a merge's
+        bounds (FILE_BYTES, FILE_ROWS); a chunk of one file is no merge and is left out."""
+        out: list[list[dict]] = []
+        size = rows = 0
+        for r in files:
+            if not out or size + r["size"] > self.FILE_BYTES or rows + (r["rows"] or 0) > self.FILE_ROWS:
+                out.append([])
+                size = rows = 0
+            out[-1].append(r)
+            size, rows = size + r["size"], rows + (r["rows"] or 0)
+        return [c for c in out if len(c) >= 2]
+
+    def compaction_plan(self, table: str, published: dict[str, str], fanout: int | None = None,
+                        everything: bool = False) -> list[list[dict]]:
+        """Tiered compaction of a data table: its live files (`add_actions` rows) that are not
+        full (`_full`) by tier of rows (`_tier`), each tier's files in run order, in chunks of
+        `fanout` (FANOUT) to merge into one file of the next tier, each chunk cut to a merge's
+        bounds (`_bounded`), the first of them only (an ingest's compaction is then at most
+        one merge a tier, of at most FILE_ROWS rows); a tier with fewer is left.
+        `everything` (`tracedb optimize`): every chunk of every tier, the lowest tier's files
+        whenever there are two, and a lone one that may hold dead rows rewritten. Each row
+        is rewritten about once a tier until its file is full: an ingest that fills a tier
+        pays for one merge (`write_compacted`), not for the history."""
+        fanout = fanout or self.FANOUT
         live = self.live_file_ranges(table, published)
         tiers: dict[int, list[dict]] = {}
         for r in sorted(live.to_pylist(), key=lambda r: (r["run_id"], r["path"])):
-            if r["size"] < target_size:
-                tier = 0 if r["size"] < self.TIER_BASE else 1 + int(math.log(r["size"] / self.TIER_BASE, fanout))
-                tiers.setdefault(tier, []).append(r)
+            if not self._full(r):
+                tiers.setdefault(self._tier(r), []).append(r)
         chunks = []
         for tier, files in sorted(tiers.items()):
-            if everything and tier == 0:  # a lone small file too, if it may hold dead rows
+            if everything and tier == 0:
                 named = self.dead_row_files()
-                chunks += [c for c in chunk_by_bytes(files, lambda r: r["size"], self.MERGE_BYTES)
-                           if len(c) >= 2 or c[0]["path"] in named]
-            else:
-                chunks += [c for c in (files[i:i + fanout] for i in range(0, len(files) - fanout + 1, fanout))
-                           if sum(r["size"] for r in c) <= self.MERGE_BYTES]
+                chunks += self._bounded(files)
+                chunks += [[r] for r in files if r["path"] in named and not any(r in c for c in chunks)]
+            elif everything:
+                for i in range(0, len(files) - fanout + 1, fanout):
+                    chunks += self._bounded(files[i:i + fanout])
+            elif len(files) >= fanout:  # an ingest merges one chunk a tier: its time is one merge's
+                chunks += self._bounded(files[:fanout])[:1]
         return chunks
 
     def _has_dead_rows(self, r: dict, published: dict[str, str]) -> bool:
