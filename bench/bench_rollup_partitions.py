@@ -5,7 +5,8 @@
 
 Does any rollup besides stream_overlap (bench/bench_stream_overlap.py) need memory that
 grows with the largest single stream or device? One run, one rank, one device, one stream
-(and one step: the worst case of a metric partitioned by step) of n kernels, 10 us apart,
+(and one step: the worst case of a metric partitioned by step) of n kernels (`--nccl-every k`:
+every k-th an all-reduce, for rollup_collectives), 10 us apart,
 4 us (i even) or 12 us (i odd) long, launched 3 us before they start (so the queue
 metrics have launches), written once as Parquet in a temporary folder; `nodes`,
 `runtime_calls` and `steps` hold no rows. Each figure is a fresh process (peak RSS: its
@@ -69,13 +70,14 @@ print(json.dumps({"cpu": r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 
 """
 
 
-def one_stream(folder: Path, n: int) -> None:
+def one_stream(folder: Path, n: int, nccl_every: int = 0) -> None:
     import duckdb
 
     from tracedb import rollups, schema
 
     given = {"run_id": "'r'", "device": "'GPU:0'", "rank": "0", "step": "0", "stream": "7", "kind": "'kernel'",
-             "start_ns": "10000 * i", "duration_ns": "CASE WHEN i % 2 = 0 THEN 4000 ELSE 12000 END", "name": "'k'",
+             "start_ns": "10000 * i", "duration_ns": "CASE WHEN i % 2 = 0 THEN 4000 ELSE 12000 END",
+             "name": f"CASE WHEN {nccl_every} > 0 AND i % {max(nccl_every, 1)} = 0 THEN 'ncclAllReduce' ELSE 'k' END",
              "source_file": "'f'", "launch_start_ns": "10000 * i - 3000", "correlation_id": "i"}
     sel = [f"CAST({given.get(c, 'NULL')} AS {schema.duckdb_type(schema.TABLES['kernels'].field(c).type)}) AS {c}"
            for c in rollups.WHOLE_SOURCES["kernels"]]
@@ -93,13 +95,14 @@ def main() -> None:
     ap.add_argument("--n", type=int, nargs="+", default=[1_000_000, 3_000_000])
     ap.add_argument("--mode", choices=["sql", "writer"], default="sql")
     ap.add_argument("--memory", default="64MB")
+    ap.add_argument("--nccl-every", type=int, default=0, help="every k-th kernel a collective (0: none)")
     ap.add_argument("--tables", nargs="+", default=list(schema.ROLLUPS))
     args = ap.parse_args()
-    print(f"| n | rollup | CPU s | wall s | peak MB | result ({args.mode}, {args.memory}) |\n|---|---|---|---|---|---|")
+    print(f"| n | rollup | CPU s | wall s | peak MB | result ({args.mode}, {args.memory}, nccl every {args.nccl_every}) |\n|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.n:
             folder = Path(tmp) / str(n)
-            one_stream(folder, n)
+            one_stream(folder, n, args.nccl_every)
             for table in args.tables:
                 out = subprocess.run([sys.executable, "-c", _CHILD, args.mode, table, str(folder), str(n), args.memory],
                                      capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
