@@ -9,6 +9,9 @@
 -- columns: run_id source_file rank device stream host_wait_ns host_wait_gaps kernel_wait_ns kernel_wait_gaps other_ns other_gaps changes mean min p25 p50 p75 max time_weighted_mean
 -- rollup-filter: run_id rank
 -- reads: kernels
+-- rollup-sql: metrics/streamed/stream_time.sql
+-- (The ingest computes this metric's rollup with metrics/streamed/stream_time.sql: the same
+-- rows, DuckDB only, in memory bounded whatever one stream's size; tests/test_stream_time_memory.py.)
 WITH idle AS (
 -- include: metrics/idle_gaps.sql
 ),
