@@ -728,9 +728,9 @@ def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
     # small merges in threads; a large one alone (a merge's memory is a row group and a batch
     # of each input, ~0.5 GB for kernels: two at once would double it)
     large = [sum(r["size"] for r in c) > CONCURRENT_MERGE_BYTES for _, c in plans]
-    written = lake.concurrently([lambda t=t, c=c: store.write_compacted(t, c, published, ingest_id)
-                                 for (t, c), big in zip(plans, large) if not big])[::-1]
-    written = [store.write_compacted(t, c, published, ingest_id) if big else written.pop()
+    small = iter(lake.concurrently([lambda t=t, c=c: store.write_compacted(t, c, published, ingest_id)
+                                    for (t, c), big in zip(plans, large) if not big]))
+    written = [store.write_compacted(t, c, published, ingest_id) if big else next(small)
                for (t, c), big in zip(plans, large)]
     done: dict[str, int] = {}
     with store.lock():

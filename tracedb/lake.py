@@ -424,8 +424,8 @@ def _sorted_segments(source, table: str, keep: pa.Array | None) -> Iterator[tupl
 
     target = _dictionary_schema(file_schema(table))
     pf = pq.ParquetFile(source, pre_buffer=False)
-    present = set(pf.schema_arrow.names)
-    pf = pq.ParquetFile(source, pre_buffer=False, read_dictionary=[
+    present = set(pf.schema_arrow.names)  # (read_dictionary refuses a column the file lacks)
+    pf = pq.ParquetFile(source, pre_buffer=False, metadata=pf.metadata, read_dictionary=[
         f.name for f in target if pa.types.is_dictionary(f.type) and f.name in present])
 
     in_order, last, seen, pairs = True, None, set(), set()
@@ -577,19 +577,23 @@ class RunCommit:
     ingest_id: str = ""
 
 
-def chunk_by_bytes(items: list, size: Callable[[object], int], limit: int) -> list[list]:
-    """Items, in their order, cut into chunks of at most `limit` bytes (`size(item)`); an
-    item that big is a chunk alone. The ingest group's merge (`store.merge_group`) and
-    compaction (`Lake.compaction_plan`) cut their files so."""
+def chunk_by_bytes(items: list, size: Callable[[object], int | tuple[int, ...]],
+                   limit: int | tuple[int, ...]) -> list[list]:
+    """Items, in their order, cut into chunks of at most `limit` bytes (`size(item)`; or
+    several measures at once, e.g. (bytes, rows) against a tuple of limits, each summed
+    and bounded); an item that big is a chunk alone. The ingest group's merge
+    (`store.merge_group`) and compaction (`Lake._bounded`) cut their files so."""
+    limits = limit if isinstance(limit, tuple) else (limit,)
     out: list[list] = []
-    total = 0
+    totals = [0] * len(limits)
     for item in items:
         n = size(item)
-        if not out or total + n > limit:
+        n = n if isinstance(n, tuple) else (n,)
+        if not out or any(t + k > cap for t, k, cap in zip(totals, n, limits)):
             out.append([])
-            total = 0
+            totals = [0] * len(limits)
         out[-1].append(item)
-        total += n
+        totals = [t + k for t, k in zip(totals, n)]
     return out
 
 
@@ -1353,15 +1357,8 @@ class Lake:
     def _bounded(self, files: list[dict]) -> list[list[dict]]:
         """Files, in their order, cut into chunks whose sizes and rows sum to at most a merge's
         bounds (FILE_BYTES, FILE_ROWS); a chunk of one file is no merge and is left out."""
-        out: list[list[dict]] = []
-        size = rows = 0
-        for r in files:
-            if not out or size + r["size"] > self.FILE_BYTES or rows + (r["rows"] or 0) > self.FILE_ROWS:
-                out.append([])
-                size = rows = 0
-            out[-1].append(r)
-            size, rows = size + r["size"], rows + (r["rows"] or 0)
-        return [c for c in out if len(c) >= 2]
+        chunks = chunk_by_bytes(files, lambda r: (r["size"], r["rows"] or 0), (self.FILE_BYTES, self.FILE_ROWS))
+        return [c for c in chunks if len(c) >= 2]
 
     def compaction_plan(self, table: str, published: dict[str, str], fanout: int | None = None,
                         everything: bool = False) -> list[list[dict]]:

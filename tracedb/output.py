@@ -461,8 +461,7 @@ class Writer:
         self._parquet.write_table(batch)
 
     def close(self) -> None:
-        """Finish the result (a JSON array's end; an empty result's header) and move a
-        file into place."""
+        """Finish the result (a JSON array's end) and move a file into place."""
         if self.fmt == "json":
             self._out.write("\n]\n" if self.rows else "[]\n")
         self._finish()

@@ -266,11 +266,19 @@ def _rollup(q: CannedQuery, words: dict, lines: dict, where: str) -> Rollup:
     return Rollup(table, words["columns"], tuple(conditions), serves)
 
 
-def _rollup_sql(names: tuple[str, ...], where: str) -> str:
-    """The text of a metric's `-- rollup-sql:` file (a library file, no includes)."""
-    rel = Path(names[0]) if len(names) == 1 else Path()
+def _library_file(rel: Path) -> Path | None:
+    """The SQL library's file at `rel` (relative, inside the library, a .sql file that
+    exists), else None."""
     target = sql_dir() / rel
     if rel.is_absolute() or ".." in rel.parts or rel.suffix != ".sql" or not target.is_file():
+        return None
+    return target
+
+
+def _rollup_sql(names: tuple[str, ...], where: str) -> str:
+    """The text of a metric's `-- rollup-sql:` file (a library file, no includes)."""
+    target = _library_file(Path(names[0])) if len(names) == 1 else None
+    if target is None:
         raise TracedbError(f"{where}: `-- rollup-sql:` names one file of the SQL library ({sql_dir()}), got {' '.join(names)!r}")
     return target.read_text()
 
@@ -282,8 +290,8 @@ def expand_includes(text: str, where: str, choose: Callable[[CannedQuery], bool]
     `choose(metric)` true: an included metric with a rollup is read from it instead."""
     def fragment(m: re.Match) -> str:
         rel = Path(m[1])
-        target = sql_dir() / rel
-        if rel.is_absolute() or ".." in rel.parts or rel.suffix != ".sql" or not target.is_file():
+        target = _library_file(rel)
+        if target is None:
             raise TracedbError(f"{where}: include {m[1]!r}: no such file in the SQL library ({sql_dir()})")
         if rel.as_posix() in _chain:
             raise TracedbError(f"{where}: include {m[1]!r} includes itself ({' -> '.join((*_chain, rel.as_posix()))})")
