@@ -176,3 +176,30 @@ def test_the_cli_streams_to_a_file_and_a_failure_leaves_none(seed_warehouse, tmp
     lines = target.read_text().splitlines()
     assert lines[0] == '"i","v"' and len(lines) == 300_001 and lines[-1] == "299999,299999"
     assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("fmt", ["csv", "table"])
+def test_a_full_disk_under_stdout_is_one_line_and_exit_2(seed_warehouse, fmt):
+    """stdout on a full device (/dev/full: every write fails with ENOSPC), whether it is
+    streamed (csv) or written whole (table): one line naming the cause, exit 2, no
+    traceback, and nothing more printed at the exit's flush."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "tracedb", "query", "SELECT range AS i FROM range(200000)",
+                            "-w", str(seed_warehouse), "-f", fmt], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == ["tracedb: error: No space left on device"], r.stderr
+
+
+def test_a_reader_that_leaves_early_stops_the_query_quietly(seed_warehouse):
+    """`tracedb query ... | head -1`: the reader closes the pipe after the first line; the
+    query stops with exit 1 and prints nothing on stderr (no BrokenPipeError traceback, no
+    'Exception ignored' at the exit)."""
+    p = subprocess.Popen([sys.executable, "-m", "tracedb", "query", "SELECT range AS i FROM range(3000000)",
+                          "-w", str(seed_warehouse), "-f", "csv"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b'"i"\n'
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 1
+    assert err == "", err

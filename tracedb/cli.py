@@ -42,7 +42,8 @@ def _errors(fn):
     """Run a command; a TracedbError becomes a one-line message and exit 2 (an object
     store's set-up error is one already: `tracedb.Warehouse` translates it), Ctrl-C
     (KeyboardInterrupt) the line `tracedb: interrupted` and exit 130, as a shell reports
-    SIGINT."""
+    SIGINT. The system refusing (OSError: a full disk, a permission) is a one-line message
+    and exit 2; a closed stdout pipe (`tracedb query ... | head`) exits 1 without a word."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -54,8 +55,27 @@ def _errors(fn):
         except KeyboardInterrupt:
             typer.echo("tracedb: interrupted", err=True)
             raise typer.Exit(130) from None
+        except BrokenPipeError:  # the reader of stdout left (`| head`): stop quietly
+            _stdout_to_devnull()
+            raise typer.Exit(1) from None
+        except OSError as e:  # the system refused: a full disk, a permission, a lost mount
+            _stdout_to_devnull()
+            where = f": {e.filename}" if e.filename else ""
+            typer.echo(f"tracedb: error: {e.strerror or e}{where}", err=True)
+            raise typer.Exit(2) from None
 
     return wrapper
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so that the exit's flush of what is still buffered for
+    a closed pipe or a full disk fails no second time (the Python docs' advice for
+    SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stdout (CliRunner): nothing to flush
+        pass
 
 
 def command(*args, **kwargs):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from tracedb import query, sqllib
-from tracedb.report.stats import Settings, Side, Test, compare
+from tracedb.report.stats import Settings, Side, Test
 
 # Metric kinds, in the order findings of equal impact are listed.
 DEVICE_STEP, KERNEL_TIME, KERNEL_SET, KERNEL, BUSY, BUSY_SHARE, COPY, PEAK, PEAK_REPORTED, HOST_STEP, OP_TYPE = (
