@@ -19,7 +19,10 @@ largest Kineto fixture, 9.3 MB). Run it niced and give the machine's load (`upti
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
+import subprocess
 import statistics
 import sys
 import tempfile
@@ -70,6 +73,20 @@ def run_ingest(path: Path, tmp: Path, k: int) -> int:
     return sum(summary.runs[0].rows.values())
 
 
+def run_command(path: Path, tmp: Path, k: int) -> tuple[float, int]:
+    """`tracedb ingest PATH --jobs 1` in a child process: its CPU seconds (user + system,
+    the child's rusage) and the rows it reports."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.run([sys.executable, "-m", "tracedb", "ingest", str(path), "-w", str(tmp / f"wh{k}"),
+                        "--run-id", "bench", "--jobs", "1"], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if p.returncode:
+        raise SystemExit(f"tracedb ingest failed: {p.stderr[-2000:]}")
+    rows = int(p.stdout.rsplit(" file(s), ", 1)[1].split(" rows")[0])
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, rows
+
+
 def timed(fn) -> tuple[float, float, Any]:
     c, w = time.process_time(), time.perf_counter()
     out = fn()
@@ -81,6 +98,7 @@ def main() -> None:
     ap.add_argument("--file", type=Path)
     ap.add_argument("--mb", type=float, default=40)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--command", action="store_true", help="time the tracedb ingest command, not the library call")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     try:
@@ -98,12 +116,17 @@ def main() -> None:
             c, w, events = timed(lambda: baseline(path))
             base_c.append(c)
             base_w.append(w)
-            c, w, rows = timed(lambda: run_ingest(path, tmp, k))
+            if args.command:
+                w = time.perf_counter()
+                c, rows = run_command(path, tmp, k)
+                w = time.perf_counter() - w
+            else:
+                c, w, rows = timed(lambda: run_ingest(path, tmp, k))
             ing_c.append(c)
             ing_w.append(w)
             shutil.rmtree(tmp / f"wh{k}", ignore_errors=True)
         print(f"{path.name}: {size / 1e6:.1f} MB of JSON, {events} events, {rows} rows, {args.rounds} rounds")
-        for label, c, w in (("msgspec structs, Decimal ts/dur", base_c, base_w), ("tracedb ingest", ing_c, ing_w)):
+        for label, c, w in (("msgspec structs, Decimal ts/dur", base_c, base_w), ("tracedb ingest" + (" command" if args.command else ""), ing_c, ing_w)):
             print(f"  {label:32s} CPU best {min(c):6.2f} s median {statistics.median(c):6.2f} s | "
                   f"wall best {min(w):6.2f} s median {statistics.median(w):6.2f} s")
         print(f"  ratio ingest / msgspec: CPU best {min(ing_c) / min(base_c):.2f}x, "
