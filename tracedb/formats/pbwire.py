@@ -340,12 +340,17 @@ def stream(f: IO[bytes], spec: Spec, tree: Node, what: str,
 def _stream(r: _Reader, spec: Spec, node: Node, end: int | None,
             want: Callable[[Node], bool] | None) -> Iterator[tuple[Node, Any]]:
     stream_fn = spec.stream[0] if spec.stream else None
+    skip_fn = None
     if stream_fn is not None and want is not None and not want(node):
-        stream_fn = None  # its elements are skipped like any other field
+        stream_fn, skip_fn = None, stream_fn  # its elements are skipped unparsed, a run at a time
     pending: list[bytes] = []  # encodings of the elements not yet parsed
     size = first = done = k = held = 0  # held: how many elements `pending` encodes
     for fn, wt, start in _fields(r, end, node.path, spec):
-        if wt == 2 and fn in spec.nested:
+        if wt == 2 and fn == skip_fn:  # as `_index` walks past them
+            r.skip(r.stop - r.pos)
+            extra, _ = r.run(fn << 3 | 2, end, 1 << 62, copy=False)
+            r.stop, r.extra = r.pos, extra
+        elif wt == 2 and fn in spec.nested:
             if pending:  # keep file order: elements before this child go first
                 yield node, _elements(r, spec, node, pending, first, done)
                 done, pending, size, held = done + held, [], 0, 0
