@@ -37,7 +37,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from json.encoder import c_make_encoder, encode_basestring_ascii
+from json.encoder import encode_basestring_ascii  # json.dumps' str encoder (ensure_ascii)
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -47,7 +47,7 @@ from google.protobuf import text_format
 from tracedb import devices
 from tracedb.errors import TraceFormatError
 from tracedb.formats import pbtext, pbwire
-from tracedb.formats.base import (HEAD_BYTES, BatchBuilder, ReadContext, copy_kind, flush, open_trace, read_all,
+from tracedb.formats.base import (HEAD_BYTES, ColumnBuilder, ReadContext, copy_kind, flush, open_trace, read_all,
                                   read_head, text_head, varint)
 from tracedb.proto import run_metadata_pb2, step_stats_pb2, types_pb2
 
@@ -300,8 +300,22 @@ def _shape(shape: Any) -> tuple[int, ...] | None:
     return None if shape.unknown_rank else tuple([d.size for d in shape.dim])
 
 
+_MEMO_MAX = 1 << 16  # distinct labels (and kernel names) remembered before starting over
+_LABELS: dict[str, tuple] = {}
+
+
 def _label(label: str) -> tuple[str | None, tuple[str, ...] | None, tuple[str, ...] | None]:
-    """`name = Op(a, ^b)` -> ('Op', ('a',), ('b',)); (None, None, None) without `=`."""
+    """`name = Op(a, ^b)` -> ('Op', ('a',), ('b',)); (None, None, None) without `=`.
+    Remembered (a step's graph repeats in the next steps' labels)."""
+    got = _LABELS.get(label)
+    if got is None:
+        if len(_LABELS) >= _MEMO_MAX:
+            _LABELS.clear()
+        got = _LABELS[label] = _parse_label(label)
+    return got
+
+
+def _parse_label(label: str) -> tuple[str | None, tuple[str, ...] | None, tuple[str, ...] | None]:
     m = _LABEL.match(label)
     if not m:
         return None, None, None
@@ -310,23 +324,12 @@ def _label(label: str) -> tuple[str | None, tuple[str, ...] | None, tuple[str, .
             tuple([a[1:] for a in args if a.startswith("^")]))
 
 
-# json.dumps(d, sort_keys=True) without building an encoder per call.
-if c_make_encoder is not None:
-    _ENCODE = c_make_encoder(None, json.JSONEncoder().default, encode_basestring_ascii, None,
-                             ": ", ", ", True, False, True)
-
-    def _dumps(d: dict[str, Any]) -> str:
-        return "".join(_ENCODE(d, 0))
-else:  # pragma: no cover - CPython always has the C encoder
-    _dumps = json.JSONEncoder(sort_keys=True).encode
-
-
 def _label_json(label: str) -> str | None:
-    """A kernel row's params, _dumps({"timeline_label": label}) spelt out; None for ""."""
+    """A kernel row's params, json.dumps({"timeline_label": label}) spelt out; None for ""."""
     return '{"timeline_label": ' + encode_basestring_ascii(label) + "}" if label else None
 
 
-_SINGLE_REFERENCE = _dumps({"has_single_reference": True})
+_SINGLE_REFERENCE = json.dumps({"has_single_reference": True})
 
 
 def _int64(v: int) -> int | None:
@@ -346,111 +349,196 @@ _MEMORY_KEYS = ("allocator_name", "total_bytes", "peak_bytes", "live_bytes", "al
 _BATCH_ROWS = 65536
 
 
-def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    nodes = BatchBuilder("nodes", _BATCH_ROWS, _NODE_COLS)
-    kernels = BatchBuilder("kernels", _BATCH_ROWS, _KERNEL_COLS)
-    tensors = BatchBuilder("tensors", _BATCH_ROWS, _TENSOR_COLS)
-    allocs = BatchBuilder("allocations", _BATCH_ROWS, _ALLOC_COLS)
-    step, seq = ctx.file_ordinal, 0
-    last = None
+_RUN_NODES = 256  # at least so many nodes of one device converted together (text yields them one by one)
+
+
+def _runs(path: Path) -> Iterator[tuple[Any, list[Any]]]:
+    """(DeviceStepStats, NodeExecStats) of `_dev_stats`, a device's consecutive runs joined
+    until they hold _RUN_NODES nodes, so that each field of a run is read by one
+    comprehension (text yields nodes one at a time; a binary run of 256 KB is already
+    hundreds, and is not held longer: memory stays one run). A node's row needs its
+    device's thread_names only if it has a thread id, and such a node comes with its closed
+    device (`_text_dev_stats`)."""
+    last, held = None, []
     for dev_stats, node_stats in _dev_stats(path):
-        if dev_stats is not last:  # a device's runs come in a row
-            last, raw = dev_stats, dev_stats.device
-            dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
-            sid = int(stream) if stream is not None and stream.isdigit() else None
+        if dev_stats is not last or len(held) >= _RUN_NODES:
+            if held:
+                yield last, held
+            last, held = dev_stats, []
+        held.extend(node_stats)
+    if held:
+        yield last, held
+
+
+def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    nodes = ColumnBuilder("nodes", _BATCH_ROWS, _NODE_COLS)
+    kernels = ColumnBuilder("kernels", _BATCH_ROWS, _KERNEL_COLS)
+    tensors = ColumnBuilder("tensors", _BATCH_ROWS, _TENSOR_COLS)
+    allocs = ColumnBuilder("allocations", _BATCH_ROWS, _ALLOC_COLS)
+    step, seq = ctx.file_ordinal, 0
+    for dev_stats, nss in _runs(path):
+        raw = dev_stats.device
+        dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
         if stream in _REPEATS:
             continue  # repeats of numbered-stream rows
-        if sid is not None:
-            for ns in node_stats:
-                yield from kernels.append(_kernel_row(ns, dev, raw, step, sid))
+        if stream is not None and stream.isdigit():
+            yield from kernels.extend(_kernel_cols(nss, dev, raw, step, int(stream)))
             continue
         # Any other device (normally /job:...) holds framework ops.
-        thread_names = dev_stats.thread_names  # complete: a node with a thread id comes with its closed device
-        for ns in node_stats:
-            name = ns.node_name
-            outputs, memory = ns.output, ns.memory
-            yield from nodes.append(_node_row(ns, name, outputs, memory, seq, thread_names, dev, raw, step))
-            seq += 1
-            for out in outputs:
-                yield from tensors.append(_tensor_row(name, out, dev, raw, step))
-            for mem in memory:
-                allocator = mem.allocator_name or None
-                for rec in mem.allocation_records:
-                    size = rec.alloc_bytes
-                    yield from allocs.append((dev, raw, step, allocator, name, rec.alloc_micros * 1000, size,
-                                              "free" if size < 0 else "alloc"))
+        node_cols, tensor_cols, alloc_cols = _node_cols(nss, dev_stats.thread_names, dev, raw, step, seq)
+        seq += len(nss)
+        yield from nodes.extend(node_cols)
+        yield from tensors.extend(tensor_cols)
+        yield from allocs.extend(alloc_cols)
     yield from flush(nodes, kernels, tensors, allocs)
 
 
-def _node_row(ns: Any, name: str, outputs: Any, memory: Any, seq: int, thread_names: dict,
-              dev: str, raw: str, step: int) -> tuple:
-    label = ns.timeline_label
-    op_type, inputs, control = _label(label)
-    outs = sorted(outputs, key=lambda o: o.slot) if len(outputs) > 1 else list(outputs)
-    descs = [o.tensor_description for o in outs]
-    mem = ns.memory_stats if ns.HasField("memory_stats") else None
-    start = ns.all_start_nanos or ns.all_start_micros * 1000
-    scheduled = ns.scheduled_nanos or ns.scheduled_micros * 1000
-    thread_id = ns.thread_id
-    params = {}  # memory, referenced_tensors, thread_name: those with a value (none: NULL)
-    if memory:
-        params["memory"] = [{k: v for k in _MEMORY_KEYS if (v := getattr(m, k))} for m in memory]
-    if ns.referenced_tensor:
-        params["referenced_tensors"] = len(ns.referenced_tensor)
-    if thread_id and (thread_name := thread_names.get(thread_id)):
-        params["thread_name"] = thread_name
-    return (
-        dev, raw, step, name, op_type, start,
-        ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000,
-        thread_id or None,  # 0 = not recorded
-        seq,
-        start + (ns.op_start_rel_nanos or ns.op_start_rel_micros * 1000),
-        start + (ns.op_end_rel_nanos or ns.op_end_rel_micros * 1000),
-        scheduled or None,
-        label or None,
+def _node_cols(nss: list[Any], thread_names: Any, dev: str, raw: str, step: int,
+               seq: int) -> tuple[list, list, list]:
+    """The nodes, tensors and allocations columns of a run of one device's NodeExecStats."""
+    n = len(nss)
+    names = [ns.node_name for ns in nss]
+    labels = [ns.timeline_label for ns in nss]
+    op_types, inputs, controls = zip(*map(_label, labels))
+    starts = [ns.all_start_nanos or ns.all_start_micros * 1000 for ns in nss]
+    tids = [ns.thread_id for ns in nss]
+    mems = [ns.memory_stats if ns.HasField("memory_stats") else None for ns in nss]
+    outputs, shapes, dtypes, params = [], [], [], []
+    tensor_cols: list[list] = [[] for _ in range(10)]  # _TENSOR_COLS after device, device_raw, step
+    t_name, t_slot, t_dtype, t_shape, t_req, t_alloc, t_allocator, t_id, t_ptr, t_params = tensor_cols
+    a_name, a_allocator, a_ts, a_bytes = [], [], [], []
+    for ns, name, tid in zip(nss, names, tids):
+        outs = ns.output
+        if outs:
+            slots = [o.slot for o in outs]
+            descs = [o.tensor_description for o in outs]
+            out_dtypes = [_dtype(td.dtype) for td in descs]
+            out_shapes = [_shape(td.shape) for td in descs]
+            k = len(slots)
+            t_name += [name] * k
+            t_slot += slots
+            t_dtype += out_dtypes
+            t_shape += out_shapes
+            for td in descs:
+                if td.HasField("allocation_description"):
+                    ad = td.allocation_description
+                    ptr = ad.ptr
+                    t_req.append(ad.requested_bytes)
+                    t_alloc.append(ad.allocated_bytes)
+                    t_allocator.append(ad.allocator_name or None)
+                    t_id.append(ad.allocation_id)
+                    t_ptr.append(_int64(ptr) if ptr else None)
+                    t_params.append(_SINGLE_REFERENCE if ad.has_single_reference else None)
+                else:
+                    t_req.append(None)
+                    t_alloc.append(None)
+                    t_allocator.append(None)
+                    t_id.append(None)
+                    t_ptr.append(None)
+                    t_params.append(None)
+            if k > 1 and any(a > b for a, b in zip(slots, slots[1:])):  # by slot, stable
+                order = sorted(range(k), key=slots.__getitem__)
+                slots = [slots[i] for i in order]
+                out_shapes = [out_shapes[i] for i in order]
+                out_dtypes = [out_dtypes[i] for i in order]
+            outputs.append(tuple([f"{name}:{s}" for s in slots]))
+            shapes.append(tuple(out_shapes))
+            dtypes.append(tuple(out_dtypes))
+        else:
+            outputs.append(None)
+            shapes.append(None)
+            dtypes.append(None)
+        # params: memory, referenced_tensors, thread_name (sorted keys), those with a value
+        memory = ns.memory
+        parts = []
+        if memory:
+            parts.append('"memory": [' + ", ".join(map(_memory_json, memory)) + "]")
+            for m in memory:
+                recs = m.allocation_records
+                if recs:
+                    a_name += [name] * len(recs)
+                    a_allocator += [m.allocator_name or None] * len(recs)
+                    a_ts += [r.alloc_micros * 1000 for r in recs]
+                    a_bytes += [r.alloc_bytes for r in recs]
+        if refs := len(ns.referenced_tensor):
+            parts.append(f'"referenced_tensors": {refs}')
+        if tid and (thread_name := thread_names.get(tid)):
+            parts.append('"thread_name": ' + encode_basestring_ascii(thread_name))
+        params.append("{" + ", ".join(parts) + "}" if parts else None)
+    node_cols = (
+        [dev] * n, [raw] * n, [step] * n, names, op_types, starts,
+        [ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000 for ns in nss],
+        [t or None for t in tids],  # 0 = not recorded
+        range(seq, seq + n),
+        [s + (ns.op_start_rel_nanos or ns.op_start_rel_micros * 1000) for s, ns in zip(starts, nss)],
+        [s + (ns.op_end_rel_nanos or ns.op_end_rel_micros * 1000) for s, ns in zip(starts, nss)],
+        [(ns.scheduled_nanos or ns.scheduled_micros * 1000) or None for ns in nss],
+        [label or None for label in labels],
         inputs,
-        control or None,
-        tuple([f"{name}:{o.slot}" for o in outs]) or None,
-        tuple([_shape(d.shape) for d in descs]) or None,
-        tuple([_dtype(d.dtype) for d in descs]) or None,
-        mem.temp_memory_size if mem else None,
-        mem.persistent_memory_size if mem else None,
-        _dumps(params) if params else None,
+        [c or None for c in controls],
+        outputs, shapes, dtypes,
+        [m.temp_memory_size if m else None for m in mems],
+        [m.persistent_memory_size if m else None for m in mems],
+        params,
     )
+    k = len(t_name)
+    m = len(a_name)
+    return (node_cols, ([dev] * k, [raw] * k, [step] * k, *tensor_cols),
+            ([dev] * m, [raw] * m, [step] * m, a_allocator, a_name, a_ts, a_bytes,
+             ["free" if b < 0 else "alloc" for b in a_bytes]))
 
 
-def _kernel_row(ns: Any, dev: str, raw: str, step: int, stream: int) -> tuple:
+def _memory_json(m: Any) -> str:
+    """One AllocatorMemoryUsed's non-zero `_MEMORY_KEYS` as json.dumps(sort_keys=True) writes them."""
+    in_use, name, live, peak, total = (m.allocator_bytes_in_use, m.allocator_name, m.live_bytes, m.peak_bytes,
+                                       m.total_bytes)
+    parts = []
+    if in_use:
+        parts.append(f'"allocator_bytes_in_use": {in_use:d}')
+    if name:
+        parts.append('"allocator_name": ' + encode_basestring_ascii(name))
+    if live:
+        parts.append(f'"live_bytes": {live:d}')
+    if peak:
+        parts.append(f'"peak_bytes": {peak:d}')
+    if total:
+        parts.append(f'"total_bytes": {total:d}')
+    return "{" + ", ".join(parts) + "}"
+
+
+def _kernel_cols(nss: list[Any], dev: str, raw: str, step: int, stream: int) -> tuple:
+    """The kernels columns of a run of one GPU stream's NodeExecStats."""
+    n = len(nss)
+    memo = _KERNEL_NAMES
+    named = []
+    for key in zip([ns.node_name for ns in nss], [ns.timeline_label for ns in nss]):
+        got = memo.get(key)
+        if got is None:
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            got = memo[key] = _kernel_names(*key)
+        named.append(got)
+    kinds, names, node_names, nbytes, copies, params = zip(*named)
+    return ([dev] * n, [raw] * n, [step] * n, [stream] * n, kinds, names, node_names,
+            [ns.all_start_nanos or ns.all_start_micros * 1000 for ns in nss],
+            [ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000 for ns in nss],
+            nbytes, copies, params)
+
+
+_KERNEL_NAMES: dict[tuple[str, str], tuple] = {}
+
+
+def _kernel_names(full_name: str, label: str) -> tuple:
+    """(kind, name, node_name, bytes, copy_kind, params) of a stream row named `full_name`."""
     # Stream rows are named `op/name:KernelName`; TF node names never contain ':', kernel
     # names may (`void foo::bar<...>`), so split at the first one.
-    node_name, sep, name = ns.node_name.partition(":")
+    node_name, sep, name = full_name.partition(":")
     if not sep:
-        node_name, name = None, ns.node_name
-    label = ns.timeline_label
+        node_name, name = None, full_name
     m = _COPY.match(label) or _COPY.match(name)
     kind = {"MEMCPY": "memcpy", "MEMSET": "memset"}[m["kind"]] if m else "kernel"
     if m:  # a copy is named by its kind, also when TF names the op twice: `op:Pack:MEMCPYDtoD`
         name = name.rsplit(":", 1)[-1]
     nbytes = _BYTES.search(label) if m else None
-    return (
-        dev, raw, step, stream, kind, name, node_name,
-        ns.all_start_nanos or ns.all_start_micros * 1000,
-        ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000,
-        int(nbytes.group(1)) if nbytes else None,
-        copy_kind(m["dir"]) if m and kind == "memcpy" else None,
-        _label_json(label),
-    )
-
-
-def _tensor_row(node_name: str, out: Any, dev: str, raw: str, step: int) -> tuple:
-    td = out.tensor_description
-    if td.HasField("allocation_description"):
-        ad = td.allocation_description
-        ptr = ad.ptr
-        return (
-            dev, raw, step, node_name, out.slot, _dtype(td.dtype), _shape(td.shape),
-            ad.requested_bytes, ad.allocated_bytes, ad.allocator_name or None, ad.allocation_id,
-            _int64(ptr) if ptr else None,
-            _SINGLE_REFERENCE if ad.has_single_reference else None,
-        )
-    return (dev, raw, step, node_name, out.slot, _dtype(td.dtype), _shape(td.shape),
-            None, None, None, None, None, None)
+    return (kind, name, node_name, int(nbytes.group(1)) if nbytes else None,
+            copy_kind(m["dir"]) if m and kind == "memcpy" else None, _label_json(label))
