@@ -394,8 +394,10 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
 
 
 def _node_cols(nss: list[Any], thread_names: Any, dev: str, raw: str, step: int,
-               seq: int) -> tuple[list, list, list]:
-    """The nodes, tensors and allocations columns of a run of one device's NodeExecStats."""
+               seq: int) -> tuple[tuple, tuple, tuple]:
+    """The nodes, tensors and allocations columns of a run of one device's NodeExecStats:
+    each field read by one comprehension over the run's nodes, or over all their outputs,
+    memory entries or allocation records at once."""
     n = len(nss)
     names = [ns.node_name for ns in nss]
     labels = [ns.timeline_label for ns in nss]
@@ -403,65 +405,67 @@ def _node_cols(nss: list[Any], thread_names: Any, dev: str, raw: str, step: int,
     starts = [ns.all_start_nanos or ns.all_start_micros * 1000 for ns in nss]
     tids = [ns.thread_id for ns in nss]
     mems = [ns.memory_stats if ns.HasField("memory_stats") else None for ns in nss]
-    outputs, shapes, dtypes, params = [], [], [], []
-    tensor_cols: list[list] = [[] for _ in range(10)]  # _TENSOR_COLS after device, device_raw, step
-    t_name, t_slot, t_dtype, t_shape, t_req, t_alloc, t_allocator, t_id, t_ptr, t_params = tensor_cols
-    a_name, a_allocator, a_ts, a_bytes = [], [], [], []
-    for ns, name, tid in zip(nss, names, tids):
-        outs = ns.output
-        if outs:
-            slots = [o.slot for o in outs]
-            descs = [o.tensor_description for o in outs]
-            out_dtypes = [_dtype(td.dtype) for td in descs]
-            out_shapes = [_shape(td.shape) for td in descs]
-            k = len(slots)
-            t_name += [name] * k
-            t_slot += slots
-            t_dtype += out_dtypes
-            t_shape += out_shapes
-            for td in descs:
-                if td.HasField("allocation_description"):
-                    ad = td.allocation_description
-                    ptr = ad.ptr
-                    t_req.append(ad.requested_bytes)
-                    t_alloc.append(ad.allocated_bytes)
-                    t_allocator.append(ad.allocator_name or None)
-                    t_id.append(ad.allocation_id)
-                    t_ptr.append(_int64(ptr) if ptr else None)
-                    t_params.append(_SINGLE_REFERENCE if ad.has_single_reference else None)
-                else:
-                    t_req.append(None)
-                    t_alloc.append(None)
-                    t_allocator.append(None)
-                    t_id.append(None)
-                    t_ptr.append(None)
-                    t_params.append(None)
-            if k > 1 and any(a > b for a, b in zip(slots, slots[1:])):  # by slot, stable
-                order = sorted(range(k), key=slots.__getitem__)
-                slots = [slots[i] for i in order]
-                out_shapes = [out_shapes[i] for i in order]
-                out_dtypes = [out_dtypes[i] for i in order]
-            outputs.append(tuple([f"{name}:{s}" for s in slots]))
-            shapes.append(tuple(out_shapes))
-            dtypes.append(tuple(out_dtypes))
-        else:
+    # Outputs: the tensors rows in file order; each node's lists by slot.
+    node_outs = [ns.output for ns in nss]
+    counts = [len(outs) for outs in node_outs]
+    flat = [o for outs in node_outs for o in outs]
+    t_name = [name for name, k in zip(names, counts) for _ in range(k)]
+    t_slot = [o.slot for o in flat]
+    descs = [o.tensor_description for o in flat]
+    t_dtype = [_dtype(td.dtype) for td in descs]
+    t_shape = [None if sh.unknown_rank else tuple([d.size for d in sh.dim]) for sh in [td.shape for td in descs]]
+    ads = [td.allocation_description if td.HasField("allocation_description") else None for td in descs]
+    t_ptr = [_int64(ptr) if ptr else None for ptr in [ad.ptr if ad is not None else 0 for ad in ads]]
+    tensor_cols = (
+        t_name, t_slot, t_dtype, t_shape,
+        [ad.requested_bytes if ad is not None else None for ad in ads],
+        [ad.allocated_bytes if ad is not None else None for ad in ads],
+        [(ad.allocator_name or None) if ad is not None else None for ad in ads],
+        [ad.allocation_id if ad is not None else None for ad in ads],
+        t_ptr,
+        [_SINGLE_REFERENCE if ad is not None and ad.has_single_reference else None for ad in ads],
+    )
+    outputs, shapes, dtypes = [], [], []
+    i = 0
+    for name, k in zip(names, counts):
+        if k == 0:
             outputs.append(None)
             shapes.append(None)
             dtypes.append(None)
-        # params: memory, referenced_tensors, thread_name (sorted keys), those with a value
-        memory = ns.memory
+            continue
+        slots, out_shapes, out_dtypes = t_slot[i:i + k], t_shape[i:i + k], t_dtype[i:i + k]
+        i += k
+        if k > 1 and slots != sorted(slots):  # by slot, stable
+            order = sorted(range(k), key=slots.__getitem__)
+            slots = [slots[j] for j in order]
+            out_shapes = [out_shapes[j] for j in order]
+            out_dtypes = [out_dtypes[j] for j in order]
+        outputs.append(tuple([f"{name}:{slot}" for slot in slots]))
+        shapes.append(tuple(out_shapes))
+        dtypes.append(tuple(out_dtypes))
+    # Memory: each entry's params JSON, and its allocation records as allocations rows.
+    node_mems = [ns.memory for ns in nss]
+    flat_mems = [m for ms in node_mems for m in ms]
+    mem_json = [_memory_json(m) for m in flat_mems]
+    mem_names = [name for name, ms in zip(names, node_mems) for _ in range(len(ms))]
+    mem_recs = [m.allocation_records for m in flat_mems]
+    recs = [r for rs in mem_recs for r in rs]
+    a_name = [name for name, rs in zip(mem_names, mem_recs) for _ in range(len(rs))]
+    a_allocator = [allocator for allocator, rs in zip([m.allocator_name or None for m in flat_mems], mem_recs)
+                   for _ in range(len(rs))]
+    a_bytes = [r.alloc_bytes for r in recs]
+    # params: memory, referenced_tensors, thread_name (sorted keys), those with a value
+    refs = [len(ns.referenced_tensor) for ns in nss]
+    params = []
+    i = 0
+    for ms, ref, tid in zip(node_mems, refs, tids):
         parts = []
-        if memory:
-            parts.append('"memory": [' + ", ".join(map(_memory_json, memory)) + "]")
-            for m in memory:
-                recs = m.allocation_records
-                if recs:
-                    a_name += [name] * len(recs)
-                    a_allocator += [m.allocator_name or None] * len(recs)
-                    a_ts += [r.alloc_micros * 1000 for r in recs]
-                    a_bytes += [r.alloc_bytes for r in recs]
-        if refs := len(ns.referenced_tensor):
-            parts.append(f'"referenced_tensors": {refs}')
+        if ms:
+            k = len(ms)
+            parts.append('"memory": [' + ", ".join(mem_json[i:i + k]) + "]")
+            i += k
+        if ref:
+            parts.append(f'"referenced_tensors": {ref}')
         if tid and (thread_name := thread_names.get(tid)):
             parts.append('"thread_name": ' + encode_basestring_ascii(thread_name))
         params.append("{" + ", ".join(parts) + "}" if parts else None)
@@ -481,10 +485,9 @@ def _node_cols(nss: list[Any], thread_names: Any, dev: str, raw: str, step: int,
         [m.persistent_memory_size if m else None for m in mems],
         params,
     )
-    k = len(t_name)
-    m = len(a_name)
+    k, m = len(t_name), len(a_name)
     return (node_cols, ([dev] * k, [raw] * k, [step] * k, *tensor_cols),
-            ([dev] * m, [raw] * m, [step] * m, a_allocator, a_name, a_ts, a_bytes,
+            ([dev] * m, [raw] * m, [step] * m, a_allocator, a_name, [r.alloc_micros * 1000 for r in recs], a_bytes,
              ["free" if b < 0 else "alloc" for b in a_bytes]))
 
 
