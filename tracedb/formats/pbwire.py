@@ -166,9 +166,26 @@ class _Reader:
         buf, i = self.buf, self.i
         lim = len(buf) if end is None else min(len(buf), end - self.base)
         start, count, cap = i, 0, i + max_bytes
+        lim2 = lim - 2  # a one- or two-byte length read without the general loop below
         while i < cap and i < lim and buf[i] == key:
             # the length varint decoded inline: this loop is the per-element cost of a streamed
             # field (bench/bench_stream.py); everywhere else `base.varint` decodes
+            if i < lim2:
+                b = buf[i + 1]
+                if b < 0x80:
+                    if i + 2 + b > lim:
+                        break
+                    i += 2 + b
+                    count += 1
+                    continue
+                b2 = buf[i + 2]
+                if b2 < 0x80:
+                    n = (b & 0x7F) | b2 << 7
+                    if i + 3 + n > lim:
+                        break
+                    i += 3 + n
+                    count += 1
+                    continue
             j, n, shift, ok = i + 1, 0, 0, False
             while j < lim and shift < 64:
                 b = buf[j]
