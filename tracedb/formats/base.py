@@ -31,6 +31,12 @@ error naming the limit instead of filling memory:
 - Line readers read at most `MAX_LINE_BYTES` (16 MiB) per line (`lines`).
 
 Sizes are bytes, optionally with a K/M/G/T suffix (powers of 1024): `TRACEDB_MAX_WHOLE_FILE_BYTES=8G`.
+
+Rows to batches: `BatchBuilder` takes a row at a time (a dict, or a tuple of its
+columns); `ColumnBuilder` takes a run of rows a column at a time (one sequence per
+column), for a reader that reads each field of a run of messages in one comprehension.
+Both give batches of the table's schema, `batch_rows` rows each but the last, and the same
+message for a value Arrow refuses (the row's index in the file and its column).
 """
 
 from __future__ import annotations

@@ -26,10 +26,17 @@ one run, not the file (10 -> 40 MB reads in the same peak RSS, tests/test_stream
 (walking every element twice in Python); 0.97-1.15x on the 86-546 KB seeds.
 RunMetadata's graphs are walked past unparsed.
 
-Rows are tuples in `_*_COLS` order (batches built column-wise); protobuf fields are read
-once per message and dtype names are memoized, since attribute access on a upb message
-costs more than the rest of a row (text gives Plain messages: a dict look-up a field;
-the row code reads both alike).
+Rows are built a column at a time (`base.ColumnBuilder`, columns in `_*_COLS` order): a
+run of one device's NodeExecStats (a binary run as `pbwire` parses it; text nodes joined
+until `_RUN_NODES`, `_runs`) has each field read by one comprehension over its nodes, or
+over all their outputs, memory entries and allocation records at once, and each column
+becomes one `pa.array`. Attribute access on a upb message costs more than the rest of a
+row, so each field is read once (an output's shape and dtype serve its tensor row and its
+node's lists); dtype names, labels (`name = Op(...)`, parsed once per distinct label) and
+a stream row's kernel name, kind and copy kind (once per distinct name and label) are
+remembered, and the params JSON is spelt out as `json.dumps(sort_keys=True)` writes it
+(tests/test_tf_columns.py checks every column against an oracle from the messages). Text
+gives Plain messages (a dict look-up a field); the row code reads both alike.
 """
 
 from __future__ import annotations
