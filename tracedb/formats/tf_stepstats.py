@@ -46,7 +46,7 @@ import json
 import re
 from json.encoder import encode_basestring_ascii  # json.dumps' str encoder (ensure_ascii)
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 from google.protobuf import text_format
@@ -300,29 +300,28 @@ def _dtype_name(value: int) -> str | None:
     return base + ("_ref" if ref else "")
 
 
-# List values in rows are tuples: a tuple of strings or numbers leaves the garbage
+# List values in columns are tuples: a tuple of strings or numbers leaves the garbage
 # collector's view at its first collection (a list stays, and rows live until their batch
 # is built: 17 MB of text, 0.03 s of collections less).
-def _shape(shape: Any) -> tuple[int, ...] | None:
-    return None if shape.unknown_rank else tuple([d.size for d in shape.dim])
 
 
-_MEMO_MAX = 1 << 16  # distinct labels (and kernel names) remembered before starting over
-_LABELS: dict[str, tuple] = {}
+_MEMO_MAX = 1 << 16  # distinct labels (or kernel names) a read remembers before starting over
 
 
-def _label(label: str) -> tuple[str | None, tuple[str, ...] | None, tuple[str, ...] | None]:
-    """`name = Op(a, ^b)` -> ('Op', ('a',), ('b',)); (None, None, None) without `=`.
-    Remembered (a step's graph repeats in the next steps' labels)."""
-    got = _LABELS.get(label)
+def _remembered(memo: dict, key: Any, make: Callable[..., Any], *args: Any) -> Any:
+    """memo[key], made by make(*args) the first time (callers try `memo.get(key)` first: the
+    values are non-empty tuples): a read's memo of values that repeat (a step's graph
+    repeats every step), started over past _MEMO_MAX entries."""
+    got = memo.get(key)
     if got is None:
-        if len(_LABELS) >= _MEMO_MAX:
-            _LABELS.clear()
-        got = _LABELS[label] = _parse_label(label)
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        got = memo[key] = make(*args)
     return got
 
 
 def _parse_label(label: str) -> tuple[str | None, tuple[str, ...] | None, tuple[str, ...] | None]:
+    """`name = Op(a, ^b)` -> ('Op', ('a',), ('b',)); (None, None, None) without `=`."""
     m = _LABEL.match(label)
     if not m:
         return None, None, None
@@ -383,16 +382,18 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     tensors = ColumnBuilder("tensors", _BATCH_ROWS, _TENSOR_COLS)
     allocs = ColumnBuilder("allocations", _BATCH_ROWS, _ALLOC_COLS)
     step, seq = ctx.file_ordinal, 0
+    labels: dict[str, tuple] = {}  # label -> _parse_label's
+    kernel_names: dict[tuple[str, str], tuple] = {}  # (node name, label) -> _kernel_names'
     for dev_stats, nss in _runs(path):
         raw = dev_stats.device
         dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
         if stream in _REPEATS:
             continue  # repeats of numbered-stream rows
         if stream is not None and stream.isdigit():
-            yield from kernels.extend(_kernel_cols(nss, dev, raw, step, int(stream)))
+            yield from kernels.extend(_kernel_cols(nss, dev, raw, step, int(stream), kernel_names))
             continue
         # Any other device (normally /job:...) holds framework ops.
-        node_cols, tensor_cols, alloc_cols = _node_cols(nss, dev_stats.thread_names, dev, raw, step, seq)
+        node_cols, tensor_cols, alloc_cols = _node_cols(nss, dev_stats.thread_names, dev, raw, step, seq, labels)
         seq += len(nss)
         yield from nodes.extend(node_cols)
         yield from tensors.extend(tensor_cols)
@@ -400,15 +401,16 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     yield from flush(nodes, kernels, tensors, allocs)
 
 
-def _node_cols(nss: list[Any], thread_names: Any, dev: str, raw: str, step: int,
-               seq: int) -> tuple[tuple, tuple, tuple]:
+def _node_cols(nss: list[Any], thread_names: Any, dev: str, raw: str, step: int, seq: int,
+               memo: dict[str, tuple]) -> tuple[tuple, tuple, tuple]:
     """The nodes, tensors and allocations columns of a run of one device's NodeExecStats:
     each field read by one comprehension over the run's nodes, or over all their outputs,
     memory entries or allocation records at once."""
     n = len(nss)
     names = [ns.node_name for ns in nss]
     labels = [ns.timeline_label for ns in nss]
-    op_types, inputs, controls = zip(*map(_label, labels))
+    op_types, inputs, controls = zip(*[memo.get(label) or _remembered(memo, label, _parse_label, label)
+                                       for label in labels])
     starts = [ns.all_start_nanos or ns.all_start_micros * 1000 for ns in nss]
     tids = [ns.thread_id for ns in nss]
     mems = [ns.memory_stats if ns.HasField("memory_stats") else None for ns in nss]
@@ -516,26 +518,17 @@ def _memory_json(m: Any) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def _kernel_cols(nss: list[Any], dev: str, raw: str, step: int, stream: int) -> tuple:
+def _kernel_cols(nss: list[Any], dev: str, raw: str, step: int, stream: int,
+                 memo: dict[tuple[str, str], tuple]) -> tuple:
     """The kernels columns of a run of one GPU stream's NodeExecStats."""
     n = len(nss)
-    memo = _KERNEL_NAMES
-    named = []
-    for key in zip([ns.node_name for ns in nss], [ns.timeline_label for ns in nss]):
-        got = memo.get(key)
-        if got is None:
-            if len(memo) >= _MEMO_MAX:
-                memo.clear()
-            got = memo[key] = _kernel_names(*key)
-        named.append(got)
+    named = [memo.get(key) or _remembered(memo, key, _kernel_names, *key)
+             for key in zip([ns.node_name for ns in nss], [ns.timeline_label for ns in nss])]
     kinds, names, node_names, nbytes, copies, params = zip(*named)
     return ([dev] * n, [raw] * n, [step] * n, [stream] * n, kinds, names, node_names,
             [ns.all_start_nanos or ns.all_start_micros * 1000 for ns in nss],
             [ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000 for ns in nss],
             nbytes, copies, params)
-
-
-_KERNEL_NAMES: dict[tuple[str, str], tuple] = {}
 
 
 def _kernel_names(full_name: str, label: str) -> tuple:
