@@ -227,3 +227,38 @@ def test_fixtures(tmp_path, scenario, cls):
     binary = tmp_path / "t.pb"
     binary.write_bytes(msg.SerializeToString())
     check(binary, stats)
+
+
+def test_column_builder_matches_batch_builder():
+    """`base.ColumnBuilder` (the TF reader's) gives BatchBuilder's batches: the same rows cut
+    at `batch_rows`, whether fed by columns or by rows, and the same error for a value
+    Arrow refuses (its row's index in the file and its column)."""
+    from tracedb.errors import TraceFormatError
+    from tracedb.formats.base import BatchBuilder, ColumnBuilder
+
+    cols = ("device", "step", "node_name", "start_ns", "inputs")
+    rows = [("GPU:0", 1, f"n{i}", 2**62 + i, (f"a{i}",) * (i % 3) or None) for i in range(10)]
+
+    def batches(b, feed):
+        out = []
+        for chunk in (rows[:3], rows[3:4], rows[4:]):
+            out += feed(b, chunk)
+        return out + list(b.flush())
+
+    want = batches(BatchBuilder("nodes", 4, cols, annotate=False), lambda b, ch: [x for r in ch for x in b.append(r)])
+    by_cols = batches(ColumnBuilder("nodes", 4, cols, annotate=False), lambda b, ch: list(b.extend(zip(*ch))))
+    by_rows = batches(ColumnBuilder("nodes", 4, cols, annotate=False), lambda b, ch: [x for r in ch for x in b.append(r)])
+    assert [b.num_rows for _, b in want] == [4, 4, 2]
+    for got in (by_cols, by_rows):
+        assert [t for t, _ in got] == ["nodes"] * 3
+        assert all(g.equals(w) for (_, g), (_, w) in zip(got, want))
+
+    bad = rows[:6] + [("GPU:0", 1, "big", 2**63, None)] + rows[6:]
+    errors = []
+    for b, feed in ((BatchBuilder("nodes", 4, cols, annotate=False), lambda b: [x for r in bad for x in b.append(r)]),
+                    (ColumnBuilder("nodes", 4, cols, annotate=False), lambda b: list(b.extend(zip(*bad))))):
+        with pytest.raises(TraceFormatError) as e:
+            feed(b)
+            list(b.flush())
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and errors[0].startswith("nodes row #6 (node_name 'big'): field start_ns")
