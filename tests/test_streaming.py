@@ -333,7 +333,7 @@ from pathlib import Path
 from tracedb.formats import base, {mod}
 from tracedb.formats.base import ReadContext
 init = base.BatchBuilder.__init__
-base.BatchBuilder.__init__ = lambda self, table, batch_rows=65536, columns=None: init(self, table, 2048, columns)
+base.BatchBuilder.__init__ = lambda self, table, batch_rows=65536, columns=None, annotate=True: init(self, table, 2048, columns, annotate)
 {mod}._BATCH_ROWS = 2048
 def rss_kb():
     for line in open("/proc/self/status"):

@@ -31,6 +31,12 @@ error naming the limit instead of filling memory:
 - Line readers read at most `MAX_LINE_BYTES` (16 MiB) per line (`lines`).
 
 Sizes are bytes, optionally with a K/M/G/T suffix (powers of 1024): `TRACEDB_MAX_WHOLE_FILE_BYTES=8G`.
+
+Rows to batches: `BatchBuilder` takes a row at a time (a dict, or a tuple of its
+columns); `ColumnBuilder` takes a run of rows a column at a time (one sequence per
+column), for a reader that reads each field of a run of messages in one comprehension.
+Both give batches of the table's schema, `batch_rows` rows each but the last, and the same
+message for a value Arrow refuses (the row's index in the file and its column).
 """
 
 from __future__ import annotations
@@ -413,6 +419,64 @@ class BatchBuilder:
 
     def __len__(self) -> int:
         return len(self.rows)
+
+
+class ColumnBuilder(BatchBuilder):
+    """A BatchBuilder fed a column at a time: `extend` takes one sequence per column of
+    `columns` (all of one length) for a run of rows, so a reader that reads each field of a
+    run of messages in one comprehension builds no tuple per row. Batches hold exactly
+    `batch_rows` rows but the last, each column converted by one `pa.array` call; a value
+    Arrow refuses gets `BatchBuilder`'s message (its row's index in the file, its column)."""
+
+    def __init__(self, table: str, batch_rows: int, columns: tuple[str, ...], annotate: bool = True):
+        super().__init__(table, batch_rows, columns, annotate)
+        self.cols: list[list[Any]] = [[] for _ in columns]
+        self._types = [self.schema.field(name).type for name in columns]
+
+    def extend(self, cols: Iterable[Iterable[Any]]) -> Iterable[tuple[str, pa.RecordBatch]]:
+        """Add a run of rows, one sequence per column; the full batches when some are ready."""
+        for have, new in zip(self.cols, cols):
+            have += new
+        if len(self.cols[0]) >= self.batch_rows:
+            return list(self._batches(full_only=True))
+        return ()
+
+    def append(self, row: Any) -> Iterable[tuple[str, pa.RecordBatch]]:
+        return self.extend([value] for value in row)
+
+    def add(self, row: Any) -> None:
+        for have, value in zip(self.cols, row):
+            have.append(value)
+
+    def flush(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        return self._batches(full_only=False)
+
+    def _batches(self, full_only: bool) -> Iterator[tuple[str, pa.RecordBatch]]:
+        k = self.batch_rows
+        while len(self.cols[0]) >= k or (not full_only and self.cols[0]):
+            cut = min(k, len(self.cols[0]))
+            part = [c[:cut] for c in self.cols] if cut < len(self.cols[0]) else self.cols
+            self.cols = [c[cut:] for c in self.cols] if part is not self.cols else [[] for _ in self.cols]
+            yield from self._emit(part)
+
+    def _emit(self, part: list[list[Any]]) -> Iterator[tuple[str, pa.RecordBatch]]:
+        n = len(part[0])
+        try:
+            arrays = {name: pa.array(col, typ) for name, col, typ in zip(self.columns, part, self._types)}
+            batch = pa.RecordBatch.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type)
+                                                for f in self.schema], schema=self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError) as e:
+            self.rows = list(zip(*part))  # error path: BatchBuilder's message names the row
+            raise TraceFormatError(self._bad_value(e)) from e
+        self.emitted += n
+        if self.table == "kernels":
+            batch = classify_kernels(batch)
+        elif self.table == "nodes" and self.annotate:
+            batch = annotate_nodes(batch)
+        yield self.table, batch
+
+    def __len__(self) -> int:
+        return len(self.cols[0])
 
 
 def flush(*builders: BatchBuilder) -> Iterator[tuple[str, pa.RecordBatch]]:

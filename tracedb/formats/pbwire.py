@@ -166,9 +166,26 @@ class _Reader:
         buf, i = self.buf, self.i
         lim = len(buf) if end is None else min(len(buf), end - self.base)
         start, count, cap = i, 0, i + max_bytes
+        lim2 = lim - 2  # a one- or two-byte length read without the general loop below
         while i < cap and i < lim and buf[i] == key:
             # the length varint decoded inline: this loop is the per-element cost of a streamed
             # field (bench/bench_stream.py); everywhere else `base.varint` decodes
+            if i < lim2:
+                b = buf[i + 1]
+                if b < 0x80:
+                    if i + 2 + b > lim:
+                        break
+                    i += 2 + b
+                    count += 1
+                    continue
+                b2 = buf[i + 2]
+                if b2 < 0x80:
+                    n = (b & 0x7F) | b2 << 7
+                    if i + 3 + n > lim:
+                        break
+                    i += 3 + n
+                    count += 1
+                    continue
             j, n, shift, ok = i + 1, 0, 0, False
             while j < lim and shift < 64:
                 b = buf[j]
@@ -340,12 +357,17 @@ def stream(f: IO[bytes], spec: Spec, tree: Node, what: str,
 def _stream(r: _Reader, spec: Spec, node: Node, end: int | None,
             want: Callable[[Node], bool] | None) -> Iterator[tuple[Node, Any]]:
     stream_fn = spec.stream[0] if spec.stream else None
+    skip_fn = None
     if stream_fn is not None and want is not None and not want(node):
-        stream_fn = None  # its elements are skipped like any other field
+        stream_fn, skip_fn = None, stream_fn  # its elements are skipped unparsed, a run at a time
     pending: list[bytes] = []  # encodings of the elements not yet parsed
     size = first = done = k = held = 0  # held: how many elements `pending` encodes
     for fn, wt, start in _fields(r, end, node.path, spec):
-        if wt == 2 and fn in spec.nested:
+        if wt == 2 and fn == skip_fn:  # as `_index` walks past them
+            r.skip(r.stop - r.pos)
+            extra, _ = r.run(fn << 3 | 2, end, 1 << 62, copy=False)
+            r.stop, r.extra = r.pos, extra
+        elif wt == 2 and fn in spec.nested:
             if pending:  # keep file order: elements before this child go first
                 yield node, _elements(r, spec, node, pending, first, done)
                 done, pending, size, held = done + held, [], 0, 0

@@ -26,10 +26,17 @@ one run, not the file (10 -> 40 MB reads in the same peak RSS, tests/test_stream
 (walking every element twice in Python); 0.97-1.15x on the 86-546 KB seeds.
 RunMetadata's graphs are walked past unparsed.
 
-Rows are tuples in `_*_COLS` order (batches built column-wise); protobuf fields are read
-once per message and dtype names are memoized, since attribute access on a upb message
-costs more than the rest of a row (text gives Plain messages: a dict look-up a field;
-the row code reads both alike).
+Rows are built a column at a time (`base.ColumnBuilder`, columns in `_*_COLS` order): a
+run of one device's NodeExecStats (a binary run as `pbwire` parses it; text nodes joined
+until `_RUN_NODES`, `_runs`) has each field read by one comprehension over its nodes, or
+over all their outputs, memory entries and allocation records at once, and each column
+becomes one `pa.array`. Attribute access on a upb message costs more than the rest of a
+row, so each field is read once (an output's shape and dtype serve its tensor row and its
+node's lists); dtype names, labels (`name = Op(...)`, parsed once per distinct label) and
+a stream row's kernel name, kind and copy kind (once per distinct name and label) are
+remembered, and the params JSON is spelt out as `json.dumps(sort_keys=True)` writes it
+(tests/test_tf_columns.py checks every column against an oracle from the messages). Text
+gives Plain messages (a dict look-up a field); the row code reads both alike.
 """
 
 from __future__ import annotations
@@ -37,9 +44,9 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from json.encoder import c_make_encoder, encode_basestring_ascii
+from json.encoder import encode_basestring_ascii  # json.dumps' str encoder (ensure_ascii)
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pyarrow as pa
 from google.protobuf import text_format
@@ -47,7 +54,7 @@ from google.protobuf import text_format
 from tracedb import devices
 from tracedb.errors import TraceFormatError
 from tracedb.formats import pbtext, pbwire
-from tracedb.formats.base import (HEAD_BYTES, BatchBuilder, ReadContext, copy_kind, flush, open_trace, read_all,
+from tracedb.formats.base import (HEAD_BYTES, ColumnBuilder, ReadContext, copy_kind, flush, open_trace, read_all,
                                   read_head, text_head, varint)
 from tracedb.proto import run_metadata_pb2, step_stats_pb2, types_pb2
 
@@ -293,14 +300,27 @@ def _dtype_name(value: int) -> str | None:
     return base + ("_ref" if ref else "")
 
 
-# List values in rows are tuples: a tuple of strings or numbers leaves the garbage
+# List values in columns are tuples: a tuple of strings or numbers leaves the garbage
 # collector's view at its first collection (a list stays, and rows live until their batch
 # is built: 17 MB of text, 0.03 s of collections less).
-def _shape(shape: Any) -> tuple[int, ...] | None:
-    return None if shape.unknown_rank else tuple([d.size for d in shape.dim])
 
 
-def _label(label: str) -> tuple[str | None, tuple[str, ...] | None, tuple[str, ...] | None]:
+_MEMO_MAX = 1 << 16  # distinct labels (or kernel names) a read remembers before starting over
+
+
+def _remembered(memo: dict, key: Any, make: Callable[..., Any], *args: Any) -> Any:
+    """memo[key], made by make(*args) the first time (callers try `memo.get(key)` first: the
+    values are non-empty tuples): a read's memo of values that repeat (a step's graph
+    repeats every step), started over past _MEMO_MAX entries."""
+    got = memo.get(key)
+    if got is None:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        got = memo[key] = make(*args)
+    return got
+
+
+def _parse_label(label: str) -> tuple[str | None, tuple[str, ...] | None, tuple[str, ...] | None]:
     """`name = Op(a, ^b)` -> ('Op', ('a',), ('b',)); (None, None, None) without `=`."""
     m = _LABEL.match(label)
     if not m:
@@ -310,23 +330,12 @@ def _label(label: str) -> tuple[str | None, tuple[str, ...] | None, tuple[str, .
             tuple([a[1:] for a in args if a.startswith("^")]))
 
 
-# json.dumps(d, sort_keys=True) without building an encoder per call.
-if c_make_encoder is not None:
-    _ENCODE = c_make_encoder(None, json.JSONEncoder().default, encode_basestring_ascii, None,
-                             ": ", ", ", True, False, True)
-
-    def _dumps(d: dict[str, Any]) -> str:
-        return "".join(_ENCODE(d, 0))
-else:  # pragma: no cover - CPython always has the C encoder
-    _dumps = json.JSONEncoder(sort_keys=True).encode
-
-
 def _label_json(label: str) -> str | None:
-    """A kernel row's params, _dumps({"timeline_label": label}) spelt out; None for ""."""
+    """A kernel row's params, json.dumps({"timeline_label": label}) spelt out; None for ""."""
     return '{"timeline_label": ' + encode_basestring_ascii(label) + "}" if label else None
 
 
-_SINGLE_REFERENCE = _dumps({"has_single_reference": True})
+_SINGLE_REFERENCE = json.dumps({"has_single_reference": True})
 
 
 def _int64(v: int) -> int | None:
@@ -346,111 +355,193 @@ _MEMORY_KEYS = ("allocator_name", "total_bytes", "peak_bytes", "live_bytes", "al
 _BATCH_ROWS = 65536
 
 
-def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
-    nodes = BatchBuilder("nodes", _BATCH_ROWS, _NODE_COLS)
-    kernels = BatchBuilder("kernels", _BATCH_ROWS, _KERNEL_COLS)
-    tensors = BatchBuilder("tensors", _BATCH_ROWS, _TENSOR_COLS)
-    allocs = BatchBuilder("allocations", _BATCH_ROWS, _ALLOC_COLS)
-    step, seq = ctx.file_ordinal, 0
-    last = None
+_RUN_NODES = 256  # at least so many nodes of one device converted together (text yields them one by one)
+
+
+def _runs(path: Path) -> Iterator[tuple[Any, list[Any]]]:
+    """(DeviceStepStats, NodeExecStats) of `_dev_stats`, a device's consecutive runs joined
+    until they hold _RUN_NODES nodes, so that each field of a run is read by one
+    comprehension (text yields nodes one at a time; a binary run of 256 KB is already
+    hundreds, and is not held longer: memory stays one run). A node's row needs its
+    device's thread_names only if it has a thread id, and such a node comes with its closed
+    device (`_text_dev_stats`)."""
+    last, held = None, []
     for dev_stats, node_stats in _dev_stats(path):
-        if dev_stats is not last:  # a device's runs come in a row
-            last, raw = dev_stats, dev_stats.device
-            dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
-            sid = int(stream) if stream is not None and stream.isdigit() else None
+        if dev_stats is not last or len(held) >= _RUN_NODES:
+            if held:
+                yield last, held
+            last, held = dev_stats, []
+        held.extend(node_stats)
+    if held:
+        yield last, held
+
+
+def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    nodes = ColumnBuilder("nodes", _BATCH_ROWS, _NODE_COLS)
+    kernels = ColumnBuilder("kernels", _BATCH_ROWS, _KERNEL_COLS)
+    tensors = ColumnBuilder("tensors", _BATCH_ROWS, _TENSOR_COLS)
+    allocs = ColumnBuilder("allocations", _BATCH_ROWS, _ALLOC_COLS)
+    step, seq = ctx.file_ordinal, 0
+    labels: dict[str, tuple] = {}  # label -> _parse_label's
+    kernel_names: dict[tuple[str, str], tuple] = {}  # (node name, label) -> _kernel_names'
+    for dev_stats, nss in _runs(path):
+        raw = dev_stats.device
+        dev, stream = devices.parse_tf_device(raw)  # also legacy `/gpu:0` names
         if stream in _REPEATS:
             continue  # repeats of numbered-stream rows
-        if sid is not None:
-            for ns in node_stats:
-                yield from kernels.append(_kernel_row(ns, dev, raw, step, sid))
+        if stream is not None and stream.isdigit():
+            yield from kernels.extend(_kernel_cols(nss, dev, raw, step, int(stream), kernel_names))
             continue
         # Any other device (normally /job:...) holds framework ops.
-        thread_names = dev_stats.thread_names  # complete: a node with a thread id comes with its closed device
-        for ns in node_stats:
-            name = ns.node_name
-            outputs, memory = ns.output, ns.memory
-            yield from nodes.append(_node_row(ns, name, outputs, memory, seq, thread_names, dev, raw, step))
-            seq += 1
-            for out in outputs:
-                yield from tensors.append(_tensor_row(name, out, dev, raw, step))
-            for mem in memory:
-                allocator = mem.allocator_name or None
-                for rec in mem.allocation_records:
-                    size = rec.alloc_bytes
-                    yield from allocs.append((dev, raw, step, allocator, name, rec.alloc_micros * 1000, size,
-                                              "free" if size < 0 else "alloc"))
+        node_cols, tensor_cols, alloc_cols = _node_cols(nss, dev_stats.thread_names, dev, raw, step, seq, labels)
+        seq += len(nss)
+        yield from nodes.extend(node_cols)
+        yield from tensors.extend(tensor_cols)
+        yield from allocs.extend(alloc_cols)
     yield from flush(nodes, kernels, tensors, allocs)
 
 
-def _node_row(ns: Any, name: str, outputs: Any, memory: Any, seq: int, thread_names: dict,
-              dev: str, raw: str, step: int) -> tuple:
-    label = ns.timeline_label
-    op_type, inputs, control = _label(label)
-    outs = sorted(outputs, key=lambda o: o.slot) if len(outputs) > 1 else list(outputs)
-    descs = [o.tensor_description for o in outs]
-    mem = ns.memory_stats if ns.HasField("memory_stats") else None
-    start = ns.all_start_nanos or ns.all_start_micros * 1000
-    scheduled = ns.scheduled_nanos or ns.scheduled_micros * 1000
-    thread_id = ns.thread_id
-    params = {}  # memory, referenced_tensors, thread_name: those with a value (none: NULL)
-    if memory:
-        params["memory"] = [{k: v for k in _MEMORY_KEYS if (v := getattr(m, k))} for m in memory]
-    if ns.referenced_tensor:
-        params["referenced_tensors"] = len(ns.referenced_tensor)
-    if thread_id and (thread_name := thread_names.get(thread_id)):
-        params["thread_name"] = thread_name
-    return (
-        dev, raw, step, name, op_type, start,
-        ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000,
-        thread_id or None,  # 0 = not recorded
-        seq,
-        start + (ns.op_start_rel_nanos or ns.op_start_rel_micros * 1000),
-        start + (ns.op_end_rel_nanos or ns.op_end_rel_micros * 1000),
-        scheduled or None,
-        label or None,
-        inputs,
-        control or None,
-        tuple([f"{name}:{o.slot}" for o in outs]) or None,
-        tuple([_shape(d.shape) for d in descs]) or None,
-        tuple([_dtype(d.dtype) for d in descs]) or None,
-        mem.temp_memory_size if mem else None,
-        mem.persistent_memory_size if mem else None,
-        _dumps(params) if params else None,
+def _node_cols(nss: list[Any], thread_names: Any, dev: str, raw: str, step: int, seq: int,
+               memo: dict[str, tuple]) -> tuple[tuple, tuple, tuple]:
+    """The nodes, tensors and allocations columns of a run of one device's NodeExecStats:
+    each field read by one comprehension over the run's nodes, or over all their outputs,
+    memory entries or allocation records at once."""
+    n = len(nss)
+    names = [ns.node_name for ns in nss]
+    labels = [ns.timeline_label for ns in nss]
+    op_types, inputs, controls = zip(*[memo.get(label) or _remembered(memo, label, _parse_label, label)
+                                       for label in labels])
+    starts = [ns.all_start_nanos or ns.all_start_micros * 1000 for ns in nss]
+    tids = [ns.thread_id for ns in nss]
+    mems = [ns.memory_stats if ns.HasField("memory_stats") else None for ns in nss]
+    # Outputs: the tensors rows in file order; each node's lists by slot.
+    node_outs = [ns.output for ns in nss]
+    counts = [len(outs) for outs in node_outs]
+    flat = [o for outs in node_outs for o in outs]
+    t_name = [name for name, k in zip(names, counts) for _ in range(k)]
+    t_slot = [o.slot for o in flat]
+    descs = [o.tensor_description for o in flat]
+    t_dtype = [_dtype(td.dtype) for td in descs]
+    t_shape = [None if sh.unknown_rank else tuple([d.size for d in sh.dim]) for sh in [td.shape for td in descs]]
+    ads = [td.allocation_description if td.HasField("allocation_description") else None for td in descs]
+    t_ptr = [_int64(ptr) if ptr else None for ptr in [ad.ptr if ad is not None else 0 for ad in ads]]
+    tensor_cols = (
+        t_name, t_slot, t_dtype, t_shape,
+        [ad.requested_bytes if ad is not None else None for ad in ads],
+        [ad.allocated_bytes if ad is not None else None for ad in ads],
+        [(ad.allocator_name or None) if ad is not None else None for ad in ads],
+        [ad.allocation_id if ad is not None else None for ad in ads],
+        t_ptr,
+        [_SINGLE_REFERENCE if ad is not None and ad.has_single_reference else None for ad in ads],
     )
+    outputs, shapes, dtypes = [], [], []
+    i = 0
+    for name, k in zip(names, counts):
+        if k == 0:
+            outputs.append(None)
+            shapes.append(None)
+            dtypes.append(None)
+            continue
+        slots, out_shapes, out_dtypes = t_slot[i:i + k], t_shape[i:i + k], t_dtype[i:i + k]
+        i += k
+        if k > 1 and slots != sorted(slots):  # by slot, stable
+            order = sorted(range(k), key=slots.__getitem__)
+            slots = [slots[j] for j in order]
+            out_shapes = [out_shapes[j] for j in order]
+            out_dtypes = [out_dtypes[j] for j in order]
+        outputs.append(tuple([f"{name}:{slot}" for slot in slots]))
+        shapes.append(tuple(out_shapes))
+        dtypes.append(tuple(out_dtypes))
+    # Memory: each entry's params JSON, and its allocation records as allocations rows.
+    node_mems = [ns.memory for ns in nss]
+    flat_mems = [m for ms in node_mems for m in ms]
+    mem_json = [_memory_json(m) for m in flat_mems]
+    mem_names = [name for name, ms in zip(names, node_mems) for _ in range(len(ms))]
+    mem_recs = [m.allocation_records for m in flat_mems]
+    recs = [r for rs in mem_recs for r in rs]
+    a_name = [name for name, rs in zip(mem_names, mem_recs) for _ in range(len(rs))]
+    a_allocator = [allocator for allocator, rs in zip([m.allocator_name or None for m in flat_mems], mem_recs)
+                   for _ in range(len(rs))]
+    a_bytes = [r.alloc_bytes for r in recs]
+    # params: memory, referenced_tensors, thread_name (sorted keys), those with a value
+    refs = [len(ns.referenced_tensor) for ns in nss]
+    params = []
+    i = 0
+    for ms, ref, tid in zip(node_mems, refs, tids):
+        parts = []
+        if ms:
+            k = len(ms)
+            parts.append('"memory": [' + ", ".join(mem_json[i:i + k]) + "]")
+            i += k
+        if ref:
+            parts.append(f'"referenced_tensors": {ref}')
+        if tid and (thread_name := thread_names.get(tid)):
+            parts.append('"thread_name": ' + encode_basestring_ascii(thread_name))
+        params.append("{" + ", ".join(parts) + "}" if parts else None)
+    node_cols = (
+        [dev] * n, [raw] * n, [step] * n, names, op_types, starts,
+        [ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000 for ns in nss],
+        [t or None for t in tids],  # 0 = not recorded
+        range(seq, seq + n),
+        [s + (ns.op_start_rel_nanos or ns.op_start_rel_micros * 1000) for s, ns in zip(starts, nss)],
+        [s + (ns.op_end_rel_nanos or ns.op_end_rel_micros * 1000) for s, ns in zip(starts, nss)],
+        [(ns.scheduled_nanos or ns.scheduled_micros * 1000) or None for ns in nss],
+        [label or None for label in labels],
+        inputs,
+        [c or None for c in controls],
+        outputs, shapes, dtypes,
+        [m.temp_memory_size if m else None for m in mems],
+        [m.persistent_memory_size if m else None for m in mems],
+        params,
+    )
+    k, m = len(t_name), len(a_name)
+    return (node_cols, ([dev] * k, [raw] * k, [step] * k, *tensor_cols),
+            ([dev] * m, [raw] * m, [step] * m, a_allocator, a_name, [r.alloc_micros * 1000 for r in recs], a_bytes,
+             ["free" if b < 0 else "alloc" for b in a_bytes]))
 
 
-def _kernel_row(ns: Any, dev: str, raw: str, step: int, stream: int) -> tuple:
+def _memory_json(m: Any) -> str:
+    """One AllocatorMemoryUsed's non-zero `_MEMORY_KEYS` as json.dumps(sort_keys=True) writes them."""
+    in_use, name, live, peak, total = (m.allocator_bytes_in_use, m.allocator_name, m.live_bytes, m.peak_bytes,
+                                       m.total_bytes)
+    parts = []
+    if in_use:
+        parts.append(f'"allocator_bytes_in_use": {in_use:d}')
+    if name:
+        parts.append('"allocator_name": ' + encode_basestring_ascii(name))
+    if live:
+        parts.append(f'"live_bytes": {live:d}')
+    if peak:
+        parts.append(f'"peak_bytes": {peak:d}')
+    if total:
+        parts.append(f'"total_bytes": {total:d}')
+    return "{" + ", ".join(parts) + "}"
+
+
+def _kernel_cols(nss: list[Any], dev: str, raw: str, step: int, stream: int,
+                 memo: dict[tuple[str, str], tuple]) -> tuple:
+    """The kernels columns of a run of one GPU stream's NodeExecStats."""
+    n = len(nss)
+    named = [memo.get(key) or _remembered(memo, key, _kernel_names, *key)
+             for key in zip([ns.node_name for ns in nss], [ns.timeline_label for ns in nss])]
+    kinds, names, node_names, nbytes, copies, params = zip(*named)
+    return ([dev] * n, [raw] * n, [step] * n, [stream] * n, kinds, names, node_names,
+            [ns.all_start_nanos or ns.all_start_micros * 1000 for ns in nss],
+            [ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000 for ns in nss],
+            nbytes, copies, params)
+
+
+def _kernel_names(full_name: str, label: str) -> tuple:
+    """(kind, name, node_name, bytes, copy_kind, params) of a stream row named `full_name`."""
     # Stream rows are named `op/name:KernelName`; TF node names never contain ':', kernel
     # names may (`void foo::bar<...>`), so split at the first one.
-    node_name, sep, name = ns.node_name.partition(":")
+    node_name, sep, name = full_name.partition(":")
     if not sep:
-        node_name, name = None, ns.node_name
-    label = ns.timeline_label
+        node_name, name = None, full_name
     m = _COPY.match(label) or _COPY.match(name)
     kind = {"MEMCPY": "memcpy", "MEMSET": "memset"}[m["kind"]] if m else "kernel"
     if m:  # a copy is named by its kind, also when TF names the op twice: `op:Pack:MEMCPYDtoD`
         name = name.rsplit(":", 1)[-1]
     nbytes = _BYTES.search(label) if m else None
-    return (
-        dev, raw, step, stream, kind, name, node_name,
-        ns.all_start_nanos or ns.all_start_micros * 1000,
-        ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000,
-        int(nbytes.group(1)) if nbytes else None,
-        copy_kind(m["dir"]) if m and kind == "memcpy" else None,
-        _label_json(label),
-    )
-
-
-def _tensor_row(node_name: str, out: Any, dev: str, raw: str, step: int) -> tuple:
-    td = out.tensor_description
-    if td.HasField("allocation_description"):
-        ad = td.allocation_description
-        ptr = ad.ptr
-        return (
-            dev, raw, step, node_name, out.slot, _dtype(td.dtype), _shape(td.shape),
-            ad.requested_bytes, ad.allocated_bytes, ad.allocator_name or None, ad.allocation_id,
-            _int64(ptr) if ptr else None,
-            _SINGLE_REFERENCE if ad.has_single_reference else None,
-        )
-    return (dev, raw, step, node_name, out.slot, _dtype(td.dtype), _shape(td.shape),
-            None, None, None, None, None, None)
+    return (kind, name, node_name, int(nbytes.group(1)) if nbytes else None,
+            copy_kind(m["dir"]) if m and kind == "memcpy" else None, _label_json(label))
