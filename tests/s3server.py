@@ -4,6 +4,7 @@ bench/bench_object_storage.py."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -24,7 +25,7 @@ def moto_server() -> Iterator[str]:
     """A running moto S3 server, as its endpoint URL; stopped at the end of the block."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen([sys.executable, __file__, str(port)],
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(300):
