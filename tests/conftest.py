@@ -191,8 +191,11 @@ def pytest_runtest_protocol(item, nextitem):
     import json
     import time
 
-    wall, cpu = time.monotonic(), _cpu_now()
+    # worker and start (epoch seconds): each xdist worker's timeline, its idle gaps and
+    # which worker ends last (bench/suite_timeline.py)
+    start, wall, cpu = time.time(), time.monotonic(), _cpu_now()
     yield
     with open(log, "a") as f:
         f.write(json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - wall, 3),
-                            "cpu": round(_cpu_now() - cpu, 3)}) + "\n")
+                            "cpu": round(_cpu_now() - cpu, 3), "start": round(start, 3),
+                            "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n")

@@ -72,20 +72,30 @@ def test_a_writer_paused_past_its_lease_after_its_publish_stops_its_clean_up(s3,
     assert tracedb.Warehouse(url).check() == []
 
 
-@pytest.mark.parametrize("command", ["vacuum", "optimize", "rm"])
-def test_maintenance_stops_once_its_lease_is_lost(s3, tmp_path, command):
-    url = f"s3://{BUCKET}/maint-{command}"
+@pytest.fixture(scope="module")
+def dead_data_lake(s3, tmp_path_factory) -> str:
+    """A lake on S3 where r's first version is dead data: vacuum, optimize and rm each have
+    work to do. Built once for the three commands: none of them may change it (each test
+    compares the lake with itself before its command)."""
+    url, tmp = f"s3://{BUCKET}/maint", tmp_path_factory.mktemp("maint")
     wh = tracedb.Warehouse(url)
-    assert wh.ingest(make_run(tmp_path / "v0" / "r", LSTM).parent).ok
-    assert wh.ingest(make_run(tmp_path / "v1" / "r", DUMP).parent).ok  # r's first version is dead data
-    lk = catalog.open_lake(url)
+    assert wh.ingest(make_run(tmp / "v0" / "r", LSTM).parent).ok
+    assert wh.ingest(make_run(tmp / "v1" / "r", DUMP).parent).ok
+    return url
+
+
+@pytest.mark.parametrize("command", ["vacuum", "optimize", "rm"])
+def test_maintenance_stops_once_its_lease_is_lost(dead_data_lake, command):
+    lk = catalog.open_lake(dead_data_lake)
     versions, objects = lk.versions(), lk.storage.files_under("")
     with lk.lock():
-        lk.storage._lease.lost = True  # taken over while this writer stalled
+        lease = lk.storage._lease
+        lease.lost = True  # taken over while this writer stalled
         with pytest.raises(WarehouseError, match="lost the commit lease"):
             {"vacuum": lambda: lk.vacuum(0), "optimize": lk.optimize, "rm": lambda: lk.delete_runs(["r"])}[command]()
-    assert lk.versions() == versions  # not one commit
-    assert lk.storage.files_under("") - {lake.LOCK_FILE} == objects - {lake.LOCK_FILE}  # not one object deleted
+        assert lk.versions() == versions  # not one commit
+        assert lk.storage.files_under("") - {lake.LOCK_FILE} == objects - {lake.LOCK_FILE}  # not one object deleted
+        lease.lost = False  # this test's own lease after all: released, so the next command need not wait it out
 
 
 def test_a_reader_with_no_cache_never_waits_for_a_stalled_writer_nor_writes(s3, tmp_path):

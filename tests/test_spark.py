@@ -1,7 +1,7 @@
 """Every canned query on Spark, as `tracedb query NAME --dialect spark` prints it, gives
 DuckDB's rows, row for row.
 
-One local Spark session for the module (local[2], 1 GB driver, no UI, loopback only) over
+One local Spark session for the module (local[1], 1 GB driver, no UI, loopback only) over
 the seed warehouse; tables are temp views over the files `engines.live_files` lists, with
 run_id and device read from the Hive paths. Spark's Delta connector cannot be downloaded
 here; production reads the Delta tables through it (`tracedb ddl --engine spark`).
@@ -41,19 +41,22 @@ runner = CliRunner()
 def spark(seed_warehouse):
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master("local[2]").appName("tracedb-tests")
+    builder = SparkSession.builder.master("local[1]").appName("tracedb-tests")
     for key, value in {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.memory": "1g",
-        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.shuffle.partitions": "1",
+        "spark.default.parallelism": "1",
         # Small data: compiling each query's generated Java (whole-stage codegen), the
         # JVM's optimising JIT, re-planning (AQE) and a parallel GC cost more CPU than they
-        # save: the module's CPU (the JVM's included) 194 -> 127 s, same assertions.
+        # save: the module's CPU (the JVM's included) 194 -> 127 s, same assertions. One
+        # task thread, one partition a shuffle and no JVM perf-data file: ~14% less again
+        # (the suite keeps both cores busy with its two workers anyway).
         "spark.sql.codegen.wholeStage": "false",
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:-UsePerfData",
         "spark.sql.adaptive.enabled": "false",
         **engines.spark_conf(),
     }.items():
