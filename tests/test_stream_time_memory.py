@@ -98,8 +98,8 @@ def _one_stream(folder: Path, n: int) -> Path:
 def test_one_big_stream_fits_48mb(tmp_path):
     """2 M kernels on one stream, DuckDB at 48 MB on one thread (the rollup writer's
     setting): the streamed text before session 16 ran out of memory here (~1 s: its two
-    sorts' merges squeezed by five hash aggregates' reservations); one sort, one narrow
-    GROUP BY and windows fit, with the figures of the layout."""
+    sorts' merges squeezed by five hash aggregates' reservations); one sort of two rows a
+    kernel, one narrow GROUP BY and windows fit, with the figures of the layout."""
     n = 2_000_000
     path = _one_stream(tmp_path, n)
     con = duckdb.connect()
