@@ -61,7 +61,8 @@ numbered AS (
                AS first_pos,
            max(CASE WHEN gap THEN pos * CAST(18446744073709551616 AS HUGEINT)
                                   + (x + CAST(9223372036854775808 AS HUGEINT)) END)
-               OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS last_gap
+               OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS last_gap,
+           max(CASE WHEN gap THEN pos END) OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS last_gap_pos
     FROM marked
 ),
 lifted AS (
@@ -78,9 +79,8 @@ previous AS (
     -- file NULL); prev_change_ns: the time of the stream's change before, whose queue
     -- length (this row's minus its change) was held until this change
     SELECT *,
-           CASE WHEN lag(last_gap) OVER () >= first_pos * CAST(18446744073709551616 AS HUGEINT)
-                     AND source_file IS NOT NULL
-                THEN CAST(lag(last_gap) OVER () % CAST(18446744073709551616 AS HUGEINT)
+           CASE WHEN lag(last_gap_pos) OVER () >= first_pos AND source_file IS NOT NULL
+                THEN CAST(lag(last_gap) OVER () - lag(last_gap_pos) OVER () * CAST(18446744073709551616 AS HUGEINT)
                           - CAST(9223372036854775808 AS HUGEINT) AS BIGINT) END AS prev_end_ns,
            CASE WHEN lag(last_change) OVER () >= g * CAST(18446744073709551616 AS HUGEINT)
                 THEN CAST(lag(last_change) OVER () - g * CAST(18446744073709551616 AS HUGEINT)
