@@ -15,6 +15,8 @@ metric's file) alone on a view of the file at the metric's default parameters, D
 `threads = 1`, the memory limit and a spill folder. `--mode writer`: `rollups.Writer`
 computing that table (its input: the rows of all activity and of the kernel kind, so 2 n
 rows for a metric with a `kind` parameter) with ROLLUP_MEMORY set to `--memory`.
+`--text FILE`: run that SQL file as the rollup's text instead (e.g. an earlier tree's, from
+`git show REF:sql/metrics/streamed/stream_time.sql`), for before/after figures.
 """
 
 from __future__ import annotations
@@ -34,8 +36,13 @@ from pathlib import Path
 import duckdb
 from tracedb import rollups as R, schema, sqllib
 
-mode, table, path, n, memory = sys.argv[1:6]
+mode, table, path, n, memory, text = sys.argv[1:7]
 cq = R.metrics()[table]
+if text:  # another text for this rollup (before/after)
+    import dataclasses
+    cq = dataclasses.replace(cq, rollup_sql=open(text).read())
+    declared = R.metrics()
+    R.metrics = lambda: {**declared, table: cq}
 r0 = resource.getrusage(resource.RUSAGE_SELF)
 t0 = time.time()
 try:
@@ -97,14 +104,16 @@ def main() -> None:
     ap.add_argument("--memory", default="64MB")
     ap.add_argument("--nccl-every", type=int, default=0, help="every k-th kernel a collective (0: none)")
     ap.add_argument("--tables", nargs="+", default=list(schema.ROLLUPS))
+    ap.add_argument("--text", default="", help="an SQL file run as the rollup's text instead (one table)")
     args = ap.parse_args()
-    print(f"| n | rollup | CPU s | wall s | peak MB | result ({args.mode}, {args.memory}, nccl every {args.nccl_every}) |\n|---|---|---|---|---|---|")
+    print(f"| n | rollup | CPU s | wall s | peak MB | result ({args.mode}, {args.memory}, nccl every {args.nccl_every}{', ' + args.text if args.text else ''}) |\n|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.n:
             folder = Path(tmp) / str(n)
             one_stream(folder, n, args.nccl_every)
             for table in args.tables:
-                out = subprocess.run([sys.executable, "-c", _CHILD, args.mode, table, str(folder), str(n), args.memory],
+                out = subprocess.run([sys.executable, "-c", _CHILD, args.mode, table, str(folder), str(n), args.memory,
+                                      str(Path(args.text).resolve()) if args.text else ""],
                                      capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
                 if out.returncode:
                     print(f"| {n:,} | {table} | failed: {out.stderr.strip().splitlines()[-1][:100]} | | | |", flush=True)

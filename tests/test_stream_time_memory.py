@@ -8,17 +8,19 @@ metrics/queue_summary.sql included) is its declaration; their windows hold a who
 windows over ORDER BYs, which spill. Here: both give the same rows and column types on
 random kernels (runs, files, devices and streams with NULLs, ties, zero durations, rows
 overlapping within a stream, launches before, after and missing) for several parameter
-values. (Its memory is not bounded yet: one stream of 3 M kernels runs out at 64 MB as the
-declaration does; bench/RESULTS.md, session 15 rollmem15.)
+values; and one stream of 2 M kernels, which the streamed text before session 16 could not
+compute within 48 MB, fits, with the figures worked out from its layout.
 """
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
+
 import duckdb
 import pytest
 
-from tracedb import rollups, sqllib
+from tracedb import rollups, schema, sqllib
 
 METRIC = rollups.metrics()["rollup_stream_time"]
 PARAMS = {"run_id": None, "rank": None, "step_from": None, "step_to": None, "kernel_wait_ns": 30000}
@@ -76,3 +78,41 @@ def test_streamed_rollup_gives_the_rows_of_the_declaration(seed):
             con.execute(f"SET threads = {threads}")
             assert _rows(con, METRIC.rollup_sql, values) == want, (case, threads)
     assert seen > 100
+
+
+def _one_stream(folder: Path, n: int) -> Path:
+    """A kernels file of `n` kernels on one stream: kernel i at 10 us * i, 4 us long (i
+    even) or 12 us (i odd, ending 2 us after the next starts), launched 3 us before it
+    starts."""
+    given = {"run_id": "'r'", "device": "'GPU:0'", "rank": "0", "step": "0", "stream": "7", "kind": "'kernel'",
+             "start_ns": "10000 * i", "duration_ns": "CASE WHEN i % 2 = 0 THEN 4000 ELSE 12000 END",
+             "name": "'k'", "source_file": "'f'", "launch_start_ns": "10000 * i - 3000"}
+    sel = [f"CAST({given.get(c, 'NULL')} AS {schema.duckdb_type(schema.TABLES['kernels'].field(c).type)}) AS {c}"
+           for c in rollups.WHOLE_SOURCES["kernels"]]
+    path = folder / "kernels.parquet"
+    with duckdb.connect() as con:
+        con.execute(f"COPY (SELECT {', '.join(sel)} FROM range({n}) t(i)) TO '{path}' (FORMAT parquet)")
+    return path
+
+
+def test_one_big_stream_fits_48mb(tmp_path):
+    """2 M kernels on one stream, DuckDB at 48 MB on one thread (the rollup writer's
+    setting): the streamed text before session 16 ran out of memory here (~1 s: its two
+    sorts' merges squeezed by five hash aggregates' reservations); one sort of two rows a
+    kernel, one narrow GROUP BY and windows fit, with the figures of the layout."""
+    n = 2_000_000
+    path = _one_stream(tmp_path, n)
+    con = duckdb.connect()
+    con.execute(f"SET threads = 1; SET memory_limit = '48MB'; SET temp_directory = '{tmp_path / 'spill'}'")
+    con.execute(f"CREATE VIEW kernels AS SELECT * FROM read_parquet('{path}')")
+    [got] = _rows(con, METRIC.rollup_sql, PARAMS)[1]
+    # Worked out from the layout. Gaps: after an even kernel 6 us, launched 3 us before
+    # the start, so after the end before: host wait (n / 2 of them); after an odd one -2
+    # us (it ends after the next starts), launched before that end, under the 30 us
+    # threshold: kernel wait (n / 2 - 1). Queue: launch (1) then start (0) each kernel, 2 n
+    # changes, half at each length; 1 held 3 us n times, 0 held 7 us n - 1 times.
+    host, kernel = n // 2, n // 2 - 1
+    assert got[:12] == ("r", "f", 0, "GPU:0", 7, 6000 * host, host, -2000 * kernel, kernel, 0, 0, 2 * n)
+    assert got[12:14] == (0.5, 0) and got[17] == 1  # mean, min, max
+    assert [float(p) for p in got[14:17]] == [0.0, 0.5, 1.0]  # p25, p50, p75
+    assert got[18] == round(3000 * n / (3000 * n + 7000 * (n - 1)), 4)

@@ -44,9 +44,10 @@ reads the rollup when the values allow and the metric's SQL on raw rows otherwis
 two give the same rows (tests/test_metric_rollups.py runs both). `reads` names the source
 tables the metric reads (the ingest hands the rollup writer those); `needs` those it
 must have rows of to give any row (`a|b`: either; default: all it reads), else the
-writer skips it. `rollup-sql: metrics/streamed/NAME.sql` (stream_overlap, stream_time): the
-ingest computes the rollup with that text instead, DuckDB-only SQL giving the same rows
-in bounded memory; the declaration stays the metric's file, the one other engines get.
+writer skips it. `rollup-sql: metrics/streamed/NAME.sql` (stream_overlap, stream_time,
+collectives): the ingest computes the rollup with that text instead, DuckDB-only SQL
+giving the same rows in bounded memory; the declaration stays the metric's file, the one
+other engines get.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@
 -- columns: run_id device name instances total_ns kernel_time_pct overlapped_ns exposed_ns overlap_pct
 -- rollup-filter: run_id device
 -- reads: kernels
+-- rollup-sql: metrics/streamed/collectives.sql
+-- (The ingest computes this metric's rollup with metrics/streamed/collectives.sql: the same
+-- rows, DuckDB only, one sweep by time, CPU ~linear and memory bounded however many kernels
+-- one device holds; here each collective meets every kernel of its device:
+-- tests/test_collectives_memory.py.)
 WITH k AS NOT MATERIALIZED (
     SELECT run_id, device, stream, name, start_ns, start_ns + duration_ns AS end_ns, duration_ns
     FROM kernels
@@ -49,8 +54,10 @@ pairs AS (
     -- clipped to the collective. Kernels on one stream run one after another, so what
     -- overlaps a collective runs on another stream. Merging only these clipped intervals
     -- (per instance) gives the same overlap as merging every compute kernel of the device
-    -- first, at a fraction of the rows.
-    SELECT c.instance, greatest(x.start_ns, c.start_ns) AS start_ns, least(x.end_ns, c.end_ns) AS end_ns
+    -- first, at a fraction of the rows. DISTINCT: rows alike in instance, start and end
+    -- would be peers in both windows below, which need not order them alike (two islands
+    -- of one span: an overlap longer than the collective).
+    SELECT DISTINCT c.instance, greatest(x.start_ns, c.start_ns) AS start_ns, least(x.end_ns, c.end_ns) AS end_ns
     FROM coll c
     JOIN k x
       ON x.run_id = c.run_id AND x.device = c.device
