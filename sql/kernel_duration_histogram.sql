@@ -5,30 +5,15 @@
 -- param: kind VARCHAR 'kernel' Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
 -- param: bucket_ns BIGINT>0 NULL Fixed bucket width in ns (NULL: power-of-two buckets)
 -- scope: run_id
-WITH k AS (
-    SELECT run_id, device, duration_ns,
-           -- log2 of a double may land a hair off at exact powers of two: correct by one.
-           CAST(floor(log2(greatest(duration_ns, 1))) AS BIGINT) AS k0
-    FROM kernels
-    WHERE duration_ns IS NOT NULL
-      AND ($run_id IS NULL OR run_id = $run_id)
-      AND ($device IS NULL OR device = $device)
-      AND ($kind IS NULL OR kind = $kind)
-),
-b AS (
-    SELECT run_id, device, duration_ns,
-           CASE
-               WHEN $bucket_ns IS NOT NULL THEN CAST(floor(duration_ns / $bucket_ns) AS BIGINT) * $bucket_ns
-               WHEN duration_ns < 1 THEN 0
-               WHEN greatest(duration_ns, 1) >= power(2, k0 + 1) THEN CAST(power(2, k0 + 1) AS BIGINT)
-               WHEN greatest(duration_ns, 1) < power(2, k0) THEN CAST(power(2, k0 - 1) AS BIGINT)
-               ELSE CAST(power(2, k0) AS BIGINT)
-           END AS bucket_lo_ns
-    FROM k
+-- The metric sql/metrics/kernel_histogram.sql (per run, device, kind and bucket), read from
+-- its per-run rollup for power-of-two buckets; this query adds up the kinds asked for.
+WITH m AS (
+-- include: metrics/kernel_histogram.sql
 ),
 g AS (
-    SELECT run_id, device, bucket_lo_ns, count(*) AS instances, sum(duration_ns) AS total_ns
-    FROM b
+    SELECT run_id, device, bucket_lo_ns, CAST(sum(instances) AS BIGINT) AS instances, sum(total_ns) AS total_ns
+    FROM m
+    WHERE ($kind IS NULL OR activity_kind = $kind)
     GROUP BY run_id, device, bucket_lo_ns
 ),
 d AS (

@@ -5,27 +5,15 @@
 -- param: kind VARCHAR 'kernel' Only this kind: kernel, memcpy or memset (NULL: all GPU activity)
 -- param: limit BIGINT>=0 1000 Rows to return
 -- scope: run_id
-WITH k AS (
-    SELECT run_id, device, kind, name, duration_ns
-    FROM kernels
-    WHERE ($run_id IS NULL OR run_id = $run_id)
-      AND ($device IS NULL OR device = $device)
-      AND ($kind IS NULL OR kind = $kind)
+-- The metric sql/metrics/kernel_names.sql (per run, device, kind and name), read from its
+-- per-run rollup; this query keeps the kind asked for and adds each device's share.
+WITH m AS (
+-- include: metrics/kernel_names.sql
 ),
 g AS (
-    SELECT
-        run_id,
-        device,
-        kind,
-        name,
-        count(*) AS instances,
-        CAST(sum(duration_ns) AS BIGINT) AS total_ns,
-        -- DECIMAL before rounding: DuckDB and Spark round a double's ties differently
-        CAST(round(CAST(avg(duration_ns) AS DECIMAL(38, 6)), 1) AS DOUBLE) AS avg_ns,
-        min(duration_ns) AS min_ns,
-        max(duration_ns) AS max_ns
-    FROM k
-    GROUP BY run_id, device, kind, name
+    SELECT run_id, device, activity_kind AS kind, name, instances, total_ns, avg_duration AS avg_ns, min_ns, max_ns
+    FROM m
+    WHERE ($kind IS NULL OR activity_kind = $kind)
 ),
 dev AS (
     -- A GROUP BY joined back, not sum() OVER (PARTITION BY run_id, device): DuckDB plans that

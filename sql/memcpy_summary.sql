@@ -3,23 +3,11 @@
 -- param: run_id VARCHAR NULL Only this run (NULL: every run)
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- scope: run_id
-SELECT
-    run_id,
-    device,
-    kind,
-    copy_kind,
-    count(*) AS operations,
-    CAST(sum(bytes) AS BIGINT) AS total_bytes,
-    CAST(sum(duration_ns) AS BIGINT) AS total_ns,
-    -- DECIMAL before rounding: DuckDB and Spark round a double's ties differently
-    CAST(round(CAST(avg(bytes) AS DECIMAL(38, 6)), 1) AS DOUBLE) AS avg_bytes,
-    min(bytes) AS min_bytes,
-    max(bytes) AS max_bytes,
-    -- bytes per ns = GB/s (10^9 bytes a second); only rows that know their byte count count
-    round(sum(bytes) / nullif(sum(CASE WHEN bytes IS NOT NULL THEN duration_ns END), 0), 3) AS gb_per_s
-FROM kernels
-WHERE kind IN ('memcpy', 'memset')
-  AND ($run_id IS NULL OR run_id = $run_id)
-  AND ($device IS NULL OR device = $device)
-GROUP BY run_id, device, kind, copy_kind
+-- The metric sql/metrics/memcpy_summary.sql, read from its per-run rollup.
+WITH m AS (
+-- include: metrics/memcpy_summary.sql
+)
+SELECT run_id, device, activity_kind AS kind, copy_kind, operations, total_bytes, total_ns, avg_size AS avg_bytes,
+       min_bytes, max_bytes, gb_per_s
+FROM m
 ORDER BY run_id, device, kind, copy_kind

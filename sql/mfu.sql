@@ -15,11 +15,7 @@ step_times AS (
 -- include: metrics/step_times.sql
 ),
 op_flops AS (
-    SELECT run_id, rank, step, coalesce(flops_dtype, 'fp32') AS dtype, sum(flops) AS flops
-    FROM nodes
-    WHERE flops IS NOT NULL AND coalesce(flops_counted, TRUE)
-      AND ($run_id IS NULL OR run_id = $run_id)
-    GROUP BY run_id, rank, step, coalesce(flops_dtype, 'fp32')
+-- include: metrics/step_flops.sql
 ),
 run_dtype AS (  -- the precision carrying most of the run's FLOPs
     SELECT run_id, dtype

@@ -4,22 +4,9 @@
 -- param: device VARCHAR NULL Only this device, e.g. GPU:0 (NULL: every device)
 -- param: limit BIGINT>=0 50 Rows to return
 -- scope: run_id
+-- The metric sql/metrics/op_summary.sql (per run, device and op), read from its per-run rollup.
 WITH g AS (
-    SELECT
-        run_id,
-        device,
-        node_name,
-        op_type,
-        count(*) AS executions,
-        CAST(sum(duration_ns) AS BIGINT) AS total_ns,
-        round(avg(duration_ns), 1) AS avg_ns,
-        min(duration_ns) AS min_ns,
-        max(duration_ns) AS max_ns
-    FROM nodes
-    WHERE duration_ns IS NOT NULL
-      AND ($run_id IS NULL OR run_id = $run_id)
-      AND ($device IS NULL OR device = $device)
-    GROUP BY run_id, device, node_name, op_type
+-- include: metrics/op_summary.sql
 ),
 -- Each run and device's op time by a GROUP BY over g rather than a window: DuckDB turns
 -- such a window into a self-join whose second scan reads every run's files.
@@ -35,7 +22,7 @@ SELECT
     op_type,
     executions,
     total_ns,
-    avg_ns,
+    avg_duration AS avg_ns,
     min_ns,
     max_ns,
     round(100.0 * total_ns / nullif(device_ns, 0), 2) AS time_pct

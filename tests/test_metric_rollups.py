@@ -173,6 +173,9 @@ def test_rollup_gives_the_metrics_rows(name, where, seed_warehouse, varied):
             want = _rows(con, m.sql, values)
             assert _rows(con, m.rollup.select(), values) == want, values
             seen += bool(want)
-        assert seen >= (0 if (name, where) == ("collectives", "seed") else 3)  # real rows were compared
+        # real rows were compared (the seed warehouse has no collectives; run_summary serves
+        # no parameter: its one set of values is every run at once)
+        assert seen >= (0 if where == "seed" and name in ("collectives", "nccl_bandwidth")
+                        else 1 if not m.rollup.serves else 3)
     finally:
         con.close()

@@ -687,3 +687,103 @@ def test_layout_migration_killed_at_its_commits_is_completed_by_a_rerun(schema6_
     assert lake.partitioned_tables() == frozenset()
     for table in ("nodes", "kernels"):  # every live row is in a new file of many runs
         assert all("/part-m0013-" in p for p in lake.live_files(table)[0])
+
+
+NEW_IN_0015 = ["rollup_kernel_names", "rollup_kernel_histogram", "rollup_op_summary", "rollup_nccl_bandwidth",
+               "rollup_memcpy_summary", "rollup_run_summary", "rollup_step_flops"]
+
+
+def test_schema6_lake_gains_the_fleet_rollups(tmp_path):
+    """Migration 0015 (schema 10) on the frozen schema-6 lake (Kineto, NCCL two-rank, TF,
+    MegEngine and JAX runs): every run's new rollups hold the figures counted here in
+    Python from its raw rows (durations bucketed by their bit length, not by log2), and the
+    canned queries that read them give the rows their raw-row SQL gives."""
+    from collections import Counter, defaultdict
+
+    from tracedb import sqllib
+    from tracedb.lake import Lake
+    from tracedb.output import plain_numbers
+
+    wh = tmp_path / "s6"
+    shutil.copytree(FROZEN_SCHEMA6, wh)
+    assert "0015_fleet_rollups" in catalog_migrate(wh)
+    con = catalog.connect(wh)
+    try:
+        runs = sorted(r for (r,) in con.execute("SELECT run_id FROM runs").fetchall())
+        assert len(runs) == 5
+        lake = Lake(wh)  # the five runs' rows of each table in one file (one group), not a file a run
+        assert {t: len(lake.live_files(t)[0]) for t in NEW_IN_0015} == {
+            t: 0 if t == "rollup_nccl_bandwidth" else 1 for t in NEW_IN_0015}
+        kernels = con.execute("SELECT run_id, device, kind, name, copy_kind, duration_ns, bytes FROM kernels").fetchall()
+        nodes = con.execute("SELECT run_id, device, node_name, op_type, duration_ns, flops, flops_counted FROM nodes").fetchall()
+
+        # rollup_run_summary: a row per run with its kernel and node counts and kernel time
+        want = {r: (sum(1 for k in kernels if k[0] == r and k[2] == "kernel"),
+                    sum(1 for n in nodes if n[0] == r),
+                    sum(k[5] for k in kernels if k[0] == r and k[2] == "kernel")) for r in runs}
+        got = {r: (k, n, ns) for r, k, n, ns in con.execute(
+            "SELECT run_id, kernels, nodes, gpu_kernel_ns FROM rollup_run_summary").fetchall()}
+        assert got == want and want["kineto"][0] > 1000
+
+        # rollup_kernel_names: instances, total, min, max per run, device, kind and name
+        groups = defaultdict(list)
+        for run, dev, kind, name, _, dur, _ in kernels:
+            groups[(run, dev, kind, name)].append(dur)
+        want = {key: (len(d), sum(d), min(d), max(d)) for key, d in groups.items()}
+        got = {(r, d, k, n): (i, t, lo, hi) for r, d, k, n, i, t, lo, hi in con.execute(
+            "SELECT run_id, device, activity_kind, name, instances, total_ns, min_ns, max_ns FROM rollup_kernel_names").fetchall()}
+        assert got == want and len({key[0] for key in want}) == 5
+
+        # rollup_kernel_histogram: [2^k, 2^(k+1)) by the duration's bit length
+        count, total = Counter(), Counter()
+        for run, dev, kind, _, _, dur, _ in kernels:
+            if dur is not None:
+                key = (run, dev, kind, 0 if dur < 1 else 1 << (dur.bit_length() - 1))
+                count[key] += 1
+                total[key] += dur
+        got = {(r, d, k, b): (i, t) for r, d, k, b, i, t in con.execute(
+            "SELECT run_id, device, activity_kind, bucket_lo_ns, instances, total_ns FROM rollup_kernel_histogram").fetchall()}
+        assert got == {key: (count[key], total[key]) for key in count}
+
+        # rollup_memcpy_summary: copies and sets per direction, their bytes
+        ops, byts = Counter(), Counter()
+        for run, dev, kind, _, copy_kind, _, b in kernels:
+            if kind in ("memcpy", "memset"):
+                ops[(run, dev, kind, copy_kind)] += 1
+                byts[(run, dev, kind, copy_kind)] += b or 0
+        got = {(r, d, k, c): (o, b or 0) for r, d, k, c, o, b in con.execute(
+            "SELECT run_id, device, activity_kind, copy_kind, operations, total_bytes FROM rollup_memcpy_summary").fetchall()}
+        assert got == {key: (ops[key], byts[key]) for key in ops} and ops
+
+        # rollup_op_summary: timed executions per run, device, op name and type
+        groups = defaultdict(list)
+        for run, dev, name, op_type, dur, _, _ in nodes:
+            if dur is not None:
+                groups[(run, dev, name, op_type)].append(dur)
+        got = {(r, d, n, o): (e, t) for r, d, n, o, e, t in con.execute(
+            "SELECT run_id, device, node_name, op_type, executions, total_ns FROM rollup_op_summary").fetchall()}
+        assert got == {key: (len(d), sum(d)) for key, d in groups.items()}
+
+        # rollup_step_flops: each run's FLOPs, each op counted once
+        want = Counter()
+        for run, _, _, _, _, flops, counted in nodes:
+            if flops is not None and counted is not False:
+                want[run] += flops
+        got = dict(con.execute("SELECT run_id, sum(flops) FROM rollup_step_flops GROUP BY 1").fetchall())
+        assert got == dict(want) and sum(want.values()) > 0
+
+        # the canned queries read them, and give what their raw-row SQL gives
+        for name in ("fleet_trend", "kernel_summary", "top_ops", "kernel_duration_histogram", "nccl_bandwidth",
+                     "memcpy_summary", "mfu"):
+            cq = sqllib.load(name)
+            values = sqllib.bind(cq, {"limit": 100_000} if cq.param("limit") else {})
+            fast, raw = cq.sql_for(values), cq.sql_for(values, rollups=False)
+            assert "rollup_" in fast and "rollup_" not in raw, name
+
+            def rows(sql):
+                names = sqllib.bound_names(sql, con)
+                return plain_numbers(con.sql(sql, params={k: v for k, v in values.items() if k in names} or None)
+                                     .to_arrow_table()).to_pylist()
+            assert rows(fast) == rows(raw), name
+    finally:
+        con.close()

@@ -110,16 +110,17 @@ def remove_kernels_file_of(wh: Path, run: str) -> None:
 
 def test_a_scoped_query_binds_only_its_runs_files(two_runs):
     """Run b's kernels file gone behind the snapshot's back: the whole `kernels` view can
-    no longer be bound, yet run a's scoped query reads only run a's files and answers."""
+    no longer be bound, yet run a's scoped query reads only run a's files and answers
+    (top_kernels: a query that reads raw kernel rows; kernel_summary reads its rollup)."""
     con = catalog.connect(two_runs)
-    want = q.execute(con, sqllib.load("kernel_summary"), sqllib.bind(sqllib.load("kernel_summary"), {"run_id": "a"}))
+    want = q.execute(con, sqllib.load("top_kernels"), sqllib.bind(sqllib.load("top_kernels"), {"run_id": "a"}))
     assert want.num_rows > 0
     con.close()
     remove_kernels_file_of(two_runs, "b")
-    cq = sqllib.load("kernel_summary")
+    cq = sqllib.load("top_kernels")
     got = q.run_query(cq, {"run_id": "a"}, two_runs)
     assert got.equals(want)
-    with pytest.raises(TracedbError, match="kernel_summary: IOException"):
+    with pytest.raises(TracedbError, match="top_kernels: IOException"):
         q.run_query(dataclasses.replace(cq, scope=()), {"run_id": "a"}, two_runs)
 
 

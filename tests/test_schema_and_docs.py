@@ -23,7 +23,7 @@ def test_contract_columns_present_with_contract_units():
             if f.name.endswith("_ns") or f.name.endswith("bytes"):
                 assert f.type == pa.int64(), f.name  # integer ns and bytes
     assert schema.TABLES["tensors"].field("shape").type == pa.list_(pa.int64())
-    assert schema.SCHEMA_VERSION == 9  # 2: the Delta Lake (0004); 3: PyTorch depth (0005); 4: rollups (0006); 5: rollup_collectives (0007); 6: interval rollups (0008); 7: execution traces (0009), marker step times (0010), acceptances (0011), op FLOPs (0012); 8: files of many runs (0013); 9: files with dead rows named (0014)
+    assert schema.SCHEMA_VERSION == 10  # 2: the Delta Lake (0004); 3: PyTorch depth (0005); 4: rollups (0006); 5: rollup_collectives (0007); 6: interval rollups (0008); 7: execution traces (0009), marker step times (0010), acceptances (0011), op FLOPs (0012); 8: files of many runs (0013); 9: files with dead rows named (0014); 10: fleet rollups (0015)
 
 
 def test_real_views_have_the_contract_columns_and_types(seed_warehouse):

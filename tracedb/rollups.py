@@ -10,7 +10,7 @@ the source tables it reads and needs) is run, for each run, on the run's own new
 and its rows go into that table, written and committed with the run's other files (same
 ingest_id, same publish step): a run's rollup is always of its live version. The
 schema holds the tables (`schema.ROLLUP_TABLES`, checked against the declarations by
-tests/test_metric_rollups.py); migrations 0006-0008 and 0010 fill them for runs
+tests/test_metric_rollups.py); migrations 0006-0008, 0010 and 0015 fill them for runs
 ingested before (`backfill`). Canned queries include the metric, and the SQL library
 reads the rollup wherever it serves the values (a run, a device, a kind, ...), the
 metric's SQL on raw rows otherwise (a step range that is not a filter on the stored rows,
@@ -64,9 +64,10 @@ if TYPE_CHECKING:
 COLUMNS = ("run_id", "rank", "device", "step", "stream", "kind", "start_ns", "duration_ns")
 # ... and those the metrics without a `kind` parameter read besides
 WHOLE_COLUMNS = ("name", "source_file", "launch_start_ns", "copy_kind", "bytes", "kernel_type", "grid", "block",
-                 "registers_per_thread", "shared_memory_bytes", "occupancy", "correlation_id")
+                 "registers_per_thread", "shared_memory_bytes", "occupancy", "correlation_id", "params")
 # The `nodes` columns the metrics read (view `whole.nodes`)
-NODE_COLUMNS = ("run_id", "rank", "step", "start_ns", "duration_ns")
+NODE_COLUMNS = ("run_id", "rank", "step", "start_ns", "duration_ns", "device", "node_name", "op_type", "flops",
+                "flops_dtype", "flops_counted")
 # The `runtime_calls` columns the metrics read (view `whole.runtime_calls`)
 CALL_COLUMNS = ("run_id", "rank", "step", "source_file", "correlation_id", "name", "start_ns", "duration_ns")
 # The `steps` columns the metrics read (view `whole.steps`: the step markers' spans)
@@ -120,7 +121,9 @@ CHUNK_ROWS = 65_536
 # 9.5 k runtime calls, 2 cores): they start in this order on as many threads as cores.
 COST_ORDER = ("rollup_stream_time", "rollup_gpu_busy_idle", "rollup_step_times", "rollup_device_time",
               "rollup_stream_overlap", "rollup_kernel_launches", "rollup_collectives",
-              "rollup_memory_bandwidth", "rollup_kernel_launch_config")
+              "rollup_memory_bandwidth", "rollup_kernel_launch_config", "rollup_run_summary",
+              "rollup_kernel_histogram", "rollup_kernel_names", "rollup_op_summary", "rollup_nccl_bandwidth",
+              "rollup_memcpy_summary", "rollup_step_flops")
 
 
 class _Metric(NamedTuple):
@@ -155,6 +158,9 @@ class Writer:
         self.con.execute(f"SET temp_directory = {sql_str(str(self.spill / 'tmp'))}")
         self.con.execute("CREATE SCHEMA whole")
         self.metrics: dict[str, _Metric] = {}
+        # a lake of schema <= 7 (its older migrations backfilling): its files may lack
+        # columns a later migration adds (nodes' flops_dtype: 0012), read as NULL
+        self.sparse = False
         self._registered: set = set()  # fsspec protocols registered on the connection
         for table, cq in metrics().items():
             whole = not any(p.name == "kind" for p in cq.params)
@@ -184,7 +190,7 @@ class Writer:
         out exactly as the metric with run_id and $kind bound computes it. (Per run and
         kind, 8 executions a run cost ~0.2 s under load on 2 cores; per run ~0.1 s; for a
         commit group of runs a few ms a run beyond the rows' own cost.) A metric without
-        a `kind` parameter (seven of the nine) reads the `<i>*` rows only, from the
+        a `kind` parameter (all but two) reads the `<i>*` rows only, from the
         in-memory table `whole.kernels` (`WHOLE_COLUMNS`), and `whole.nodes`
         (`NODE_COLUMNS`) or `whole.runtime_calls` (`CALL_COLUMNS`) for one that reads
         them (their `-- reads:` header): the sources are read once for all of
@@ -241,9 +247,13 @@ class Writer:
         table, not the files again). With `copy` False, views of the same rows."""
         kind = "TABLE" if copy else "VIEW"
         with self.con.cursor() as cur:
+            have = None
+            first = next((src[table] for src in sources if table in src), None)
+            if self.sparse and first is not None:
+                have = {r[0] for r in cur.execute(f"DESCRIBE SELECT * FROM {first}").fetchall()}
             cur.execute(f"""CREATE OR REPLACE {kind} whole.{table} AS
                 SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
-                FROM ({self._rows_of(sources, table, WHOLE_SOURCES[table])})""")
+                FROM ({self._rows_of(sources, table, WHOLE_SOURCES[table], have)})""")
             if kinds:
                 cur.execute(f"""CREATE OR REPLACE {kind} kernels AS
                     SELECT rtrim(k.run_id, '*') || coalesce('=' || s.kind, '*') AS run_id,
@@ -289,13 +299,16 @@ class Writer:
             raise TracedbError(f"{m.query.name}: {type(e).__name__}: {str(e).splitlines()[0]}") from e
 
     @staticmethod
-    def _rows_of(sources: list[dict[str, str]], table: str, columns: tuple[str, ...]) -> str:
-        """`table`'s rows of every source, numbered by `_source` (none: an empty relation)."""
-        cols = ", ".join(columns)
+    def _rows_of(sources: list[dict[str, str]], table: str, columns: tuple[str, ...],
+                 have: set[str] | None = None) -> str:
+        """`table`'s rows of every source, numbered by `_source` (none: an empty relation);
+        `have`: the columns its files hold (None: all), the others NULL."""
+        sch = schema.TABLES[table]
+        cols = ", ".join(c if have is None or c in have else f"CAST(NULL AS {schema.duckdb_type(sch.field(c).type)}) AS {c}"
+                         for c in columns)
         rows = [f"SELECT {cols}, {i} AS _source FROM {src[table]}" for i, src in enumerate(sources) if table in src]
         if rows:
             return " UNION ALL ".join(rows)
-        sch = schema.TABLES[table]
         nulls = ", ".join(f"CAST(NULL AS {schema.duckdb_type(sch.field(c).type)}) AS {c}" for c in columns)
         return f"SELECT {nulls}, 0 AS _source WHERE false"
 
@@ -332,6 +345,7 @@ class Writer:
         runs = [r for r in runs if r[2]]
         if not runs:
             return []
+        self.sparse = bool(partitioned)
         store = storage.open_storage(root)
         fs = store.duckdb_filesystem()  # object storage: DuckDB reads through fsspec
         if fs is not None and fs.protocol not in self._registered:
@@ -403,9 +417,12 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
     its metrics read (`-- reads:`),
     under the run's live ingest_id, as an ingest would have (migrations 0006-0008).
     Safe to re-run after a crash: a run that already has a table's rollup is left alone in
-    that table. One Delta commit per table. With `anew` (a metric whose definition
+    that table. One Delta commit per table; in the unpartitioned layout (schema >= 8) a
+    file a table for each group of 50 runs (`store.merge_group`). With `anew` (a metric whose definition
     changed), every run's rows are computed again and each table's live files are swapped
     for the new ones in its one commit (`Lake.replace_tables`)."""
+    from tracedb.store import merge_group
+
     lake.ensure_tables()
     live = {r["run_id"]: r["ingest_id"] for r in lake.read_table("runs", ["run_id", "ingest_id"]).to_pylist()}
     have = {t: set() if anew else {run for run, _ in lake.live_files_by_run(t, live)[0]} for t in tables}
@@ -423,8 +440,11 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
                 by_missing.setdefault(missing, []).append((r, live[r], sorted(inputs[r])))
         for missing, todo in by_missing.items():
             for i in range(0, len(todo), 50):  # groups of runs, as an ingest commits them
-                files += roll.write_runs(lake.storage, todo[i:i + 50], tables=list(missing), tag=tag,
-                                         partitioned=lake.partitioned_tables())
+                group = roll.write_runs(lake.storage, todo[i:i + 50], tables=list(missing), tag=tag,
+                                        partitioned=lake.partitioned_tables())
+                # one file a table for the group, as an ingest merges its group's (a file a
+                # run and table is what schema 8 ended); partitioned tables' stay as written
+                files += merge_group(lake.storage, group, tag)
         if anew:
             lake.replace_tables(tables, files)
         else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 9  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
+SCHEMA_VERSION = 10  # 2: Delta Lake tables (0004); 3: every Kineto category, exact links, kernel types (0005); 4: rollups (0006);
 # 5: rollup_collectives (0007); 6: interval rollups (0008); 7: PyTorch execution traces: nodes' rf_id, process_id,
 # op_schema, parent_seq; tensors' storage, strides, producer and consumers (0009);
 # host step time from the step markers (0010); `acceptances`, the report's accepted changes (0011);
@@ -16,6 +16,8 @@ SCHEMA_VERSION = 9  # 2: Delta Lake tables (0004); 3: every Kineto category, exa
 # filled for every format a rule of tracedb/flops.py covers)
 # 8: data tables unpartitioned, files of many runs ordered by run_id with run_id/device stats (0013)
 # 9: the lake names the files that may hold dead rows, _tracedb/dead_rows.json (0014)
+# 10: per-run rollups of the fleet-wide queries that aggregated raw rows (0015: kernel_names, kernel_histogram,
+# op_summary, nccl_bandwidth, memcpy_summary, run_summary, step_flops)
 
 _SHAPE = pa.list_(pa.int64())
 _STRS = pa.list_(pa.string())
@@ -376,6 +378,90 @@ ROLLUP_KERNEL_LAUNCHES = pa.schema([
     _f("launch_delay_ns", pa.int64(), "activity start - end of its launch call, 0 when negative, ns"),
 ])
 
+# Per-run summaries of the fleet-wide canned queries that aggregated raw rows (issue 22):
+# each holds a metric's rows for whole runs, the grain of the query's own groups, so the
+# query reads a few rows a run instead of every kernel or op (0015). `activity_kind`: the
+# activity's own kind (kernel | memcpy | memset; the query filters on it), not the
+# writer's `kind` column that the interval rollups partition by.
+_ACTIVITY_KIND = _f("activity_kind", pa.string(), "the activities' kind: kernel | memcpy | memset")
+_ALL_DEVICES = _f("device", pa.string(), f"always '{STEP_TIMES_DEVICE}' (the partition key): the row spans every device of the run")
+
+# Per run, device, kind and name: what `kernel_summary` groups (metrics/kernel_names.sql).
+ROLLUP_KERNEL_NAMES = pa.schema([
+    _COMMON[0], _COMMON[1], _ACTIVITY_KIND,
+    _f("name", pa.string(), "kernel (or copy, set) name"),
+    _f("instances", pa.int64(), "activities of this kind and name on the device"),
+    _f("total_ns", pa.int64(), "their summed duration, ns"),
+    _f("avg_duration", pa.float64(), "their mean duration, ns, 1 decimal"),
+    _f("min_ns", pa.int64(), "shortest, ns"),
+    _f("max_ns", pa.int64(), "longest, ns"),
+])
+
+# Per run, device, kind and power-of-two duration bucket: `kernel_duration_histogram`'s counts.
+ROLLUP_KERNEL_HISTOGRAM = pa.schema([
+    _COMMON[0], _COMMON[1], _ACTIVITY_KIND,
+    _f("bucket_lo_ns", pa.int64(), "bucket [bucket_lo_ns, 2 * bucket_lo_ns) (0: durations below 1 ns), ns"),
+    _f("instances", pa.int64(), "activities with a duration in the bucket"),
+    _f("total_ns", pa.int64(), "their summed duration, ns"),
+])
+
+# Per run, device, op name and op type: what `top_ops` groups (metrics/op_summary.sql).
+ROLLUP_OP_SUMMARY = pa.schema([
+    _COMMON[0], _COMMON[1],
+    _f("node_name", pa.string(), "framework op / graph node name"),
+    _f("op_type", pa.string(), "op type"),
+    _f("executions", pa.int64(), "timed executions"),
+    _f("total_ns", pa.int64(), "their summed duration, ns"),
+    _f("avg_duration", pa.float64(), "their mean duration, ns, 1 decimal"),
+    _f("min_ns", pa.int64(), "shortest, ns"),
+    _f("max_ns", pa.int64(), "longest, ns"),
+])
+
+# What `nccl_bandwidth` reports for the whole run (its rows are each one run's).
+ROLLUP_NCCL_BANDWIDTH = pa.schema([
+    _COMMON[0], _ALL_DEVICES, _COMMON[3],
+    _f("collective", pa.string(), "the collective, lower case, as the kernel's args name it"),
+    _f("dtype", pa.string(), "element type, as the args name it"),
+    _f("message_bytes", pa.int64(), "max(In, Out msg nelems) x the dtype's size, bytes"),
+    _f("group_size", pa.int64(), "ranks in the collective's group"),
+    _f("kernels", pa.int64(), "NCCL kernels of this collective, dtype, size and group"),
+    _f("total_ns", pa.int64(), "their summed duration, ns"),
+    _f("algbw_gbps", pa.float64(), "message bytes / kernel time, GB/s, 3 decimals"),
+    _f("busbw_gbps", pa.float64(), "algbw x the collective's bus factor (nccl-tests), GB/s, 3 decimals"),
+])
+
+# What `memcpy_summary` reports for the whole run (its rows are each one run's).
+ROLLUP_MEMCPY_SUMMARY = pa.schema([
+    _COMMON[0], _COMMON[1], _ACTIVITY_KIND,
+    _f("copy_kind", pa.string(), "HtoD | DtoH | DtoD | HtoH | PtoP, for copies"),
+    _f("operations", pa.int64(), "copies (or sets)"),
+    _f("total_bytes", pa.int64(), "bytes they moved or set"),
+    _f("total_ns", pa.int64(), "their summed duration, ns"),
+    _f("avg_size", pa.float64(), "their mean bytes, 1 decimal"),
+    _f("min_bytes", pa.int64(), "fewest bytes"),
+    _f("max_bytes", pa.int64(), "most bytes"),
+    _f("gb_per_s", pa.float64(), "bytes / time of the rows that know their bytes, GB/s, 3 decimals"),
+])
+
+# A row per run: what `fleet_trend` reports of each run before comparing runs.
+ROLLUP_RUN_SUMMARY = pa.schema([
+    _COMMON[0], _ALL_DEVICES,
+    _f("nodes", pa.int64(), "host op / graph node rows (NULL: none)"),
+    _f("kernels", pa.int64(), "kernels (kind kernel; NULL: no GPU activity)"),
+    _f("gpu_kernel_ns", pa.int64(), "summed kernel duration, ns"),
+    _f("steps", pa.int64(), "distinct step numbers"),
+    _f("mean_step", pa.float64(), "mean wall span of a step's ops and GPU activity over every rank's steps, ns, 1 decimal"),
+    _f("mean_host_step", pa.float64(), "mean host step time (as step_times defines it), ns, 1 decimal"),
+    _f("mean_device_step", pa.float64(), "mean device step time (as step_times defines it), ns, 1 decimal"),
+])
+
+# Per run, rank, step and precision: the FLOPs `mfu` divides (metrics/step_flops.sql).
+ROLLUP_STEP_FLOPS = pa.schema([
+    _COMMON[0], _ALL_DEVICES, _COMMON[3], _COMMON[4],
+    _f("dtype", pa.string(), "the ops' precision (fp32 where unknown)"),
+    _f("flops", pa.int64(), "FLOPs of the step's ops at that precision, each op counted once"),
+])
+
 # Tables the readers fill, in the order readers and docs list them.
 SOURCE_TABLES: dict[str, pa.Schema] = {
     "nodes": NODES,
@@ -398,6 +484,13 @@ ROLLUP_TABLES: dict[str, pa.Schema] = {
     "rollup_step_times": ROLLUP_STEP_TIMES,
     "rollup_kernel_launch_config": ROLLUP_KERNEL_LAUNCH_CONFIG,
     "rollup_kernel_launches": ROLLUP_KERNEL_LAUNCHES,
+    "rollup_kernel_names": ROLLUP_KERNEL_NAMES,
+    "rollup_kernel_histogram": ROLLUP_KERNEL_HISTOGRAM,
+    "rollup_op_summary": ROLLUP_OP_SUMMARY,
+    "rollup_nccl_bandwidth": ROLLUP_NCCL_BANDWIDTH,
+    "rollup_memcpy_summary": ROLLUP_MEMCPY_SUMMARY,
+    "rollup_run_summary": ROLLUP_RUN_SUMMARY,
+    "rollup_step_flops": ROLLUP_STEP_FLOPS,
 }
 # Rollup table -> the metric (sql/metrics/<metric>.sql; the canned query of that name, if any, reads it).
 ROLLUPS: dict[str, str] = {table: table.removeprefix("rollup_") for table in ROLLUP_TABLES}
@@ -498,6 +591,13 @@ TABLE_DOCS: dict[str, str] = {
     "rollup_step_times": "rollup, per run, rank and step: what `step_times` reports, computed at ingest from `nodes` and `kernels`",
     "rollup_kernel_launch_config": "rollup, per run, device, kernel name and launch configuration: what `kernel_launch_config` reports, computed at ingest",
     "rollup_kernel_launches": "rollup, per launch: each runtime call joined with the activity it launched, the rows `kernel_launch_stats` reports, computed at ingest",
+    "rollup_kernel_names": "rollup, per run, device, activity kind and name: instances, total, mean, min and max duration, what `kernel_summary` reports from, computed at ingest",
+    "rollup_kernel_histogram": "rollup, per run, device, activity kind and power-of-two duration bucket: what `kernel_duration_histogram` counts, computed at ingest",
+    "rollup_op_summary": "rollup, per run, device, op name and op type: executions, total, mean, min and max duration, what `top_ops` reports from, computed at ingest",
+    "rollup_nccl_bandwidth": "rollup, per run, rank, collective, dtype, message size and group size: what `nccl_bandwidth` reports for the whole run, computed at ingest",
+    "rollup_memcpy_summary": "rollup, per run, device, activity kind and copy kind: what `memcpy_summary` reports, computed at ingest",
+    "rollup_run_summary": "rollup, a row per run: counts, GPU kernel time and mean step times, what `fleet_trend` compares across runs, computed at ingest",
+    "rollup_step_flops": "rollup, per run, rank, step and precision: the ops' FLOPs that `mfu` divides by the step time, computed at ingest",
     "runs": "one row per run: its live ingest, files, formats and run.json labels",
     "files": "every source file of every run as last ingested",
     "ingest_log": "every ingest attempt of every source file (append-only)",

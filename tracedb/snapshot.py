@@ -38,7 +38,8 @@ from tracedb.storage import latest_log_version, sql_str
 TABLES = ("nodes", "kernels", "tensors", "allocations", "runtime_calls", "annotations", "steps", "events",
           "rollup_gpu_busy_idle", "rollup_stream_overlap", "rollup_collectives", "rollup_stream_time",
           "rollup_memory_bandwidth", "rollup_device_time", "rollup_step_times", "rollup_kernel_launch_config",
-          "rollup_kernel_launches", "runs", "files", "ingest_log", "checksums", "acceptances")
+          "rollup_kernel_launches", "rollup_kernel_names", "rollup_kernel_histogram", "rollup_op_summary",
+          "rollup_nccl_bandwidth", "rollup_memcpy_summary", "rollup_run_summary", "rollup_step_flops", "runs", "files", "ingest_log", "checksums", "acceptances")
 LAKE_JSON = "_tracedb/lake.json"
 CATALOG = "catalog.duckdb"
 # What a snapshot holds besides the views; part of the recorded state, so a snapshot an
