@@ -3,8 +3,8 @@ only the keys pass 1 reads), pass 2 decodes them again in full; a smaller file's
 decodes full `_Ev`s and keeps them for pass 2. Both must give the same tables and the
 same errors: every Kineto fixture and a file of odd events are read with KEEP_CHARS 0
 (the lean type from the second piece on, in pieces of a few events) and with every piece
-kept. Also: a node batch whose shapes are converted to Arrow a piece at a time names the
-row and column Arrow refuses as a whole-batch conversion did."""
+kept. Also: a node batch whose shapes are converted to Arrow a few pieces at a time
+names the row and column Arrow refuses as a whole-batch conversion did."""
 
 from __future__ import annotations
 
@@ -83,13 +83,16 @@ def _odd_events() -> list[dict]:
     return ev
 
 
-@pytest.mark.parametrize("case", ["plain", "nan_time", "list_args_op", "non_str_name", "activity_list_args"])
+@pytest.mark.parametrize("case", ["plain", "nan_time", "list_args_op", "str_args_op", "non_str_name",
+                                  "activity_list_args"])
 def test_odd_events_read_the_same_with_a_lean_pass_1(case, tmp_path, monkeypatch):
     events = _odd_events()
     if case == "nan_time":  # the standard library decodes that piece (msgspec refuses NaN)
         events[30]["dur"] = float("nan")
     elif case == "list_args_op":
         events[35]["args"] = [1, 2]
+    elif case == "str_args_op":  # (the standard library decodes that piece for `_Ev1`)
+        events[34]["args"] = "x"
     elif case == "non_str_name":
         events[36]["name"] = 17
     elif case == "activity_list_args":
@@ -106,7 +109,7 @@ def test_odd_events_read_the_same_with_a_lean_pass_1(case, tmp_path, monkeypatch
         assert op["correlation_id"] == 44 and op["input_shapes"] == [[1], None]
     else:
         assert isinstance(kept, str) and kept.startswith("error: ")
-        assert {"nan_time": "#30", "list_args_op": "#35", "non_str_name": "#36",
+        assert {"nan_time": "#30", "list_args_op": "#35", "str_args_op": "#34", "non_str_name": "#36",
                 "activity_list_args": "#46"}[case] in kept
 
 
@@ -114,6 +117,7 @@ def test_a_shape_arrow_refuses_is_named_by_its_row(tmp_path, monkeypatch):
     from tracedb.formats import kineto
 
     monkeypatch.setattr(kineto, "CHUNK_CHARS", 700)
+    monkeypatch.setattr(kineto, "SEAL_OPS", 8)  # converted a few pieces at a time
     events = [_op(k, {"External id": k, "Input Dims": [[2, 3]], "Input type": ["float"]}) for k in range(60)]
     events[50]["args"]["Input Dims"] = [[1 << 64]]  # past int64: pieces before it were converted
     path = tmp_path / "big_dim.json"

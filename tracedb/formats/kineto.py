@@ -74,14 +74,21 @@ dicts, their times converted in bulk (`_event_times`, `jsonstream.Ns`), and go t
 the row functions (`_kernel`, `_call`, ...). Where the events of pass 2 come from is the
 only difference between sizes (`_Source`): a file of up to KEEP_CHARS (8 MiB) of JSON
 keeps pass 1's pieces, so each event is decoded once; a larger one is decoded again, so
-memory holds a piece, not the file. What msgspec refuses (NaN,
-lone surrogates, control characters) is decoded by the standard library, event by
-event, and made a Struct as msgspec would have (`_from_dict`); errors (truncated or
-invalid JSON, an event that is no object, a missing time) are worded as before. A
-fractional `size` is no byte count; pass 1 names a fractional `device` by its text
-(`_text_device`). Rows are named tuples (`NodeRow`, `KernelRow`, ...: one type a table,
-its fields the table's columns), built into batches column-wise; numbers that reach a
-row as Decimal become floats (`plain`).
+memory holds a piece, not the file, and its pass 1 (once past KEEP_CHARS) decodes the
+events as `_Ev1`, whose args hold only the keys pass 1 reads (`_Args1`: a cpu_op's
+shapes, dtypes and other args are skipped); pass 1's code reads either type
+(`_Args1.get`, `_as_dict`). Pass 2 converts node shapes and dtypes to Arrow after the
+pieces that make SEAL_OPS ops (`_NodeCols.seal`): held as lists until the batch, they
+were most of what the cyclic GC walked at every full collection of a library call (whose
+GC stays on: `gc_paused` pauses it only in tracedb's own processes). What msgspec
+refuses (NaN, lone surrogates, control characters; for `_Ev1`, also args that are a
+string or a number) is decoded by the standard library, event by event, and made a
+Struct as msgspec would have (`_from_dict`); errors (truncated or invalid JSON, an event
+that is no object, a missing time) are worded as before. A fractional `size` is no byte
+count; pass 1 names a fractional `device` by its text (`_text_device`). Rows are named
+tuples (`NodeRow`, `KernelRow`, ...: one type a table, its fields the table's columns),
+built into batches column-wise; numbers that reach a row as Decimal become floats
+(`plain`).
 
 What it costs, and the designs tried and dropped: bench/RESULTS.md, "Session 10: Kineto
 one path" and "The Kineto reader's two paths, measured".
@@ -126,6 +133,8 @@ BATCH_ROWS = 16384
 # The events are decoded this much JSON text at a time (`jsonstream.StructStream`): each
 # piece's events are read while they are in the CPU cache.
 CHUNK_CHARS = 32 << 10
+# Node shapes and dtypes converted to Arrow this many ops at a time (`_NodeCols.seal`).
+SEAL_OPS = 256
 # Events whose times wait to be converted together (`_Pending`).
 PENDING_EVENTS = 4096
 # A file of up to this much JSON is decoded once: pass 1 keeps its pieces for pass 2
@@ -530,7 +539,7 @@ _ARG_ATTRS = dict(zip(_ARG_KEYS, _Args1.__struct_fields__))
 class _Ev1(msgspec.Struct, gc=False):
     """`_Ev` as pass 1 decodes the events of a file past KEEP_CHARS (pass 2 decodes them
     again as `_Ev`): args as `_Args1` (a cpu_op's shapes, dtypes and other args, most of
-    the text, skipped: about half the decode's time), a non-object args as it is."""
+    the text, skipped), a non-object args as it is."""
 
     ph: Any = UNSET
     cat: Any = UNSET
@@ -539,7 +548,7 @@ class _Ev1(msgspec.Struct, gc=False):
     tid: Any = UNSET
     ts: msgspec.Raw = msgspec.Raw(b"")
     dur: msgspec.Raw = msgspec.Raw(b"")
-    args: _Args1 = UNSET  # (a piece where some event's args is no object: `_from_dict1`)
+    args: _Args1 | list | None = UNSET  # (a piece where some event's args is a string or number: `_from_dict1`)
     id: Any = UNSET
     s: Any = UNSET
     bp: Any = UNSET
@@ -1379,13 +1388,14 @@ class _NodeCols:
         self.tids, self.shapes, self.dtypes, self.exts, self.params, self.rf_ids, self.pids = ([] for _ in range(7))
         self.sealed: list[tuple[pa.Array, pa.Array]] = []  # (shapes, dtypes) of earlier pieces (`seal`)
 
-    def seal(self) -> None:
-        """The shapes and dtypes added since the last call as Arrow arrays (called after
-        each piece): a batch's ops would otherwise hold a few lists each (a shape a
-        tensor) until the batch, long enough for the GC to promote them and walk them
-        again at every full collection. Where Arrow refuses a value they stay lists, and
-        the batch names it."""
-        if not self.shapes:
+    def seal(self, least: int = SEAL_OPS) -> None:
+        """The shapes and dtypes added since the last seal as Arrow arrays, once there are
+        `least` (called after each piece, and by `batch`): a batch's ops would otherwise
+        hold a few lists each (a shape a tensor) until the batch, long enough for the GC
+        to promote them and walk them again at every full collection. Not every piece
+        (~50 ops): fewer, larger conversions and chunks to concatenate. Where Arrow
+        refuses a value they stay lists, and the batch names it."""
+        if not self.shapes or len(self.shapes) < least:
             return
         try:
             sealed = (pa.array(self.shapes, _SHAPES_TYPE), pa.array(self.dtypes, _DTYPES_TYPE))
@@ -1446,6 +1456,7 @@ class _NodeCols:
         """The node rows of the ops added since the last batch."""
         n = len(self.tids)
         lo = self.ops.done
+        self.seal(1)
         starts, ends, seqs, name_ix = self.ops.take(n)
         try:  # one conversion a name
             names = pa.array(index.names, pa.string()).take(name_ix)
