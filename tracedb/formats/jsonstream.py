@@ -542,12 +542,18 @@ class StructStream(EventStream):
     def __init__(self, path: Path, event_type: type, float_hook: type, from_dict: Callable[[dict], Any],
                  chunk_chars: int = CHUNK_CHARS):
         super().__init__(path, chunk_chars, floats="exact")
-        self._kind, self._from_dict = event_type, from_dict
-        self._fast = _msgspec_decoder(float_hook, list[event_type])
+        self._float_hook = float_hook
+        self.retype(event_type, from_dict)
 
     def position(self) -> int:
         """Chars of the document consumed so far."""
         return self._consumed + self._pos
+
+    def retype(self, event_type: type, from_dict: Callable[[dict], Any]) -> None:
+        """Decode the events from the next piece on as `event_type` (a reader that learns,
+        part way through, that it needs fewer fields of them)."""
+        self._kind, self._from_dict = event_type, from_dict
+        self._fast = _msgspec_decoder(self._float_hook, list[event_type])
 
     def _events(self) -> Iterator[list]:  # type: ignore[override]
         if self._peek() == "]":
@@ -555,12 +561,11 @@ class StructStream(EventStream):
             return
         i = 0
         self._bad_until = 0
-        kind = {self._kind}
         while True:
             events = self._bulk()
             if events is None:
                 events = [self._value(self._decode_event)]
-            if set(map(type, events)) != kind:  # (checked in C) dicts from the standard library
+            if set(map(type, events)) != {self._kind}:  # (checked in C) dicts from the standard library
                 events = [self._struct(ev, i + k) for k, ev in enumerate(events)]
             yield events
             i += len(events)

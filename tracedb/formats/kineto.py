@@ -74,14 +74,21 @@ dicts, their times converted in bulk (`_event_times`, `jsonstream.Ns`), and go t
 the row functions (`_kernel`, `_call`, ...). Where the events of pass 2 come from is the
 only difference between sizes (`_Source`): a file of up to KEEP_CHARS (8 MiB) of JSON
 keeps pass 1's pieces, so each event is decoded once; a larger one is decoded again, so
-memory holds a piece, not the file. What msgspec refuses (NaN,
-lone surrogates, control characters) is decoded by the standard library, event by
-event, and made a Struct as msgspec would have (`_from_dict`); errors (truncated or
-invalid JSON, an event that is no object, a missing time) are worded as before. A
-fractional `size` is no byte count; pass 1 names a fractional `device` by its text
-(`_text_device`). Rows are named tuples (`NodeRow`, `KernelRow`, ...: one type a table,
-its fields the table's columns), built into batches column-wise; numbers that reach a
-row as Decimal become floats (`plain`).
+memory holds a piece, not the file, and its pass 1 (once past KEEP_CHARS) decodes the
+events as `_Ev1`, whose args hold only the keys pass 1 reads (`_Args1`: a cpu_op's
+shapes, dtypes and other args are skipped); pass 1's code reads either type
+(`_Args1.get`, `_as_dict`). Pass 2 converts node shapes and dtypes to Arrow after the
+pieces that make SEAL_OPS ops (`_NodeCols.seal`): held as lists until the batch, they
+were most of what the cyclic GC walked at every full collection of a library call (whose
+GC stays on: `gc_paused` pauses it only in tracedb's own processes). What msgspec
+refuses (NaN, lone surrogates, control characters; for `_Ev1`, also args that are a
+string or a number) is decoded by the standard library, event by event, and made a
+Struct as msgspec would have (`_from_dict`); errors (truncated or invalid JSON, an event
+that is no object, a missing time) are worded as before. A fractional `size` is no byte
+count; pass 1 names a fractional `device` by its text (`_text_device`). Rows are named
+tuples (`NodeRow`, `KernelRow`, ...: one type a table, its fields the table's columns),
+built into batches column-wise; numbers that reach a row as Decimal become floats
+(`plain`).
 
 What it costs, and the designs tried and dropped: bench/RESULTS.md, "Session 10: Kineto
 one path" and "The Kineto reader's two paths, measured".
@@ -126,6 +133,8 @@ BATCH_ROWS = 16384
 # The events are decoded this much JSON text at a time (`jsonstream.StructStream`): each
 # piece's events are read while they are in the CPU cache.
 CHUNK_CHARS = 32 << 10
+# Node shapes and dtypes converted to Arrow this many ops at a time (`_NodeCols.seal`).
+SEAL_OPS = 256
 # Events whose times wait to be converted together (`_Pending`).
 PENDING_EVENTS = 4096
 # A file of up to this much JSON is decoded once: pass 1 keeps its pieces for pass 2
@@ -505,24 +514,76 @@ class _Ev(msgspec.Struct, gc=False):
     bp: Any = UNSET
 
 
+class _Args1(msgspec.Struct, gc=False):
+    """The args of an event as pass 1 of a file past KEEP_CHARS decodes them (`_Ev1`): only
+    the keys pass 1 reads, UNSET where missing; read by `get` as a dict's are."""
+
+    ext: Any = msgspec.field(default=UNSET, name="External id")
+    ext_lower: Any = msgspec.field(default=UNSET, name="external id")
+    correlation: Any = UNSET
+    device: Any = UNSET
+    size: Any = UNSET
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = getattr(self, _ARG_ATTRS[key])
+        return default if v is UNSET else v
+
+    def as_dict(self) -> dict:
+        return {key: v for key, v in zip(_ARG_KEYS, _ASTUPLE(self)) if v is not UNSET}
+
+
+_ARG_KEYS = tuple(f.encode_name for f in msgspec.structs.fields(_Args1))
+_ARG_ATTRS = dict(zip(_ARG_KEYS, _Args1.__struct_fields__))
+
+
+class _Ev1(msgspec.Struct, gc=False):
+    """`_Ev` as pass 1 decodes the events of a file past KEEP_CHARS (pass 2 decodes them
+    again as `_Ev`): args as `_Args1` (a cpu_op's shapes, dtypes and other args, most of
+    the text, skipped), a non-object args as it is."""
+
+    ph: Any = UNSET
+    cat: Any = UNSET
+    name: Any = UNSET
+    pid: Any = UNSET
+    tid: Any = UNSET
+    ts: msgspec.Raw = msgspec.Raw(b"")
+    dur: msgspec.Raw = msgspec.Raw(b"")
+    args: _Args1 | list | None = UNSET  # (a piece where some event's args is a string or number: `_from_dict1`)
+    id: Any = UNSET
+    s: Any = UNSET
+    bp: Any = UNSET
+
+
 _EV_FIELDS = _Ev.__struct_fields__
 _ASTUPLE = msgspec.structs.astuple
+_ARGS = (dict, _Args1)  # an object's args, as either event type holds them
 
 
-def _as_dict(ev: _Ev) -> dict:
+def _as_dict(ev: _Ev | _Ev1) -> dict:
     """The event's keys that were there, as a dict (`ts`/`dur` still their source text)."""
-    return {k: v for k, v in zip(_EV_FIELDS, _ASTUPLE(ev)) if v is not UNSET}
+    d = {k: v for k, v in zip(_EV_FIELDS, _ASTUPLE(ev)) if v is not UNSET}
+    if type(d.get("args")) is _Args1:
+        d["args"] = d["args"].as_dict()
+    return d
 
 
-def _from_dict(d: dict) -> _Ev:
+def _from_dict(d: dict, kind: type = _Ev) -> _Ev | _Ev1:
     """An event the standard library decoded (`StructStream`: text msgspec refuses) as
-    msgspec would have decoded it: times as their text, other fractional numbers `_F`."""
+    msgspec would have decoded it as `kind`: times as their text, other fractional numbers
+    `_F` (as `_Ev1`: object args as `_Args1`)."""
     kw = {k: _plain_f(d[k]) for k in _EV_FIELDS if k in d}
     for k in ("ts", "dur"):
         if k in d:
             v = d[k]
             kw[k] = msgspec.Raw((v.text if type(v) is JNum else json.dumps(v)).encode())
-    return _Ev(**kw)
+    if kind is _Ev1 and type(kw.get("args")) is dict:
+        args = kw["args"]
+        kw["args"] = _Args1(**{attr: args[key] for key, attr in _ARG_ATTRS.items() if key in args})
+    return kind(**kw)
+
+
+def _from_dict1(d: dict) -> _Ev1:
+    return _from_dict(d, _Ev1)
 
 
 def _plain_f(v: Any) -> Any:
@@ -879,7 +940,7 @@ class _Index:
             name, args, tid, pid = ev.name, ev.args, ev.tid, ev.pid
             if not args or args is UNSET:
                 args = _NO_ARGS
-            if type(name) is not str or not ev.ts or not ev.dur or type(args) is not dict:
+            if type(name) is not str or not ev.ts or not ev.dur or type(args) not in _ARGS:
                 _odd_op(ev, i)
             tid = None if tid is UNSET else tid
             ix = name_ix.get(name)
@@ -910,7 +971,7 @@ class _Index:
     def _sync(self, i: int, ev: _Ev) -> None:
         """A cuda_sync event's correlation (as `_event` reads it), for its launch call."""
         args = ev.args
-        corr = args.get("correlation") if isinstance(args, dict) else None
+        corr = args.get("correlation") if type(args) in _ARGS or isinstance(args, dict) else None
         if corr is None and ev.ph in ("s", "f", "t"):
             corr = ev.id
         cols = self.spill.cols["syncs"]
@@ -1207,13 +1268,14 @@ class _Source:
     def _stream(self) -> StructStream:
         return StructStream(self.path, _Ev, _F, _from_dict, chunk_chars=CHUNK_CHARS)
 
-    def first(self) -> Iterator[list[_Ev]]:
+    def first(self) -> Iterator[list[_Ev] | list[_Ev1]]:
         stream = self._stream()
         for events in stream:
             if self.kept is not None:
                 self.kept.append(events)
                 if stream.position() > KEEP_CHARS:
                     self.kept = None
+                    stream.retype(_Ev1, _from_dict1)  # decoded again for pass 2: pass 1's fields only
             yield events
         self.meta = stream.meta
 
@@ -1263,6 +1325,7 @@ def _rows(index: _Index, pieces: Iterator[list[_Ev]], ctx: ReadContext) -> Itera
                     continue
             add_op(ev)
             i += 1
+        nodes.seal()
         if len(rest) >= PENDING_EVENTS:
             _rest_rows(rest, p2)
             rest = []
@@ -1323,6 +1386,29 @@ class _NodeCols:
 
     def _clear(self) -> None:
         self.tids, self.shapes, self.dtypes, self.exts, self.params, self.rf_ids, self.pids = ([] for _ in range(7))
+        self.sealed: list[tuple[pa.Array, pa.Array]] = []  # (shapes, dtypes) of earlier pieces (`seal`)
+
+    def seal(self, least: int = SEAL_OPS) -> None:
+        """The shapes and dtypes added since the last seal as Arrow arrays, once there are
+        `least` (called after each piece, and by `batch`): a batch's ops would otherwise
+        hold a few lists each (a shape a tensor) until the batch, long enough for the GC
+        to promote them and walk them again at every full collection. Not every piece
+        (~50 ops): fewer, larger conversions and chunks to concatenate. Where Arrow
+        refuses a value they stay lists, and the batch names it."""
+        if not self.shapes or len(self.shapes) < least:
+            return
+        try:
+            sealed = (pa.array(self.shapes, _SHAPES_TYPE), pa.array(self.dtypes, _DTYPES_TYPE))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError):
+            return
+        self.sealed.append(sealed)
+        self.shapes, self.dtypes = [], []
+
+    def _column(self, k: int, rest: list, kind: pa.DataType) -> pa.Array | list:
+        """The sealed arrays of column k (0 shapes, 1 dtypes) and the rest, as one column."""
+        if not rest:
+            return pa.concat_arrays([s[k] for s in self.sealed]) if self.sealed else pa.array([], kind)
+        return [v for s in self.sealed for v in s[k].to_pylist()] + rest
 
     def __len__(self) -> int:
         return len(self.tids)
@@ -1370,6 +1456,7 @@ class _NodeCols:
         """The node rows of the ops added since the last batch."""
         n = len(self.tids)
         lo = self.ops.done
+        self.seal(1)
         starts, ends, seqs, name_ix = self.ops.take(n)
         try:  # one conversion a name
             names = pa.array(index.names, pa.string()).take(name_ix)
@@ -1377,7 +1464,8 @@ class _NodeCols:
             names = [index.names[k] for k in name_ix.to_pylist()]
         cols = {"node_name": names, "op_type": names,
                 "duration_ns": pc.subtract(ends, starts), "thread_id": self.tids,
-                "seq": seqs, "input_shapes": self.shapes, "input_dtypes": self.dtypes,
+                "seq": seqs, "input_shapes": self._column(0, self.shapes, _SHAPES_TYPE),
+                "input_dtypes": self._column(1, self.dtypes, _DTYPES_TYPE),
                 "correlation_id": self.exts, "params": self.params, "rf_id": self.rf_ids, "process_id": self.pids,
                 "device": pa.repeat(pa.scalar("CPU:0"), n), "device_raw": pa.repeat(pa.scalar("CPU"), n),
                 "rank": pa.repeat(pa.scalar(rank, pa.int32()), n), "step": _steps_at(index, starts),
@@ -1389,6 +1477,10 @@ class _NodeCols:
             raise _bad_nodes(cols, lo, e) from e
         self._clear()
         return annotate_nodes(pa.RecordBatch.from_arrays(arrays, schema=schema))
+
+
+_SHAPES_TYPE = BatchBuilder("nodes").schema.field("input_shapes").type
+_DTYPES_TYPE = BatchBuilder("nodes").schema.field("input_dtypes").type
 
 
 def _bad_nodes(cols: dict[str, Any], first: int, error: Exception) -> TraceFormatError:
