@@ -128,6 +128,62 @@ def test_a_live_writers_lease_is_renewed(s3, monkeypatch):
     assert not st.is_file("_tracedb/commit.lock")
 
 
+def test_a_lease_holder_updates_each_handle_once_and_after_its_own_commits(s3, monkeypatch):
+    """On object storage a handle's update is a LIST and a GET: under the lease (no other
+    writer can commit) a handle opened or updated is used as it is until this lake commits
+    to its table; without the lease, or once the lease is no longer valid, every use
+    updates it. The versions are the log's own, read by a new DeltaTable each time."""
+    from deltalake import DeltaTable
+
+    url = f"s3://{BUCKET}/handles"
+    lk = catalog.open_lake(url, create=True)
+    other = catalog.open_lake(url)
+
+    def log_version(table: str) -> int:
+        return DeltaTable(lk.uri(table), storage_options=lk._opts).version()
+
+    updates = []
+    real = DeltaTable.update_incremental
+
+    def counted(dt, *args, **kwargs):
+        updates.append(1)
+        return real(dt, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "update_incremental", counted)
+    row = {"acceptance_id": "a1", "action": "accept", "run_id": "r1", "metrics": [], "note": "n", "accepted_by": "t",
+           "accepted_at": None}
+    lk.table("acceptances")  # opened before the lease: brought up to date under it
+    with other.lock():
+        other.append_acceptance(row)  # version 1, a commit this lake has not seen
+    assert log_version("acceptances") == 1
+    with lk.lock():
+        updates.clear()
+        assert lk.table("acceptances").version() == 1 and len(updates) == 1  # the first use under the lease
+        for _ in range(3):
+            assert lk.table("acceptances").version() == 1
+        assert len(updates) == 1  # then none
+        lk.append_acceptance({**row, "acceptance_id": "a2"})
+        assert lk.table("acceptances").version() == log_version("acceptances") == 2 and len(updates) == 2
+        lk.table("acceptances")
+        assert len(updates) == 2
+        monkeypatch.setattr(lk.storage, "lock_valid", lambda: False)  # the lease ran out: update again
+        lk.table("acceptances")
+        lk.table("acceptances")
+        assert len(updates) == 4
+        monkeypatch.undo()
+        monkeypatch.setattr(DeltaTable, "update_incremental", counted)
+    with other.lock():
+        other.append_acceptance({**row, "acceptance_id": "a3"})
+    updates.clear()
+    assert lk.table("acceptances").version() == log_version("acceptances") == 3  # no lease: every use updates
+    lk.table("acceptances")
+    assert len(updates) == 2
+    with lk.lock():
+        lk.table("acceptances")
+        lk.table("acceptances")
+    assert len(updates) == 3  # a new lease: once more
+
+
 def test_a_writer_that_lost_its_lease_does_not_publish(s3):
     lk = catalog.open_lake(f"s3://{BUCKET}/lost", create=True)
     with lk.lock():

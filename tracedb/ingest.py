@@ -739,7 +739,8 @@ def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
                 done[table] = done.get(table, 0) + store.commit_compacted(table, chunk, merged, published)
             for table in meta:  # a file a commit: `runs` is read whole at each commit and publish
                 store._guard()
-                done[table] = int(store.table(table).optimize.compact().get("numFilesRemoved", 0))
+                with store._written(table):
+                    done[table] = int(store.table(table).optimize.compact().get("numFilesRemoved", 0))
         finally:
             if any(done.values()):
                 catalog.publish(store)

@@ -634,6 +634,13 @@ class Lake:
     # runner while a migration older than the layout's (0013) runs, which expects it.
     partition_new_tables: bool = field(default=False, repr=False)
     _partitioned: dict = field(default_factory=dict, repr=False)  # table -> its layout (`partitioned`)
+    # Object storage, while this lake holds the commit lease: the tables whose handle was
+    # opened or brought up to date since it took the lease (table -> that lease's number,
+    # `_lease_no`), and not written since: no other writer can commit then (`table`).
+    _current: dict = field(default_factory=dict, init=False, repr=False)
+    _lease_no: int = field(default=0, init=False, repr=False)
+    _leased: bool = field(default=False, init=False, repr=False)
+    _writes: dict = field(default_factory=dict, init=False, repr=False)  # table -> commits through `_written`
 
     def __post_init__(self) -> None:
         self.storage = storage.open_storage(self.root)
@@ -680,18 +687,41 @@ class Lake:
         # in threads (delta-rs releases the GIL): a new lake 50-59 -> 35-37 ms (median of 8,
         # load ~9.5); on object storage each table is several requests
         concurrently([lambda t=table: ensure(t) for table in schema.ALL_TABLES])
+        self._current.clear()  # written by URL, not through the handles (`table`)
 
     def table(self, table: str):
         """The DeltaTable, loaded once and brought up to date on each call (unless the log
-        listing shows it is, `log_version`)."""
+        listing shows it is, `log_version`). On object storage, where that listing is a
+        request like the update's own (a LIST and a GET of `_last_checkpoint`), a handle
+        opened or updated while this lake holds the commit lease, and not written since
+        (`_written`), is taken as it is while the lease is still valid: every commit to
+        the lake is made under the lease, so no other writer can have committed. A commit
+        reads each table's handle several times (its files, the clean-up, the snapshot)."""
         from deltalake import DeltaTable
 
+        lease = self._lease_no if self._leased else None
+        writes = self._writes.get(table, 0)  # a commit meanwhile (another thread's) leaves it unmarked
         dt = self._tables.get(table)
         if dt is None:
             dt = self._tables[table] = DeltaTable(self.uri(table), storage_options=self._opts)
+        elif lease is not None and self._current.get(table) == lease and self.storage.lock_valid():
+            return dt
         elif dt.version() != self.log_version(table):
             dt.update_incremental()
+        if lease is not None and self.storage.local_path() is None and self._writes.get(table, 0) == writes:
+            self._current[table] = lease  # a lease taken since (`lock`) has another number
         return dt
+
+    @contextmanager
+    def _written(self, table: str) -> Iterator[None]:
+        """Around a commit to `table`: its handle is brought up to date on its next use
+        (`table`); delta-rs updates it after some writes, not after a write transaction
+        nor after a failed commit."""
+        try:
+            yield
+        finally:
+            self._writes[table] = self._writes.get(table, 0) + 1
+            self._current.pop(table, None)
 
     def partitioned(self, table: str) -> bool:
         """Whether a data table is in the partitioned layout of schema <= 7 (its Delta
@@ -731,7 +761,17 @@ class Lake:
         """Serialise commits between processes; yields False when wait=False and it is held.
         A folder: an fcntl lock; object storage: a lease object (tracedb.storage)."""
         with self.storage.lock(LOCK_FILE, wait) as held:
-            yield held
+            if not held or self._leased:
+                yield held
+                return
+            self._lease_no += 1
+            self._leased = True
+            try:
+                yield held
+            finally:
+                self._leased = False
+                self._lease_no += 1
+                self._current.clear()
 
     # -- reading the log ----------------------------------------------------------------
     def published(self) -> Published:
@@ -1019,7 +1059,8 @@ class Lake:
             self._mark_dead_rows([(r.run_row["run_id"], published[r.run_row["run_id"]]) for r in replaced
                                   if published.get(r.run_row["run_id"]) is not None])
             self._guard()  # object storage: the lease ran out under us
-            write_deltalake(self.table("runs"), data, mode="overwrite", predicate=pred, storage_options=self._opts)
+            with self._written("runs"):
+                write_deltalake(self.table("runs"), data, mode="overwrite", predicate=pred, storage_options=self._opts)
             faults.step("ingest_after_publish")
             self._phase = _AFTER_PUBLISH
             try:  # one step after the other, each guarded: a writer paused here stops at the next
@@ -1075,8 +1116,9 @@ class Lake:
             self._guard()
             rows = [{"table_name": f.table, "run_id": f.run_id, "path": f.rel, "size_bytes": f.size,
                      "sha256": f.sha256, "ingest_id": f.ingest_id} for f in files]
-            write_deltalake(self.table("checksums"), pa.Table.from_pylist(rows, schema=delta_schema("checksums")),
-                            mode="append", storage_options=self._opts)
+            with self._written("checksums"):
+                write_deltalake(self.table("checksums"), pa.Table.from_pylist(rows, schema=delta_schema("checksums")),
+                                mode="append", storage_options=self._opts)
 
     def _add_files(self, files: list[DataFile], checksums: list[DataFile] | bool = True) -> None:
         """Step 1: one Delta commit a data table, and the checksums (of `checksums`: a list,
@@ -1118,7 +1160,8 @@ class Lake:
         dt = self.table(table)
         before = dt.version()
         parts = PARTITIONS if self.partitioned(table) else None
-        dt.create_write_transaction(actions, mode="append", schema=delta_schema(table), partition_by=parts)
+        with self._written(table):
+            dt.create_write_transaction(actions, mode="append", schema=delta_schema(table), partition_by=parts)
         if added is not None or removed is not None:
             self._committed(table, before, added or [], removed or [])
 
@@ -1168,14 +1211,17 @@ class Lake:
                 kept += r.file_rows
         self._guard()
         calls = []
+
+        def write(table: str, data: pa.Table, **kw) -> None:
+            with self._written(table):
+                write_deltalake(self.table(table), data, storage_options=self._opts, **kw)
+
         if not replaced:
             data = pa.Table.from_pylist(rows, schema=delta_schema("files"))
-            calls.append(lambda: write_deltalake(self.table("ingest_log"), data, mode="append",
-                                                 storage_options=self._opts))
+            calls.append(lambda: write("ingest_log", data, mode="append"))
         if kept:
             files = pa.Table.from_pylist(kept, schema=delta_schema("files"))
-            calls.append(lambda: write_deltalake(self.table("files"), files, mode="overwrite",
-                                                 predicate=" OR ".join(preds), storage_options=self._opts))
+            calls.append(lambda: write("files", files, mode="overwrite", predicate=" OR ".join(preds)))
         concurrently(calls)  # two tables, two commits at once
 
     def live_file_rows(self) -> tuple[pa.Table | None, list[str]]:
@@ -1224,7 +1270,9 @@ class Lake:
             self._guard()
             fixed = rows.filter(pa.array([r in set(stale) for r in rows.column("run_id").to_pylist()], pa.bool_()))
             pred = f"run_id IN ({', '.join(sql_str(r) for r in stale)})"
-            write_deltalake(self.table("files"), fixed, mode="overwrite", predicate=pred, storage_options=self._opts)
+            with self._written("files"):
+                write_deltalake(self.table("files"), fixed, mode="overwrite", predicate=pred,
+                                storage_options=self._opts)
         return stale
 
     def remove_unpublished(self, run_ids: set[str] | None = None) -> int:
@@ -1282,10 +1330,12 @@ class Lake:
         published = self.published()
         self._mark_dead_rows([(r, published[r]) for r in found if published[r] is not None])
         self._guard()
-        self.table("runs").delete(pred)  # the publish point: the runs are gone for readers
+        with self._written("runs"):
+            self.table("runs").delete(pred)  # the publish point: the runs are gone for readers
         faults.step("rm_after_unpublish")
         self._guard()
-        self.table("files").delete(pred)
+        with self._written("files"):
+            self.table("files").delete(pred)
         self.remove_unpublished(set(found))
         return found
 
@@ -1303,7 +1353,8 @@ class Lake:
         from deltalake import write_deltalake
 
         data = pa.Table.from_pylist([row], schema=delta_schema("acceptances"))
-        write_deltalake(self.table("acceptances"), data, mode="append", storage_options=self._opts)
+        with self._written("acceptances"):
+            write_deltalake(self.table("acceptances"), data, mode="append", storage_options=self._opts)
 
     # -- maintenance --------------------------------------------------------------------
     def optimize(self, target_size: int = 256 << 20, fanout: int = 10) -> dict[str, int]:
@@ -1321,7 +1372,9 @@ class Lake:
                     merged = self.write_compacted(table, chunk, published, f"optimize-{int(time.time() * 1000)}")
                     out[table] += self.commit_compacted(table, chunk, merged, published)
             else:
-                out[table] = int(self.table(table).optimize.compact(target_size=target_size).get("numFilesRemoved", 0))
+                with self._written(table):
+                    metrics = self.table(table).optimize.compact(target_size=target_size)
+                out[table] = int(metrics.get("numFilesRemoved", 0))
             faults.step(f"optimize_after_{table}")
         return out
 

@@ -164,8 +164,9 @@ def evolve_lake_table(lake, table: str) -> None:
 
     refresh_column_docs(lake, table)
     parts = lake_mod.PARTITIONS if table in schema.TABLES and lake.partitioned(table) else None
-    write_deltalake(lake.uri(table), lake_mod.delta_schema(table).empty_table(), mode="append",
-                    schema_mode="merge", partition_by=parts)
+    with lake._written(table):
+        write_deltalake(lake.uri(table), lake_mod.delta_schema(table).empty_table(), mode="append",
+                        schema_mode="merge", partition_by=parts)
 
 
 def refresh_column_docs(lake, table: str) -> int:
@@ -190,6 +191,7 @@ def refresh_column_docs(lake, table: str) -> int:
     for field in lake_mod.delta_schema(table):
         doc = (field.metadata or {}).get(b"doc", b"").decode()
         if doc and field.name in current and current[field.name] != doc:
-            lake.table(table).alter.set_column_metadata(field.name, {"doc": doc})
+            with lake._written(table):
+                lake.table(table).alter.set_column_metadata(field.name, {"doc": doc})
             changed += 1
     return changed
