@@ -169,7 +169,8 @@ def test_file_failing_after_batches_were_written_leaves_nothing(tmp_path):
     summary = ingest([bad], wh, run_id="job")
     [(path, err)] = summary.errors
     assert path.endswith("rank0.json") and "has no 'ts'" in err
-    assert [p.split("/")[0] for p in data_files(wh)] == ["nodes"]  # the dump's one file (both devices)
+    # the dump's one file (both devices), and its run's row of rollup_run_summary
+    assert [p.split("/")[0] for p in data_files(wh)] == ["nodes", "rollup_run_summary"]
     assert not (wh / "_staging").exists()
     con = catalog.connect(wh)
     assert con.execute("SELECT count(*), min(source_format) FROM nodes").fetchone() == (178, "node_dump")

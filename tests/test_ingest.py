@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import duckdb
@@ -69,11 +70,13 @@ def test_reingest_replaces_run_without_duplicates(tmp_path, warehouse):
     # vacuum's retention has passed
     from tracedb.lake import Lake
 
-    live = Lake(warehouse).live_files("nodes")
-    assert len(live[0]) == 1
-    assert len(data_files(warehouse)) == 2
+    # (a run of nodes alone also has its row of rollup_run_summary: fleet_trend's row a run)
+    tables = ("nodes", "rollup_run_summary")
+    live = [f for t in tables for f in Lake(warehouse).live_files(t)[0]]
+    assert len(live) == 2
+    assert Counter(p.split("/")[0] for p in data_files(warehouse)) == {t: 2 for t in tables}
     Lake(warehouse).vacuum(retention_hours=0)
-    assert data_files(warehouse) == live[0]
+    assert data_files(warehouse) == sorted(live)
 
 
 def test_run_ids_and_devices_are_columns_of_the_files(tmp_path, warehouse):
@@ -82,8 +85,9 @@ def test_run_ids_and_devices_are_columns_of_the_files(tmp_path, warehouse):
     import pyarrow.parquet as pq
 
     ingest([scenario("node_shape_dump")], warehouse, run_id="a b/c")
-    [path] = data_files(warehouse)
+    path, summary = data_files(warehouse)  # the nodes, and the run's row of rollup_run_summary
     assert path.startswith("nodes/part-") and path.count("/") == 1
+    assert summary.startswith("rollup_run_summary/part-") and summary.count("/") == 1
     rows = pq.read_table(warehouse / path, columns=["run_id", "device"])
     assert set(rows.column("run_id").to_pylist()) == {"a b/c"}
     assert set(rows.column("device").to_pylist()) == {"CPU:0", "GPU:0"}
@@ -196,7 +200,8 @@ def test_commit_failure_leaves_previous_run_intact(tmp_path, warehouse, monkeypa
         ingest([trace], warehouse)
     monkeypatch.undo()
     assert counts(warehouse)["nodes"] == 178
-    assert Lake(warehouse).live_files("nodes")[0] == before
+    lake = Lake(warehouse)
+    assert sorted(lake.live_files("nodes")[0] + lake.live_files("rollup_run_summary")[0]) == before
     # the log lists the unpublished files: vacuum (not ingest) removes them
     Lake(warehouse).vacuum(retention_hours=0)
     assert data_files(warehouse) == before
