@@ -739,8 +739,7 @@ def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
                 done[table] = done.get(table, 0) + store.commit_compacted(table, chunk, merged, published)
             for table in meta:  # a file a commit: `runs` is read whole at each commit and publish
                 store._guard()
-                with store._written(table):
-                    done[table] = int(store.table(table).optimize.compact().get("numFilesRemoved", 0))
+                done[table] = store.compact_table(table)
         finally:
             if any(done.values()):
                 catalog.publish(store)

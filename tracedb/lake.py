@@ -723,6 +723,21 @@ class Lake:
             self._writes[table] = self._writes.get(table, 0) + 1
             self._current.pop(table, None)
 
+    def _write_delta(self, table: str, data: pa.Table, **kw) -> None:
+        """`write_deltalake` of `data` into `table` through its handle (`table`), as a commit
+        of this lake (`_written`)."""
+        from deltalake import write_deltalake
+
+        with self._written(table):
+            write_deltalake(self.table(table), data, storage_options=self._opts, **kw)
+
+    def compact_table(self, table: str, target_size: int | None = None) -> int:
+        """delta-rs's own compaction of `table` (the metadata tables: no live filter, no
+        tiers), as a commit of this lake; the number of files it removed."""
+        with self._written(table):
+            metrics = self.table(table).optimize.compact(target_size=target_size)
+        return int(metrics.get("numFilesRemoved", 0))
+
     def partitioned(self, table: str) -> bool:
         """Whether a data table is in the partitioned layout of schema <= 7 (its Delta
         metadata names partition columns); kept once known, as a table's layout changes
@@ -1031,7 +1046,6 @@ class Lake:
 
     def _commit(self, runs: list[RunCommit], replaced: list[RunCommit], first: list[DataFile],
                 beside: Callable[[], object] | None) -> None:
-        from deltalake import write_deltalake
         from deltalake.exceptions import DeltaError
 
         self._guard()
@@ -1059,8 +1073,7 @@ class Lake:
             self._mark_dead_rows([(r.run_row["run_id"], published[r.run_row["run_id"]]) for r in replaced
                                   if published.get(r.run_row["run_id"]) is not None])
             self._guard()  # object storage: the lease ran out under us
-            with self._written("runs"):
-                write_deltalake(self.table("runs"), data, mode="overwrite", predicate=pred, storage_options=self._opts)
+            self._write_delta("runs", data, mode="overwrite", predicate=pred)
             faults.step("ingest_after_publish")
             self._phase = _AFTER_PUBLISH
             try:  # one step after the other, each guarded: a writer paused here stops at the next
@@ -1110,15 +1123,11 @@ class Lake:
                      [lambda t=t: self.table(t) for t in META_WRITTEN])
 
     def _record_checksums(self, files: list[DataFile]) -> None:
-        from deltalake import write_deltalake
-
         if files:
             self._guard()
             rows = [{"table_name": f.table, "run_id": f.run_id, "path": f.rel, "size_bytes": f.size,
                      "sha256": f.sha256, "ingest_id": f.ingest_id} for f in files]
-            with self._written("checksums"):
-                write_deltalake(self.table("checksums"), pa.Table.from_pylist(rows, schema=delta_schema("checksums")),
-                                mode="append", storage_options=self._opts)
+            self._write_delta("checksums", pa.Table.from_pylist(rows, schema=delta_schema("checksums")), mode="append")
 
     def _add_files(self, files: list[DataFile], checksums: list[DataFile] | bool = True) -> None:
         """Step 1: one Delta commit a data table, and the checksums (of `checksums`: a list,
@@ -1192,8 +1201,6 @@ class Lake:
         """Step 2 (replaced=False): every run's rows into `ingest_log`, and into `files`
         the rows of the runs that keep their version. After the publish (replaced=True):
         the replaced runs' rows into `files`."""
-        from deltalake import write_deltalake
-
         rows = [r_ for r in runs for r_ in r.file_rows]
         if not rows:
             return
@@ -1211,17 +1218,12 @@ class Lake:
                 kept += r.file_rows
         self._guard()
         calls = []
-
-        def write(table: str, data: pa.Table, **kw) -> None:
-            with self._written(table):
-                write_deltalake(self.table(table), data, storage_options=self._opts, **kw)
-
         if not replaced:
             data = pa.Table.from_pylist(rows, schema=delta_schema("files"))
-            calls.append(lambda: write("ingest_log", data, mode="append"))
+            calls.append(lambda: self._write_delta("ingest_log", data, mode="append"))
         if kept:
             files = pa.Table.from_pylist(kept, schema=delta_schema("files"))
-            calls.append(lambda: write("files", files, mode="overwrite", predicate=" OR ".join(preds)))
+            calls.append(lambda: self._write_delta("files", files, mode="overwrite", predicate=" OR ".join(preds)))
         concurrently(calls)  # two tables, two commits at once
 
     def live_file_rows(self) -> tuple[pa.Table | None, list[str]]:
@@ -1263,16 +1265,12 @@ class Lake:
     def repair_files(self) -> list[str]:
         """Rewrite the `files` rows of runs whose rows are behind their live version
         (`live_file_rows`); returns those runs. Call under `lock()`."""
-        from deltalake import write_deltalake
-
         rows, stale = self.live_file_rows()
         if stale:
             self._guard()
             fixed = rows.filter(pa.array([r in set(stale) for r in rows.column("run_id").to_pylist()], pa.bool_()))
             pred = f"run_id IN ({', '.join(sql_str(r) for r in stale)})"
-            with self._written("files"):
-                write_deltalake(self.table("files"), fixed, mode="overwrite", predicate=pred,
-                                storage_options=self._opts)
+            self._write_delta("files", fixed, mode="overwrite", predicate=pred)
         return stale
 
     def remove_unpublished(self, run_ids: set[str] | None = None) -> int:
@@ -1350,11 +1348,8 @@ class Lake:
         """One row of `acceptances` (an accept or a revoke), in one Delta commit; call
         under `lock()`. The table is append-only: it is also the history of who accepted
         what (tracedb.report.acceptance)."""
-        from deltalake import write_deltalake
-
         data = pa.Table.from_pylist([row], schema=delta_schema("acceptances"))
-        with self._written("acceptances"):
-            write_deltalake(self.table("acceptances"), data, mode="append", storage_options=self._opts)
+        self._write_delta("acceptances", data, mode="append")
 
     # -- maintenance --------------------------------------------------------------------
     def optimize(self, target_size: int = 256 << 20, fanout: int = 10) -> dict[str, int]:
@@ -1372,9 +1367,7 @@ class Lake:
                     merged = self.write_compacted(table, chunk, published, f"optimize-{int(time.time() * 1000)}")
                     out[table] += self.commit_compacted(table, chunk, merged, published)
             else:
-                with self._written(table):
-                    metrics = self.table(table).optimize.compact(target_size=target_size)
-                out[table] = int(metrics.get("numFilesRemoved", 0))
+                out[table] = self.compact_table(table, target_size)
             faults.step(f"optimize_after_{table}")
         return out
 
