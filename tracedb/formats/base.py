@@ -378,13 +378,18 @@ class BatchBuilder:
                     batch = self._from_tuples()
             except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError) as e:
                 raise TraceFormatError(self._bad_value(e)) from e
-            self.emitted += len(self.rows)
-            self.rows = []
-            if self.table == "kernels":
-                batch = classify_kernels(batch)
-            elif self.table == "nodes" and self.annotate:
-                batch = annotate_nodes(batch)
-            yield self.table, batch
+            n, self.rows = len(self.rows), []
+            yield self._finished(batch, n)
+
+    def _finished(self, batch: pa.RecordBatch, n: int) -> tuple[str, pa.RecordBatch]:
+        """A converted batch of `n` rows as the reader hands it on: counted (error messages
+        give a row's index in the file), kernels classified, nodes annotated."""
+        self.emitted += n
+        if self.table == "kernels":
+            batch = classify_kernels(batch)
+        elif self.table == "nodes" and self.annotate:
+            batch = annotate_nodes(batch)
+        return self.table, batch
 
     def _bad_value(self, error: Exception) -> str:
         """Which row and column of the batch Arrow refused, and why (error path only)."""
@@ -407,10 +412,12 @@ class BatchBuilder:
         return f" ({', '.join(parts)})" if parts else ""
 
     def _from_tuples(self) -> pa.RecordBatch:
-        cols = list(zip(*self.rows))
-        n = len(self.rows)
-        # Same conversion as from_pylist: one sequence per schema column, converted to
-        # that column's type by from_arrays; columns the reader lacks are all-null arrays.
+        return self._from_columns(list(zip(*self.rows)), len(self.rows))
+
+    def _from_columns(self, cols: list[Any], n: int) -> pa.RecordBatch:
+        """A batch of `n` rows from one sequence or array per column of `columns`, in that
+        order. Same conversion as from_pylist: each converted to its schema column's type
+        by from_arrays; columns the reader lacks are all-null arrays."""
         return pa.RecordBatch.from_arrays(
             [cols[self._slot[f.name]] if f.name in self._slot else pa.nulls(n, f.type)
              for f in self.schema],
@@ -462,18 +469,11 @@ class ColumnBuilder(BatchBuilder):
     def _emit(self, part: list[list[Any]]) -> Iterator[tuple[str, pa.RecordBatch]]:
         n = len(part[0])
         try:
-            arrays = {name: pa.array(col, typ) for name, col, typ in zip(self.columns, part, self._types)}
-            batch = pa.RecordBatch.from_arrays([arrays[f.name] if f.name in arrays else pa.nulls(n, f.type)
-                                                for f in self.schema], schema=self.schema)
+            batch = self._from_columns([pa.array(col, typ) for col, typ in zip(part, self._types)], n)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError, TypeError) as e:
             self.rows = list(zip(*part))  # error path: BatchBuilder's message names the row
             raise TraceFormatError(self._bad_value(e)) from e
-        self.emitted += n
-        if self.table == "kernels":
-            batch = classify_kernels(batch)
-        elif self.table == "nodes" and self.annotate:
-            batch = annotate_nodes(batch)
-        yield self.table, batch
+        yield self._finished(batch, n)
 
     def __len__(self) -> int:
         return len(self.cols[0])

@@ -971,7 +971,7 @@ class _Index:
     def _sync(self, i: int, ev: _Ev) -> None:
         """A cuda_sync event's correlation (as `_event` reads it), for its launch call."""
         args = ev.args
-        corr = args.get("correlation") if type(args) in _ARGS or isinstance(args, dict) else None
+        corr = args.get("correlation") if isinstance(args, _ARGS) else None
         if corr is None and ev.ph in ("s", "f", "t"):
             corr = ev.id
         cols = self.spill.cols["syncs"]
