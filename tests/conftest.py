@@ -106,6 +106,18 @@ def data_files(wh: Path) -> list[str]:
     return sorted(p.relative_to(wh).as_posix() for t in schema.TABLES for p in (wh / t).rglob("*.parquet"))
 
 
+def typed_rows(con, sql: str, values: dict) -> tuple[list[str], list[tuple]]:
+    """A rollup text's result on `con` with the parameters it names bound from `values`:
+    its column types, and its rows sorted (the rollup memory tests compare a streamed text
+    with its declaration this way)."""
+    from tracedb import sqllib
+
+    used = sqllib.bound_names(sql)
+    cur = con.execute(sql, {k: v for k, v in values.items() if k in used})
+    rows = cur.fetchall()
+    return [str(d[1]) for d in cur.description], sorted(rows, key=repr)
+
+
 def _fleet(tmp_path_factory, name: str) -> Path:
     from tracedb.ingest import ingest
 

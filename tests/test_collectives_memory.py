@@ -24,6 +24,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from conftest import typed_rows as _rows
 from tracedb import rollups, schema, sqllib
 
 METRIC = rollups.metrics()["rollup_collectives"]
@@ -55,13 +56,6 @@ def _kernels(con: duckdb.DuckDBPyConnection, seed: int) -> None:
     con.execute("CREATE TABLE kernels (run_id VARCHAR, device VARCHAR, stream BIGINT, name VARCHAR, kind VARCHAR, "
                 "step BIGINT, start_ns BIGINT, duration_ns BIGINT)")
     con.executemany("INSERT INTO kernels VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-
-
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, values: dict) -> tuple[list, list]:
-    used = sqllib.bound_names(sql)
-    cur = con.execute(sql, {k: v for k, v in values.items() if k in used})
-    rows = cur.fetchall()
-    return [str(d[1]) for d in cur.description], sorted(rows, key=repr)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
