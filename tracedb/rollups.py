@@ -37,8 +37,8 @@ streaming windows over ORDER BYs, which spill, where the declaration's windows h
 whole stream (one stream of 10 M kernels did not fit 256 MB); stream_time's the same way,
 with one sort of two rows a kernel and no GROUP BY after its one narrow GROUP BY (DuckDB's
 hash aggregates reserve memory from the query's start, which its sort's merge then lacks);
-collectives' by one sweep by time over each device's rows, where the declaration joins each
-collective with every kernel of its device (CPU ~n squared, one hash key a device).
+collectives' by one sweep by time over each device's rows in a single ORDER BY, where the
+declaration's portable sweep (standard windows partitioned by device) sorts them twice.
 """
 
 from __future__ import annotations
