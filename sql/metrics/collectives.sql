@@ -14,8 +14,9 @@
 -- (non-collective) kernels covers. With F(t) the time up to t that the union covers, the
 -- overlap of a collective from s to e is F(e) - F(s), so each collective is looked at twice
 -- in one sweep by time over its device's rows (compute kernels at their start, collectives
--- at their start and end), never paired with the kernels running beside it: a sort of
--- ~n + 2 x collectives rows a device, CPU n log n. In that order F at a row is
+-- at their start and end), never paired with the kernels running beside it: two window
+-- sorts of a device's kernels plus its collectives again, CPU n log n. In that order F at
+-- a row is
 --     A + least(t, M)
 -- where M is the latest end of the compute kernels up to it (F is 0 before the first) and A the
 -- running sum, over the kernels that open an island of the union (start after the M before
@@ -25,8 +26,9 @@
 -- F is read at collectives' rows only, and what precedes one of those (every compute
 -- kernel starting before it, or at its time for side 1) is the same set in both windows;
 -- of compute kernels starting together the first in either order opens the island, with
--- the same step. The ingest computes the rollup with metrics/streamed/collectives.sql
--- (DuckDB's streaming windows: the same rows, memory bounded however many kernels one
+-- the same step (no duration is negative: the validator makes those NULL). The ingest
+-- computes the rollup with metrics/streamed/collectives.sql (DuckDB's streaming windows
+-- over one sort: the same rows for less CPU, memory bounded however many kernels one
 -- device holds); tests/test_collectives_memory.py checks both against an interval oracle.
 WITH k AS NOT MATERIALIZED (
     -- Rows without a run or device are in no device's totals: no output row.
