@@ -42,7 +42,6 @@ ijson 3.6 (yajl2_c backend) takes 6.03 s with `kvitems` (one pass per section, 4
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -123,6 +122,16 @@ class _Graph:
         self.owner: dict[str, tuple[str, int]] = {}  # var id -> (operator name, output slot)
         self.objects: set[tuple] = set()  # containers met as JSON objects
         self.closed: set[tuple] = set()
+        self._devices: dict[str, str] = {}
+
+    def device_of(self, raw: Any) -> str:
+        """`devices.normalize(raw)`, once per distinct comp node name."""
+        if type(raw) is not str:
+            return normalize(raw)
+        dev = self._devices.get(raw)
+        if dev is None:
+            dev = self._devices[raw] = normalize(raw)
+        return dev
 
     def final(self, path: tuple) -> bool:
         return path in self.closed or path[:1] in self.closed
@@ -266,12 +275,12 @@ def _operator_rows(g: _Graph, oid: str, op: dict) -> tuple[tuple, list[tuple]]:
         out_shapes = [s for v in outs if (s := g.vars.get(v, _EMPTY_VAR)[2]) is not None]
     if op.get("extra"):
         params["extra"] = op["extra"]
-    node = (normalize(dev_raw), dev_raw, name, typ, start, duration, seq, [var_name(v) for v in ins],
+    node = (g.device_of(dev_raw), dev_raw, name, typ, start, duration, seq, [var_name(v) for v in ins],
             [var_name(v) for v in outs], in_shapes,
             [g.vars.get(v, _EMPTY_VAR)[3] for v in ins],  # the FLOPs' precision (tracedb.flops)
-            out_shapes, flops, memory, json.dumps(params))
-    kerns = [(normalize(comp_node), comp_node, "kernel", typ, name, start, dur, kern, json.dumps({"operator_id": oid}),
-              seq) for comp_node, start, dur, kern in timings]
+            out_shapes, flops, memory, jsonstream.dumps(params))
+    kerns = [(g.device_of(comp_node), comp_node, "kernel", typ, name, start, dur, kern,
+              jsonstream.dumps({"operator_id": oid}), seq) for comp_node, start, dur, kern in timings]
     return node, kerns
 
 
@@ -286,10 +295,10 @@ def _tensors(g: _Graph) -> Iterator[tuple[str, pa.RecordBatch]]:
                 params["mem_chunk_id"] = chunk_id
                 params["offset_byte"] = offset
             size = chunk[0] if chunk else None
-            row = (normalize(comp_node), comp_node, op_name, slot, name, _int_id(vid), dtype, shape,
+            row = (g.device_of(comp_node), comp_node, op_name, slot, name, _int_id(vid), dtype, shape,
                    None if size is _MISSING else size, comp_node if chunk else None,
                    _int_id(chunk_id[3:]) if chunk_id and chunk_id.startswith("chk") else None, ptr,
-                   json.dumps(params))
+                   jsonstream.dumps(params))
         except _MALFORMED as e:
             raise TraceFormatError(f"MegEngine profile: malformed var {vid} ({type(e).__name__}: {e})") from e
         yield from tensors.append(row)
@@ -305,7 +314,7 @@ def _allocations(g: _Graph) -> Iterator[tuple[str, pa.RecordBatch]]:
             raise TraceFormatError(f"MegEngine profile: malformed mem_chunk {cid} (KeyError: 'size')")
         comp_node = g.vars.get(ovar, _EMPTY_VAR)[1]
         yield from allocations.append((
-            normalize(comp_node), comp_node, comp_node, g.vars[ovar][0] if ovar in g.vars else ovar, None, size,
-            ptr, "chunk", json.dumps({"chunk_id": cid, "owner_var": ovar,
+            g.device_of(comp_node), comp_node, comp_node, g.vars[ovar][0] if ovar in g.vars else ovar, None, size,
+            ptr, "chunk", jsonstream.dumps({"chunk_id": cid, "owner_var": ovar,
                                       "owner_operator": g.owner.get(ovar, (None,))[0]})))
     yield from allocations.flush()
