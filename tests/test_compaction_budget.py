@@ -170,3 +170,25 @@ def test_optimize_merges_outside_the_commit_lock_while_other_writers_commit(tmp_
     Warehouse(wh).vacuum(retention_hours=0)
     assert data_files(wh) == sorted(p for t in schema.TABLES for p in lake.add_actions(t).column("path").to_pylist())
     assert Warehouse(wh).check() == []
+
+
+def test_the_ingest_command_says_what_it_left_to_optimize(tmp_path, monkeypatch):
+    """With no budget every full tier is left: the second one-run ingest's note names the
+    rows of every table's two files (twice the first ingest's rows, read from its files)."""
+    from typer.testing import CliRunner
+
+    from tracedb.cli import app
+
+    monkeypatch.setattr(Lake, "FANOUT", 2)
+    monkeypatch.setattr(Lake, "TIER_ROWS", 1)
+    monkeypatch.setattr(Lake, "MERGE_BUDGET", 0.0)
+    wh, runner = tmp_path / "wh", CliRunner()
+    first = runner.invoke(app, ["ingest", str(_run(tmp_path / "r1", "a1")), "-w", str(wh)])
+    assert first.exit_code == 0 and "note:" not in first.output
+    rows = sum(pq.ParquetFile(wh / f[0]["path"]).metadata.num_rows for f in _live(wh).values())
+    second = runner.invoke(app, ["ingest", str(_run(tmp_path / "r2", "a2")), "-w", str(wh)])
+    assert second.exit_code == 0
+    assert f"note: merges of {2 * rows:,} rows (" in second.output
+    assert "left to `tracedb optimize`" in second.output
+    quiet = runner.invoke(app, ["ingest", "--quiet", str(_run(tmp_path / "r3", "a3")), "-w", str(wh)])
+    assert quiet.exit_code == 0 and "note:" not in quiet.output
