@@ -7,14 +7,14 @@ each batch adds one file a data table (the template batch's rows, its runs renam
 `<run>-n<night>` under the night's ingest id) and compaction merges, in run order, the
 files of a full size tier (`Lake.compaction_plan`). So the compaction is played on paper:
 `Lake.compaction_plan` itself is called on the simulated files' sizes after each batch
-(every planned merge, as ingests made them before session 17; since then an ingest makes
-only those within its own rows and `tracedb optimize` the others, so this is the lake of
-nightly ingests each followed by the merges it left)
 (a merged file of n nights: n times a night's file times the ratio measured by writing a
 ten-night file; the real 1,000-run lake's 19-night kernels file is 7.16 MB, this model
 says 8.0: the nights' rows repeat, and a merge of a merged file with nine nights kept
 only ~0.3 of the nights' bytes, so the ratio applies to nights, not to the inputs'
-sizes, or merged files stay in their tier and snowball). Then:
+sizes, or merged files stay in their tier and snowball). Every planned merge is made, as
+ingests made them before session 17 (since then an ingest makes only those within its own
+rows and `tracedb optimize` the others: this is the lake of nightly ingests each followed by
+the merges it left). Then:
 
 - each file live at the end is written once (`lake.write_merged`, as a real merge writes
   it: rows ordered by run then device, tracedb's row groups and stats), holding the
