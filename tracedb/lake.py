@@ -1510,9 +1510,9 @@ class Lake:
         return chunks
 
     # An ingest's compaction merges at most MERGE_BUDGET times the rows the ingest itself
-    # wrote (`ingest_compaction`): a merge costs ~3 us of CPU a row (bench/RESULTS.md,
-    # "Session 17: compact17"), an ingest of Kineto traces ~15-30, so the merges of any
-    # night stay a bounded fraction of its own ingest. A larger merge (a tier of ten
+    # wrote (`ingest_compaction`): a merge costs ~1.5-3 us of CPU a row, the fleet bench's
+    # 50-run batch ~40 us a row to ingest (bench/RESULTS.md, "Session 17: compact17"), so
+    # the merges of any night stay a bounded fraction of its own ingest. A larger merge (a tier of ten
     # nights' files and above: ten times a night's rows, then a hundred) is left to
     # `tracedb optimize`, a separate job, as Delta Lake's OPTIMIZE is.
     MERGE_BUDGET = 1.0
