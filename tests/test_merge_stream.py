@@ -44,9 +44,18 @@ def _inputs(seed_warehouse, tmp_path) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("passes", [lake.MERGE_PASSES, 1])
+def _way(monkeypatch, way: str) -> None:
+    """Merge by cursors, or in memory (`lake._merge_in_memory`: few rows a run), whatever the inputs."""
+    if way == "cursors":
+        monkeypatch.setattr(lake, "MERGE_IN_MEMORY_ROWS", 0)
+    else:
+        monkeypatch.setattr(lake, "MERGE_IN_MEMORY_RUN_ROWS", 1 << 40)
+
+
+@pytest.mark.parametrize("way, passes", [("cursors", lake.MERGE_PASSES), ("cursors", 1), ("memory", 1)])
 def test_a_streamed_merge_writes_the_rows_and_row_groups_of_a_stable_sort(seed_warehouse, tmp_path, monkeypatch,
-                                                                           passes):
+                                                                           way, passes):
+    _way(monkeypatch, way)
     monkeypatch.setattr(lake, "ROW_GROUP_ROWS", 250)
     monkeypatch.setattr(lake, "MERGE_BATCH_ROWS", 101)  # batches cut across runs and row groups
     monkeypatch.setattr(lake, "MERGE_PASSES", passes)  # 1: an out-of-order file is sorted whole
@@ -69,7 +78,9 @@ def test_a_streamed_merge_writes_the_rows_and_row_groups_of_a_stable_sort(seed_w
         max(want.column("device").to_pylist()))
 
 
-def test_a_merge_that_keeps_no_row_writes_no_file(seed_warehouse, tmp_path):
+@pytest.mark.parametrize("way", ["cursors", "memory"])
+def test_a_merge_that_keeps_no_row_writes_no_file(seed_warehouse, tmp_path, monkeypatch, way):
+    _way(monkeypatch, way)
     sources = _inputs(seed_warehouse, tmp_path)[:2]
     assert lake.merge_files(storage.open_storage(tmp_path), TABLE, sources, "out.parquet",
                             pa.array([], pa.string())) is None

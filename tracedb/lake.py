@@ -23,8 +23,9 @@ published run's live ingest (`_live_runs`: the published runs in its run range w
 ingest is in its ingest range); a re-ingest or `rm` rewrites no file: the views keep
 `(run_id, ingest_id) IN runs`, a file left with no live row is removed from the log, and
 compaction drops the others' rows (`compaction_plan`: tiers of rows, ten files of a tier
-merged into the next after an ingest, until a file is full at 64-128 MiB or 16-32 M rows;
-all small ones by `optimize`). Schema 7 partitioned every data
+merged into the next, until a file is full at 64-128 MiB or 16-32 M rows; an ingest makes
+only the merges that fit its own rows, `ingest_compaction`, and `optimize` the others and
+every small file, outside the commit lock). Schema 7 partitioned every data
 table by run and device: ~17 files a run, a cost every commit, publish and query paid
 per file. A lake migrating from it meets both layouts while its older migrations run
 (`partitioned`, `partition_new_tables`); migration 0013 rewrites it.
@@ -378,7 +379,10 @@ def merge_files(storage_: storage.Storage, table: str, sources: list[str], rel: 
     import heapq
 
     target = file_schema(table)
-    cursors = [_Cursor(_sorted_segments(storage_.parquet_source(s), table, keep)) for s in sources]
+    opened = [storage_.parquet_source(s) for s in sources]
+    if _few_rows_a_run(opened):
+        return _merge_in_memory(storage_, table, opened, rel, keep)
+    cursors = [_Cursor(_sorted_segments(s, table, keep)) for s in opened]
     heap = [(c.key, i) for i, c in enumerate(cursors) if c.key is not None]
     heapq.heapify(heap)
 
@@ -390,6 +394,57 @@ def merge_files(storage_: storage.Storage, table: str, sources: list[str], rel: 
                 heapq.heappush(heap, (cursors[i].key, i))
 
     return _write_groups(storage_, table, rel, target, _regroup(rows(), target))
+
+
+# A merge of at most MERGE_IN_MEMORY_ROWS rows, fewer than MERGE_IN_MEMORY_RUN_ROWS a run,
+# sorts them in memory (`_merge_in_memory`) instead of merging cursors: the k-way merge
+# pays Python for each (run, device) key, and the rollup tables, `steps` and `annotations`
+# hold a few rows a run (a merge of `steps` at 10,000 runs: ~15 us of CPU a row by
+# cursors, ~1-3 in memory), while for kernels' ~2,000 rows a run the cursors cost half
+# what the sort and gather do (bench/RESULTS.md "Session 17: compact17").
+MERGE_IN_MEMORY_ROWS = 512 * 1024
+MERGE_IN_MEMORY_RUN_ROWS = 128
+
+
+def _few_rows_a_run(sources: list) -> bool:
+    """Whether these files hold at most MERGE_IN_MEMORY_ROWS rows, fewer than
+    MERGE_IN_MEMORY_RUN_ROWS a run (each file's distinct runs counted from its run_id column)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    files = [pq.ParquetFile(s, pre_buffer=False) for s in sources]
+    rows = sum(f.metadata.num_rows for f in files)
+    if rows > MERGE_IN_MEMORY_ROWS:
+        return False
+    runs = sum(pc.count_distinct(f.read(columns=["run_id"], use_threads=False).column(0)).as_py() for f in files)
+    return rows < MERGE_IN_MEMORY_RUN_ROWS * runs
+
+
+def _merge_in_memory(storage_: storage.Storage, table: str, sources: list, rel: str,
+                     keep: pa.Array | None) -> DataFile | None:
+    """`merge_files` for a few rows: the inputs' kept rows read whole (strings other than
+    the keys dictionary-encoded), one stable sort by run_id then device (ties in the order
+    of the inputs, each input's rows in their order: the merge's order), written a row
+    group at a time, made plain as `merge_files` writes them."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    dictionary = _dictionary_schema(file_schema(table))
+    parts = []
+    for source in sources:
+        pf = pq.ParquetFile(source, pre_buffer=False)
+        present = set(pf.schema_arrow.names)
+        pf = pq.ParquetFile(source, pre_buffer=False, metadata=pf.metadata, read_dictionary=[
+            f.name for f in dictionary if pa.types.is_dictionary(f.type) and f.name in present])
+        parts += _conformed(pf.iter_batches(MERGE_BATCH_ROWS, use_threads=False), dictionary)
+    data = pa.concat_tables(parts).unify_dictionaries().combine_chunks() if parts else None
+    if data is not None and keep is not None:  # one lookup of the live keys for the merge
+        data = data.filter(pc.is_in(_keys(data, ("run_id", INGEST_ID.name)), value_set=keep))
+    if data is None or not data.num_rows:
+        return None
+    data = data.take(pc.sort_indices(data, [("run_id", "ascending"), ("device", "ascending")]))
+    target = file_schema(table)
+    return _write_groups(storage_, table, rel, target, _regroup(_slices(data), target))
 
 
 def _keys(data: pa.Table | pa.RecordBatch, columns: tuple[str, str] = ("run_id", "device")) -> pa.Array:
@@ -1352,7 +1407,7 @@ class Lake:
         self._write_delta("acceptances", data, mode="append")
 
     # -- maintenance --------------------------------------------------------------------
-    def optimize(self, target_size: int = 256 << 20, fanout: int = 10) -> dict[str, int]:
+    def optimize(self, target_size: int = 256 << 20, fanout: int | None = None) -> dict[str, int]:
         """Compact the data tables (tiered, `compaction_plan`: every small file merged) and
         the metadata tables' small files (delta-rs, files up to `target_size`); returns files
         removed per table. Call under `lock()`."""
@@ -1369,6 +1424,24 @@ class Lake:
             else:
                 out[table] = self.compact_table(table, target_size)
             faults.step(f"optimize_after_{table}")
+        return out
+
+    def optimize_merges(self, tag: str, fanout: int | None = None) -> dict[str, int]:
+        """`optimize`'s merges of the data tables, made outside the commit lock: each chunk of
+        `compaction_plan(everything=True)` written (minutes for a full file's merge), then
+        committed under `lock()` (`commit_compacted`: a chunk another writer changed
+        meanwhile is dropped), so other writers wait for a commit, not for a merge. Call
+        with an ingest mark named `tag` held (vacuum spares the merged files by it), not
+        under the lock; `optimize`, under it, then does what is left. Returns files
+        removed per table."""
+        published = self.published()
+        out: dict[str, int] = {}
+        for table in schema.TABLES:
+            for chunk in self.compaction_plan(table, published, fanout, everything=True):
+                merged = self.write_compacted(table, chunk, published, tag)
+                faults.step(f"optimize_merged_{table}")  # written, not committed: no lock held
+                with self.lock():
+                    out[table] = out.get(table, 0) + self.commit_compacted(table, chunk, merged, published)
         return out
 
     # Compaction's tiers (`compaction_plan`) are by rows: the lowest below TIER_ROWS (an
@@ -1435,6 +1508,34 @@ class Lake:
             elif len(files) >= fanout:  # an ingest merges one chunk a tier: its time is one merge's
                 chunks += self._bounded(files[:fanout])[:1]
         return chunks
+
+    # An ingest's compaction merges at most MERGE_BUDGET times the rows the ingest itself
+    # wrote (`ingest_compaction`): a merge costs ~1.5-3 us of CPU a row, the fleet bench's
+    # 50-run batch ~40 us a row to ingest (bench/RESULTS.md, "Session 17: compact17"), so
+    # the merges of any night stay a bounded fraction of its own ingest. A larger merge (a tier of ten
+    # nights' files and above: ten times a night's rows, then a hundred) is left to
+    # `tracedb optimize`, a separate job, as Delta Lake's OPTIMIZE is.
+    MERGE_BUDGET = 1.0
+
+    def ingest_compaction(self, published: dict[str, str], rows: int, tables: tuple[str, ...] = schema.TABLES
+                          ) -> tuple[list[tuple[str, list[dict]]], list[tuple[str, list[dict]]]]:
+        """What an ingest that wrote `rows` rows merges, and what it leaves to `optimize`:
+        each table's `compaction_plan` chunks as (table, chunk), fewest rows first, taken
+        while their rows sum to at most MERGE_BUDGET x `rows`; the others deferred. A
+        night's merges are then bounded by its own rows, whatever tier fills (without the
+        budget, the night that fills a tier merged ten, a hundred or a thousand nights'
+        rows); the small tables' tiers and the large ones' lowest still merge at ingest."""
+        plans = sorted(((t, c) for t in tables for c in self.compaction_plan(t, published)),
+                       key=lambda tc: sum(r["rows"] or 0 for r in tc[1]))
+        budget, taken, deferred = self.MERGE_BUDGET * rows, [], []
+        for table, chunk in plans:
+            cost = sum(r["rows"] or 0 for r in chunk)
+            if cost <= budget:
+                budget -= cost
+                taken.append((table, chunk))
+            else:
+                deferred.append((table, chunk))
+        return taken, deferred
 
     def _has_dead_rows(self, r: dict, published: dict[str, str]) -> bool:
         """Whether a live file holds rows of a run's superseded (or removed) ingest: its
