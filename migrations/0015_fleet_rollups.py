@@ -32,7 +32,7 @@ TABLES = ["rollup_kernel_names", "rollup_kernel_histogram", "rollup_op_summary",
 def up(lake) -> None:
     from tracedb import rollups
 
-    rollups.backfill(lake, TABLES, tag="rollup-m0015")
+    rollups.backfill_in_run_order(lake, TABLES, tag="rollup-m0015")
     published = lake.published()
     for table in TABLES:
         for chunk in lake.compaction_plan(table, published, everything=True):
