@@ -355,13 +355,15 @@ class _FileSink:
 
 class OrderedWriter:
     """Rows of `table` handed over in file order (each piece after the last: run order,
-    then device), written as they come into files of `write_merged`'s layout: row groups
-    of ROW_GROUP_ROWS (pieces held until one is full), a new file once one holds
+    then device), written as they come into files in `write_merged`'s order: row groups of
+    `group_rows` rows (pieces held until one is full), a new file once one holds
     `file_rows` rows (a full file, `Lake._full`, which compaction leaves as it is). `rel`
     names each new file. The memory is a row group, whatever the rows' count."""
 
-    def __init__(self, storage_: storage.Storage, table: str, rel: Callable[[], str], file_rows: int):
+    def __init__(self, storage_: storage.Storage, table: str, rel: Callable[[], str], file_rows: int,
+                 group_rows: int = ROW_GROUP_ROWS):
         self.storage, self.table, self.rel, self.file_rows = storage_, table, rel, file_rows
+        self.group_rows = group_rows
         self.held: list[pa.Table] = []
         self.n = 0
         self.file: _FileSink | None = None
@@ -369,10 +371,10 @@ class OrderedWriter:
 
     def write(self, rows: pa.Table) -> None:
         while rows.num_rows:
-            cut = min(rows.num_rows, ROW_GROUP_ROWS - self.n)
+            cut = min(rows.num_rows, self.group_rows - self.n)
             self.held.append(rows.slice(0, cut))
             self.n, rows = self.n + cut, rows.slice(cut)
-            if self.n == ROW_GROUP_ROWS:
+            if self.n == self.group_rows:
                 self._flush()
 
     def _flush(self) -> None:

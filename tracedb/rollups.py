@@ -483,6 +483,10 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
 # 500 k: the same CPU a run, ~80 MB less peak RSS; bench/RESULTS.md "Session 17: mig17".)
 GROUP_RUNS = 50
 GROUP_ROWS = 100_000
+# ... and writes each rollup table's rows in row groups of this many: the seven tables'
+# pending rows are held at once (a row group of 128 k `rollup_kernel_names` rows, whose
+# kernel names are long, is ~50 MB); the rollups are small tables, read whole or by run.
+ROLLUP_GROUP_ROWS = 32 * 1024
 
 
 class _Run(NamedTuple):
@@ -568,7 +572,7 @@ def backfill_in_run_order(lake, tables: list[str], tag: str) -> None:
     streams = {src: lake_mod.rows_by_run(lake.storage, src, lake.live_files(src, published)[0], columns, todo)
                for src, columns in columns_read(tables).items()}
     writers = {t: lake_mod.OrderedWriter(lake.storage, t, lambda t=t: f"{t}/part-{tag}-r{secrets.token_hex(4)}.parquet",
-                                         lake.FILE_ROWS // 2) for t in tables}
+                                         lake.FILE_ROWS // 2, ROLLUP_GROUP_ROWS) for t in tables}
     roll = Writer()
     try:
         for group in _groups(_by_run(streams)):
