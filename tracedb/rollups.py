@@ -480,12 +480,12 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
 # copied into DuckDB (`Writer`), so these bound the memory whatever the lake's size. A run
 # of more rows than GROUP_ROWS is computed alone from its files (views, as an ingest reads
 # a big run's files: `TABLE_ROWS`), its rows not held. (Groups of 100 k rows rather than
-# 500 k: the same CPU a run, ~80 MB less peak RSS; bench/RESULTS.md "Session 17: mig17".)
+# TABLE_ROWS: the same CPU a run, less memory; bench/RESULTS.md "Session 17: mig17".)
 GROUP_RUNS = 50
 GROUP_ROWS = 100_000
 # ... and writes each rollup table's rows in row groups of this many: the seven tables'
-# pending rows are held at once (a row group of 128 k `rollup_kernel_names` rows, whose
-# kernel names are long, is ~50 MB); the rollups are small tables, read whole or by run.
+# pending rows are held at once (128 k `rollup_kernel_names` rows, of long kernel names,
+# are tens of MB); the rollups are small tables, read whole or by run.
 ROLLUP_GROUP_ROWS = 32 * 1024
 
 
@@ -549,7 +549,7 @@ def backfill_in_run_order(lake, tables: list[str], tag: str) -> None:
     metrics GROUP_RUNS runs at a time in run order, and each rollup table's rows written
     as they come into files in run order (`lake.OrderedWriter`), a few a table. `backfill`
     computes groups of runs from each run's files, and each file holds runs of many groups:
-    at 10,000 runs it read each file ~200 times (bench/RESULTS.md "Session 17: mig17").
+    it read each file once a group (bench/RESULTS.md "Session 17: mig17").
     The rows are those `backfill` (and an ingest) writes: the same metrics on the same rows
     of each run (its live ingest's). Safe to re-run after a crash, like `backfill`: the
     files are committed at the end (one Delta commit a table), and a run that has a table's
