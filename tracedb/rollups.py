@@ -141,7 +141,8 @@ class Writer:
     SQL parsed once and each run on a cursor of its own kept open (a connection and the
     parsing cost ~50-100 ms under load, as much as the metrics themselves on a small run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tables: list[str] | None = None) -> None:
+        """`tables`: only these rollup tables' metrics are prepared (None: all)."""
         import duckdb
 
         from tracedb.storage import sql_str
@@ -163,6 +164,8 @@ class Writer:
         self.sparse = False
         self._registered: set = set()  # fsspec protocols registered on the connection
         for table, cq in metrics().items():
+            if tables is not None and table not in tables:
+                continue
             whole = not any(p.name == "kind" for p in cq.params)
             cur = self.con.cursor()
             if whole:  # a cursor's own setting: `kernels` is then that schema's
@@ -573,7 +576,7 @@ def backfill_in_run_order(lake, tables: list[str], tag: str) -> None:
                for src, columns in columns_read(tables).items()}
     writers = {t: lake_mod.OrderedWriter(lake.storage, t, lambda t=t: f"{t}/part-{tag}-r{secrets.token_hex(4)}.parquet",
                                          lake.FILE_ROWS // 2, ROLLUP_GROUP_ROWS) for t in tables}
-    roll = Writer()
+    roll = Writer(tables)
     try:
         for group in _groups(_by_run(streams)):
             _write_group(roll, lake.storage, group, todo, {t: missing[t] for t in tables}, writers)
