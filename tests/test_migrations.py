@@ -693,22 +693,30 @@ NEW_IN_0015 = ["rollup_kernel_names", "rollup_kernel_histogram", "rollup_op_summ
                "rollup_memcpy_summary", "rollup_run_summary", "rollup_step_flops"]
 
 
-@pytest.mark.parametrize("group_rows", [None, 500])
-def test_schema6_lake_gains_the_fleet_rollups(tmp_path, monkeypatch, group_rows):
+@pytest.mark.parametrize("variant", ["default", "groups of 500 rows", "a file out of run order"])
+def test_schema6_lake_gains_the_fleet_rollups(tmp_path, monkeypatch, variant):
     """Migration 0015 (schema 10) on the frozen schema-6 lake (Kineto, NCCL two-rank, TF,
     MegEngine and JAX runs): every run's new rollups hold the figures counted here in
     Python from its raw rows (durations bucketed by their bit length, not by log2), and the
     canned queries that read them give the rows their raw-row SQL gives. With groups of at
     most 500 rows, every run but the smallest is computed alone from its files (a run too
-    big to hold), the same figures."""
+    big to hold); with a file found out of run order, the runs are computed a group at a
+    time from their files (`rollups.backfill`): the same figures."""
     from collections import Counter, defaultdict
 
+    from tracedb import lake as lake_mod
     from tracedb import rollups, sqllib
     from tracedb.lake import Lake
     from tracedb.output import plain_numbers
 
-    if group_rows is not None:
-        monkeypatch.setattr(rollups, "GROUP_ROWS", group_rows)
+    if variant == "groups of 500 rows":
+        monkeypatch.setattr(rollups, "GROUP_ROWS", 500)
+    elif variant == "a file out of run order":
+        def refuse(self, *args):
+            raise lake_mod.NotInRunOrder(self.path)
+            yield  # a generator, as the cursor's pieces are
+
+        monkeypatch.setattr(lake_mod._RunCursor, "_pieces", refuse, raising=False)
     wh = tmp_path / "s6"
     shutil.copytree(FROZEN_SCHEMA6, wh)
     assert "0015_fleet_rollups" in catalog_migrate(wh)
