@@ -140,8 +140,8 @@ def test_rows_by_run_gives_each_live_runs_rows_in_run_order(seed_warehouse, tmp_
     assert order == sorted(order)  # run order, each run's pieces together
     assert all(p.column_names == list(columns) for _, _, p in pieces)
     got = Counter(tuple(row.values()) for _, _, p in pieces for row in p.to_pylist())
-    want = Counter((r, d, n, ns) for r, d, n, ns, i in zip(*(data.column(c).to_pylist() for c in (*columns, "ingest_id")))
-                   if live.get(r) == i)
+    cols = (data.column(c).to_pylist() for c in (*columns, "ingest_id"))
+    want = Counter((r, d, n, ns) for r, d, n, ns, i in zip(*cols) if live.get(r) == i)
     assert got == want and {k[0] for k in want} == set(runs) - {runs[1], runs[-1]}
 
     # the inputs' rows reversed in one file: several runs, out of order
