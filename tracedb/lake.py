@@ -295,31 +295,117 @@ def _write_groups(storage_: storage.Storage, table: str, rel: str, sch: pa.Schem
     """Rows given as row groups in file order (with schema `sch`), written at `rel` with
     the lake's Parquet options, and the file's DataFile (its run, device and ingest
     ranges); None, and no file, when there are none. A group is let go once written."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    sink = storage_.sink(rel)
-    rows, lo, hi = 0, {}, {}
+    out = _FileSink(storage_, table, rel, sch)
     try:
-        with pq.ParquetWriter(sink, sch, compression="zstd", write_page_checksum=True,
-                              use_dictionary=dictionary_columns(table)) as writer:
-            for group in groups:
-                writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
-                rows += group.num_rows
-                for c in ("run_id", "device", INGEST_ID.name):
-                    mm = pc.min_max(group.column(c))
-                    lo[c] = min(lo.get(c, mm["min"].as_py()), mm["min"].as_py())
-                    hi[c] = max(hi.get(c, mm["max"].as_py()), mm["max"].as_py())
-                del group  # not held while the next is made
+        for group in groups:
+            out.write(group)
+            del group  # not held while the next is made
     except BaseException:
-        storage_.drop_sink(sink)
+        out.abort()
         raise
-    size, digest = storage_.finish(rel, sink)
-    if not rows:
-        storage_.unlink(rel)
-        return None
-    return DataFile(table, lo["run_id"], lo["device"], rel, rows, size, digest, ingest_id=lo[INGEST_ID.name],
-                    run_hi=hi["run_id"], device_hi=hi["device"], ingest_hi=hi[INGEST_ID.name])
+    return out.close()
+
+
+class _FileSink:
+    """One file being written at `rel` with the lake's Parquet options, a row group a
+    `write`; `close` gives its DataFile (its run, device and ingest ranges), or None, and
+    no file, when it got no rows."""
+
+    def __init__(self, storage_: storage.Storage, table: str, rel: str, sch: pa.Schema):
+        import pyarrow.parquet as pq
+
+        self.storage, self.table, self.rel = storage_, table, rel
+        self.sink = storage_.sink(rel)
+        self.rows, self.lo, self.hi = 0, {}, {}
+        try:
+            self.writer = pq.ParquetWriter(self.sink, sch, compression="zstd", write_page_checksum=True,
+                                           use_dictionary=dictionary_columns(table))
+        except BaseException:
+            storage_.drop_sink(self.sink)
+            raise
+
+    def write(self, group: pa.Table) -> None:
+        import pyarrow.compute as pc
+
+        self.writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
+        self.rows += group.num_rows
+        for c in ("run_id", "device", INGEST_ID.name):
+            mm = pc.min_max(group.column(c))
+            self.lo[c] = min(self.lo.get(c, mm["min"].as_py()), mm["min"].as_py())
+            self.hi[c] = max(self.hi.get(c, mm["max"].as_py()), mm["max"].as_py())
+
+    def close(self) -> DataFile | None:
+        self.writer.close()
+        size, digest = self.storage.finish(self.rel, self.sink)
+        if not self.rows:
+            self.storage.unlink(self.rel)
+            return None
+        lo, hi = self.lo, self.hi
+        return DataFile(self.table, lo["run_id"], lo["device"], self.rel, self.rows, size, digest,
+                        ingest_id=lo[INGEST_ID.name], run_hi=hi["run_id"], device_hi=hi["device"],
+                        ingest_hi=hi[INGEST_ID.name])
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 - best effort: the file is dropped
+            pass
+        self.storage.drop_sink(self.sink)
+        self.storage.unlink(self.rel)
+
+
+class OrderedWriter:
+    """Rows of `table` handed over in file order (each piece after the last: run order,
+    then device), written as they come into files in `write_merged`'s order: row groups of
+    `group_rows` rows (pieces held until one is full), a new file once one holds
+    `file_rows` rows (a full file, `Lake._full`, which compaction leaves as it is). `rel`
+    names each new file. The memory is a row group, whatever the rows' count."""
+
+    def __init__(self, storage_: storage.Storage, table: str, rel: Callable[[], str], file_rows: int,
+                 group_rows: int = ROW_GROUP_ROWS):
+        self.storage, self.table, self.rel, self.file_rows = storage_, table, rel, file_rows
+        self.group_rows = group_rows
+        self.held: list[pa.Table] = []
+        self.n = 0
+        self.file: _FileSink | None = None
+        self.done: list[DataFile] = []
+
+    def write(self, rows: pa.Table) -> None:
+        while rows.num_rows:
+            cut = min(rows.num_rows, self.group_rows - self.n)
+            self.held.append(rows.slice(0, cut))
+            self.n, rows = self.n + cut, rows.slice(cut)
+            if self.n == self.group_rows:
+                self._flush()
+
+    def _flush(self) -> None:
+        if not self.n:
+            return
+        if self.file is None:
+            self.file = _FileSink(self.storage, self.table, self.rel(), file_schema(self.table))
+        self.file.write(_group(self.held, file_schema(self.table)))
+        self.held, self.n = [], 0
+        if self.file.rows >= self.file_rows:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        file, self.file = self.file, None
+        if file is not None and (f := file.close()) is not None:
+            self.done.append(f)
+
+    def close(self) -> list[DataFile]:
+        """The files written (none logged)."""
+        self._flush()
+        self._close_file()
+        return self.done
+
+    def abort(self) -> None:
+        """Every file written or being written deleted."""
+        if self.file is not None:
+            self.file.abort()
+        for f in self.done:
+            self.storage.unlink(f.rel)
+        self.done, self.held = [], []
 
 
 # Above this many bytes of rows a merge gathers its row groups one at a time (`_row_groups`).
@@ -525,11 +611,11 @@ def _sorted_segments(source, table: str, keep: pa.Array | None) -> Iterator[tupl
         yield from _split(whole.take(pc.sort_indices(_keys(whole))))
 
 
-def _split(t: pa.Table) -> Iterator[tuple[str, pa.Table]]:
-    """Rows in key order cut where the key changes."""
+def _split(t: pa.Table, columns: tuple[str, ...] = ("run_id", "device")) -> Iterator[tuple[str, pa.Table]]:
+    """Rows in key order (of `columns`, `_keys`) cut where the key changes."""
     import pyarrow.compute as pc
 
-    k = _keys(t)
+    k = t.column(columns[0]) if len(columns) == 1 else _keys(t, columns)
     starts = [0, *(i + 1 for i in pc.indices_nonzero(pc.not_equal(k[1:], k[:-1])).to_pylist())]
     ends = starts[1:] + [t.num_rows]
     for s, e in zip(starts, ends):
@@ -548,6 +634,84 @@ class _Cursor:
         while self.key == key:
             yield self.rows
             self.key, self.rows = next(self.pieces, (None, None))
+
+
+# `rows_by_run` reads each file this many rows at a time: its cursors are open at once (a
+# table's live files, 20-60 of them; each holds a batch and a page of each column read).
+RUN_BATCH_ROWS = 2 * 1024
+
+
+class NotInRunOrder(TracedbError):
+    """A file read in run order (`rows_by_run`) whose rows are not."""
+
+
+def rows_by_run(storage_: storage.Storage, table: str, sources: list[str], columns: tuple[str, ...],
+                live: dict[str, str]) -> Iterator[tuple[str, str, pa.Table]]:
+    """The rows of these files of `table` of the runs of `live` (run_id -> the ingest_id
+    whose rows to give), as (run_id, file, rows) pieces in run order (a run's pieces
+    together, in file order within a file), only `columns` (a column a file lacks: NULL;
+    ingest_id not included). A k-way merge of the files, each read once, MERGE_BATCH_ROWS
+    rows at a time: the memory is the files' count times a batch, not their rows. Every
+    file of the unpartitioned layout is in run order (a run's own file, or a merge's);
+    one that is not raises NotInRunOrder."""
+    import heapq
+
+    target = pa.schema([file_schema(table).field(c) for c in columns])
+    cursors = [_RunCursor(storage_, path, target, live) for path in sources]
+    heap = [(c.run, i) for i, c in enumerate(cursors) if c.run is not None]
+    heapq.heapify(heap)
+    while heap:
+        run, i = heapq.heappop(heap)
+        cursor = cursors[i]
+        while cursor.run == run:
+            yield run, cursor.path, cursor.rows
+            cursor.next()
+        if cursor.run is not None:
+            heapq.heappush(heap, (cursor.run, i))
+
+
+class _RunCursor:
+    """The head of one file's (run_id, rows) pieces of live runs (`rows_by_run`)."""
+
+    def __init__(self, storage_: storage.Storage, path: str, target: pa.Schema, live: dict[str, str]):
+        self.path = path
+        self.pieces = self._pieces(storage_.parquet_source(path), target, live)
+        self.next()
+
+    def next(self) -> None:
+        self.run, self.rows = next(self.pieces, (None, None))
+
+    def _pieces(self, source, target: pa.Schema, live: dict[str, str]) -> Iterator[tuple[str, pa.Table]]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        # string columns other than the keys read dictionary-encoded, as `merge_files` reads
+        # them: a batch holds each distinct kernel name once, not once a row (a piece held
+        # is a slice of its batch, which it keeps whole)
+        target = _dictionary_schema(pa.schema([*target, INGEST_ID]))
+        pf = pq.ParquetFile(source, pre_buffer=False)
+        present = set(pf.schema_arrow.names)
+        pf = pq.ParquetFile(source, pre_buffer=False, metadata=pf.metadata, read_dictionary=[
+            f.name for f in target if pa.types.is_dictionary(f.type) and f.name in present])
+        wanted = [f.name for f in target if f.name in present]
+        last = ""
+        for t in _conformed(pf.iter_batches(RUN_BATCH_ROWS, columns=wanted, use_threads=False), target):
+            if not t.num_rows:
+                continue
+            for run, piece in _split(t, ("run_id",)):
+                if run < last:
+                    raise NotInRunOrder(f"{self.path}: {run!r} after {last!r}")
+                last = run
+                ingest = live.get(run)
+                if ingest is None:
+                    continue
+                mine = pc.equal(piece.column(INGEST_ID.name), ingest)
+                if not pc.all(mine).as_py():
+                    piece = piece.filter(mine)
+                elif piece.num_rows < t.num_rows // 2:  # its own copy: the caller may hold it
+                    piece = piece.take(pa.array(range(piece.num_rows), pa.int32()))
+                if piece.num_rows:
+                    yield run, piece.drop_columns([INGEST_ID.name])
 
 
 def _regroup(pieces: Iterator[pa.Table], schema_: pa.Schema | None = None) -> Iterator[pa.Table]:
