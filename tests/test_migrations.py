@@ -149,6 +149,34 @@ def test_schema1_conversion_killed_anywhere_leaves_a_warehouse_a_rerun_completes
         con.close()
 
 
+def test_a_rerun_after_a_kill_between_a_rollup_migrations_commit_and_its_record_completes(tmp_path, monkeypatch):
+    """0010 recomputes every run's step times (`backfill(anew=True)`) and swaps the table's
+    live files in one commit; a kill after that commit but before the migration is recorded
+    makes the rerun do it again. It used to name its files as the live ones it replaces
+    (the run's ingest id and the tag), write over them and fail in delta-rs ("Cannot add
+    and remove the same file path in one transaction"): the lake could not be migrated."""
+    from tracedb.lake import Lake
+
+    reference, wh = tmp_path / "reference", tmp_path / "wh"
+    shutil.copytree(FROZEN_SCHEMA1, reference)
+    shutil.copytree(FROZEN_SCHEMA1, wh)
+    catalog_migrate(reference)
+    every = migrate.discover
+    monkeypatch.setattr(migrate, "discover", lambda: [m for m in every() if m.number <= 10])
+    catalog_migrate(wh)
+    lake = Lake(wh)
+    meta = lake.read_meta()  # as the kill leaves it: 0010 committed, not recorded
+    meta["migrations"] = [m for m in meta["migrations"] if m["number"] != 10]
+    lake.write_meta(meta)
+    monkeypatch.setattr(migrate, "discover", every)
+    assert catalog_migrate(wh)[0] == "0010_marked_step_times"
+    rows = "SELECT * FROM rollup_step_times ORDER BY ALL"
+    got, want = catalog.connect(wh), catalog.connect(reference)
+    assert got.execute(rows).fetchall() == want.execute(rows).fetchall() != []
+    assert got.execute("SELECT run_id, count(*) FROM kernels GROUP BY 1 ORDER BY 1").fetchall() == [
+        ("lstm", 755), ("megengine", 234)]
+
+
 def test_conform_lake_table_adds_a_missing_column(tmp_path):
     """What a future migration that adds a column does to the files written before it."""
     import pyarrow.parquet as pq

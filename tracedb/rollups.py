@@ -443,8 +443,14 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
     file a table for each group of 50 runs (`store.merge_group`). With `anew` (a metric whose definition
     changed), every run's rows are computed again and each table's live files are swapped
     for the new ones in its one commit (`Lake.replace_tables`)."""
+    import secrets
+
     from tracedb.store import merge_group
 
+    # The files' names carry the run's ingest id and the tag; a token makes them this
+    # attempt's own: a rerun after a kill between a migration's commit and its record
+    # (anew: the same runs again) would otherwise write over the live files it replaces.
+    tag = f"{tag}-{secrets.token_hex(3)}"
     lake.ensure_tables()
     live = {r["run_id"]: r["ingest_id"] for r in lake.read_table("runs", ["run_id", "ingest_id"]).to_pylist()}
     have = {t: set() if anew else {run for run, _ in lake.live_files_by_run(t, live)[0]} for t in tables}
