@@ -140,3 +140,37 @@ def test_a_commit_after_another_writer_changed_the_preloaded_lake(tmp_path, monk
     finally:
         con.close()
     assert w.check() == []
+
+
+def test_small_and_large_groups_roll_up_stream_time_as_its_raw_rows_do(tmp_path):
+    """A small group's stream_time is computed by the metric's declaration, a larger one's
+    by its streamed text (`rollups.DECLARED_WHEN_SMALL`): both rows are the metric's own
+    from the raw rows, run by run."""
+    wh = tmp_path / "wh"
+    names = {"k": "kineto_h200_fp32", "t": "tf_stepstats_gpu_streams"}
+    for run, name in names.items():
+        assert ingest([scenario(name)], wh, run_id=run).ok
+    runs = [(run, *_run_files(wh, run)) for run in names]
+    table = "rollup_stream_time"
+    assert table in rollups.DECLARED_WHEN_SMALL
+    metric = rollups.metrics()[table]
+    assert metric.rollup_sql and metric.rollup_sql != metric.sql
+    got = {}
+    roll = rollups.Writer()
+    try:
+        for size, rows in (("small", 1), ("large", rollups.SMALL_ROWS + 1)):
+            written = roll.write_runs(wh, runs, tables=[table], tag=size, rows=rows)
+            got[size] = {f.run_id: str(wh / f.rel) for f in written}
+    finally:
+        roll.close()
+    con = catalog.connect(wh)
+    try:
+        for run in names:
+            want = query.execute(con, metric, sqllib.bind(metric, {"run_id": run}), rollups=False).to_pylist()
+            assert len(want) >= 1
+            for size in got:
+                cur = con.execute("SELECT * EXCLUDE (ingest_id) FROM read_parquet(?)", [got[size][run]])
+                mine = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+                assert sorted(map(repr, ({c: r[c] for c in want[0]} for r in mine))) == sorted(map(repr, want)), (run, size)
+    finally:
+        con.close()
