@@ -1481,6 +1481,8 @@ class Lake:
         is rewritten about once a tier until its file is full: an ingest that fills a tier
         pays for one merge (`write_compacted`), not for the history."""
         fanout = fanout or self.FANOUT
+        if not everything and self.add_actions(table).num_rows < fanout:
+            return []  # no tier can hold `fanout` live files (an ingest's usual case: no live-run count)
         live = self.live_file_ranges(table, published)
         tiers: dict[int, list[dict]] = {}
         for r in sorted(live.to_pylist(), key=lambda r: (r["run_id"], r["path"])):
