@@ -149,6 +149,19 @@ def test_a_new_folder_lakes_tables_are_those_delta_rs_creates(tmp_path, partitio
     assert sorted(os.listdir(tmp_path / "wh" / "runs" / "_delta_log")) == [f"{0:020d}.json"]
 
 
+def test_a_table_whose_creation_was_killed_is_created(tmp_path):
+    """A writer killed while writing a new table's first log entry leaves its temporary
+    file in the log folder, and no entry: the next writer creates the table."""
+    from deltalake import DeltaTable
+
+    log = tmp_path / "wh" / "runs" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / f".{0:020d}.json-1234-abcd1234.tmp").write_bytes(b'{"commitInfo":')
+    Lake(tmp_path / "wh").ensure_tables()
+    assert DeltaTable(str(tmp_path / "wh" / "runs")).version() == 0
+    assert (log / f"{0:020d}.json").is_file()
+
+
 def test_snapshot_opens_from_any_folder_and_is_rebuilt_when_missing_or_moved(tmp_path):
     wh = tmp_path / "wh"
     ingest([make_run(tmp_path / "runs" / "a", LSTM).parent], wh)

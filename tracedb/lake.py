@@ -734,12 +734,14 @@ class Lake:
         (`creation_commit`), no other writer's replaced (`storage.LocalStorage.write_new`).
         False on object storage (no write-if-absent: delta-rs creates it). delta-rs's
         `write_deltalake` or `DeltaTable.create` costs ~4 ms of CPU a table (29 tables, a
-        new lake's ~0.1 s), a log entry ~0.05 ms (bench/RESULTS.md, session 17 fixed17)."""
+        new lake's ~0.1 s), a log entry ~1 ms, most of it the two folders and the file
+        (bench/RESULTS.md, session 17 fixed17)."""
         log = f"{table}/_delta_log"
-        if self.log_version(table) is None:
+        version = self.log_version(table)
+        if version is None:
             return False
-        if self.storage.names(log):  # a table already (a log cleaned up below a checkpoint has no entry 0)
-            return True
+        if version >= 0 or any("checkpoint" in n for n in self.storage.names(log)):
+            return True  # a table already (a log cleaned up below a checkpoint has no entry 0)
         parts, props = self._new_layout(table)
         entry = creation_commit(table, parts, props)
         if entry is None:
