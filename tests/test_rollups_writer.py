@@ -37,6 +37,26 @@ def test_rows_split_by_source_and_kind_whatever_the_kind_spells():
         (0, None), (3, "a=b*"), (5, "")]
 
 
+def test_rows_of_one_source_keep_their_kinds():
+    """One source (a group of one run): every row is its own, with the kind its run id
+    names, or none (`<0>*`), whether or not any row names one."""
+    sch = schema.TABLES["rollup_stream_overlap"]
+
+    def table(ids):
+        return pa.table({f.name: (pa.array(ids, pa.string()) if f.name == "run_id" else pa.array(range(len(ids)), f.type)
+                                  if pa.types.is_integer(f.type) else pa.nulls(len(ids), f.type))
+                         for f in sch if f.name != "kind"})
+
+    [every] = rollups.Writer._split("rollup_stream_overlap", table(["0*", "0*"]), 1)
+    assert every.column_names == [n for n in sch.names if n != "run_id"]
+    assert list(zip(every.column("streams").to_pylist(), every.column("kind").to_pylist())) == [(0, None), (1, None)]
+    [mixed] = rollups.Writer._split("rollup_stream_overlap", table(["0=kernel", "0*", "0=x*"]), 1)
+    assert list(zip(mixed.column("streams").to_pylist(), mixed.column("kind").to_pylist())) == [
+        (0, "kernel"), (1, None), (2, "x*")]
+    [none] = rollups.Writer._split("rollup_stream_overlap", table([]), 1)
+    assert none.num_rows == 0 and none.schema.field("kind").type == pa.string()
+
+
 def _run_files(wh, run: str) -> tuple[str, list[str]]:
     lake = Lake(wh)
     published = lake.published()

@@ -1180,11 +1180,11 @@ class Lake:
         self._read_logs(list(schema.TABLES))
 
     def _read_logs(self, tables: list[str]) -> None:
-        """These tables' handles and live files, read now (in threads) so that the clean-up
-        step and the snapshot only update the tables a commit changed (a fresh process opens
-        each table's log here: ~3 ms a table at load 1; a table this lake just created, its
-        handle only: `_create_in_folder`)."""
-        concurrently([lambda t=t: (self.table(t), self.add_actions(t)) for t in tables] +
+        """These tables' live files, read now (in threads) so that the clean-up step and
+        the snapshot only update the tables a commit changed (a fresh process opens each
+        table's log here: ~3 ms a table at load 1; a table this lake just created is known
+        without it, `_create_in_folder`, and opened only if a commit writes it)."""
+        concurrently([lambda t=t: self.add_actions(t) for t in tables] +
                      [lambda t=t: self.table(t) for t in META_WRITTEN])
 
     def _record_checksums(self, files: list[DataFile]) -> None:
