@@ -34,7 +34,8 @@ copied into DuckDB's memory; a metric's rows are fetched and written a chunk at 
 relations once (DuckDB holds one read twice whole, in memory, where it did not fit), and
 its rollup is computed by its `-- rollup-sql:` text (sql/metrics/streamed/): DuckDB's
 streaming windows over ORDER BYs, which spill, where the declaration's windows hold a
-whole stream (one stream of 10 M kernels did not fit 256 MB); stream_time's the same way,
+whole stream (one stream of 10 M kernels did not fit 256 MB); stream_time's the same way
+(a small group's by its declaration, which costs half as much there: `DECLARED_WHEN_SMALL`),
 with one sort of two rows a kernel and no GROUP BY after its one narrow GROUP BY (DuckDB's
 hash aggregates reserve memory from the query's start, which its sort's merge then lacks);
 collectives' by one sweep by time over each device's rows, where the declaration joins each
