@@ -2,7 +2,7 @@
 (issue 29), each format in the same process, interleaved, best of --repeat.
 
     python bench/bench_decoders.py [--mb 100] [--nsys-copies 200] [--megengine-copies 200] [--repeat 3]
-                                   [--formats xspace,tf_stepstats,nsys,megengine] [--unique-ids]
+                                   [--formats xspace,tf_stepstats,nsys,megengine] [--unique-ids] [--cli]
 
 The files are made from the real traces we ship by repeating their elements
 (`tests/bigtrace.py`; written uncompressed, so both sides read the same bytes):
@@ -16,11 +16,15 @@ The files are made from the real traces we ship by repeating their elements
                 kernels, runtime calls, copies and     reader runs (captured on a first
                 NVTX ranges copied --nsys-copies times read), every row fetched
   megengine     the seed profile's graph copied        `msgspec.json.decode` of the bytes
-                --megengine-copies times               (untyped: a lower bound of a typed
-                                                       decode's cost)
+                --megengine-copies times               into typed structs (`MgeProfile`:
+                                                       the sections, operators, vars,
+                                                       chunks and timings the reader uses)
 
 `ingest` is `tracedb.ingest.ingest([run], fresh_warehouse, jobs=1)`: read, convert, write
-Parquet, commit, publish the snapshot. Wall and CPU seconds (this process's, all threads)
+Parquet, commit, publish the snapshot; with --cli also the command `tracedb ingest FILE
+--jobs 1` in a fresh process (interpreter start-up and imports included; its CPU from
+`getrusage(RUSAGE_CHILDREN)`). `--nsys-copies 0` / `--megengine-copies 1` time the shipped
+files themselves, where the ingest's fixed cost (rollups, Parquet, Delta commit) dominates. Wall and CPU seconds (this process's, all threads)
 are both printed, each the best of --repeat; on a shared machine read the CPU columns. The ratio ingest/baseline is the figure the issue
 sets at <= 1.5. Kineto is `bench/bench_kineto_decode.py`'s (msgspec typed structs with
 exact decimal times); TF text is `bench/bench_tf_text.py`'s (>= 3x `text_format.Parse`).
@@ -29,12 +33,16 @@ exact decimal times); TF text is `bench/bench_tf_text.py`'s (>= 3x `text_format.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
+import subprocess
 import sqlite3
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -85,6 +93,83 @@ def unique_ids(path: Path) -> Path:
                         setattr(st, which, getattr(st, which) + 1_000_003 * i)
     path.write_bytes(space.SerializeToString())
     return path
+
+
+class MgeTiming(msgspec.Struct):
+    start: float
+    kern: float
+    end: float
+
+
+class MgeFootprint(msgspec.Struct):
+    computation: float | None = None
+    memory: int | None = None
+    in_shapes: list[list[int]] | None = None
+    out_shapes: list[list[int]] | None = None
+    param: dict[str, Any] | None = None
+
+
+class MgeOperator(msgspec.Struct):
+    id: str
+    name: str
+    type: str
+    input: list[str]
+    output: list[str]
+    extra: dict[str, Any] | None = None
+
+
+class MgeLayout(msgspec.Struct):
+    dtype: str | None = None
+    shape: list[int] | None = None
+
+
+class MgeMemPlan(msgspec.Struct):
+    layout: MgeLayout | None = None
+    mem_chunk_id: str | None = None
+    offset_byte: int | None = None
+
+
+class MgeInferTag(msgspec.Struct):
+    inferred_result: Any = None
+
+
+class MgeVar(msgspec.Struct):
+    id: str
+    name: str
+    comp_node: str | None = None
+    dev_ptr: int | None = None
+    mem_plan: MgeMemPlan | None = None
+    static_infer_tags: dict[str, MgeInferTag] | None = None
+    flag: list[str] | None = None
+
+
+class MgeChunk(msgspec.Struct):
+    id: str
+    size: int
+    owner_var: str | None = None
+    dev_ptr: int | None = None
+
+
+class MgeProfiler(msgspec.Struct):
+    host: dict[str, dict[str, MgeTiming]]
+    device: dict[str, dict[str, MgeTiming]]
+    opr_footprint: dict[str, MgeFootprint | None]
+
+
+class MgeGraph(msgspec.Struct):
+    operator: dict[str, MgeOperator]
+    var: dict[str, MgeVar]
+    mem_chunk: dict[str, MgeChunk]
+    comp_seq: list[str]
+
+
+class MgeProfile(msgspec.Struct):
+    """A MegEngine graph profile as typed records: what the reader turns into rows."""
+    profiler: MgeProfiler
+    graph_exec: MgeGraph
+
+
+_MGE = msgspec.json.Decoder(MgeProfile)
 
 
 def grow_nsys(dst: Path, copies: int) -> Path:
@@ -149,6 +234,19 @@ def ingest_once(path: Path) -> float:
         return took
 
 
+def cli_once(path: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds of the command `tracedb ingest FILE --jobs 1` in a fresh process."""
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        cmd = [sys.executable, "-m", "tracedb", "ingest", str(path), "-w", str(Path(tmp) / "wh"), "--run-id", "r",
+               "--jobs", "1", "-q"]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        wall = time.perf_counter() - start
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
 def timed(fn) -> tuple[float, float]:
     """(wall, CPU) seconds of fn(): CPU is this process's, all its threads (DuckDB's too)."""
     start, cpu = time.perf_counter(), time.process_time()
@@ -164,6 +262,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--formats", default="xspace,tf_stepstats,nsys,megengine",
                     help="comma-separated: which of the formats to make and time")
+    ap.add_argument("--cli", action="store_true", help="also time the `tracedb ingest` command (a fresh process)")
     ap.add_argument("--unique-ids", action="store_true",
                     help="XSpace: give every repeated event its own correlation / scope ids (`unique_ids`)")
     args = ap.parse_args()
@@ -184,18 +283,26 @@ def main() -> None:
             "xspace": lambda p: xplane_pb2.XSpace.FromString(p.read_bytes()),
             "tf_stepstats": lambda p: step_stats_pb2.StepStats.FromString(p.read_bytes()),
             "nsys": lambda p: decode_nsys(p, statements),
-            "megengine": lambda p: msgspec.json.decode(p.read_bytes()),
+            "megengine": lambda p: _MGE.decode(p.read_bytes()),
         }
         print(f"{'format':<13} {'MB':>7} {'decode s':>9} {'ingest s':>9} {'ratio':>6}   "
-              f"{'decode CPU':>10} {'ingest CPU':>10} {'CPU ratio':>9}   (goal <= 1.5; best of --repeat)")
+              f"{'decode CPU':>10} {'ingest CPU':>10} {'CPU ratio':>9}"
+              + (f"   {'CLI s':>7} {'CLI CPU':>7} {'ratio':>6}" if args.cli else "")
+              + "   (goal <= 1.5; best of --repeat)")
         for fmt, path in files.items():
-            base, whole = [], []
+            base, whole, cli = [], [], []
             for _ in range(args.repeat):  # interleaved: a load change hits both
                 base.append(timed(lambda: decoders[fmt](path)))
                 whole.append(ingest_once(path))
+                if args.cli:
+                    cli.append(cli_once(path))
             (b, bc), (w, wc) = [tuple(map(min, zip(*t))) for t in (base, whole)]
-            print(f"{fmt:<13} {path.stat().st_size / 1e6:7.1f} {b:9.3f} {w:9.3f} {w / b:6.2f}   "
-                  f"{bc:10.3f} {wc:10.3f} {wc / bc:9.2f}", flush=True)
+            line = (f"{fmt:<13} {path.stat().st_size / 1e6:7.1f} {b:9.3f} {w:9.3f} {w / b:6.2f}   "
+                    f"{bc:10.3f} {wc:10.3f} {wc / bc:9.2f}")
+            if cli:
+                c, cc = map(min, zip(*cli))
+                line += f"   {c:7.3f} {cc:7.3f} {cc / bc:6.2f}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def _build_flat(wh: Path, tpl: Path, src, lk, runs: int, first: int = 1, nights:
             lk._add_files(files)
             _append(lk, rows)
         t = time.perf_counter()
-        done = ingest_mod._compact(lk, ingest_id)
+        done, _ = ingest_mod._compact(lk, ingest_id, sum(f.rows for f in files))  # its budget: the batch's rows
         if nights is not None:
             nights.append((round(time.perf_counter() - t, 3), sum(done.values())))
         if b % 20 == 0:

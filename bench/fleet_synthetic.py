@@ -11,7 +11,10 @@ files of a full size tier (`Lake.compaction_plan`). So the compaction is played 
 ten-night file; the real 1,000-run lake's 19-night kernels file is 7.16 MB, this model
 says 8.0: the nights' rows repeat, and a merge of a merged file with nine nights kept
 only ~0.3 of the nights' bytes, so the ratio applies to nights, not to the inputs'
-sizes, or merged files stay in their tier and snowball). Then:
+sizes, or merged files stay in their tier and snowball). Every planned merge is made, as
+ingests made them before session 17 (since then an ingest makes only those within its own
+rows and `tracedb optimize` the others: this is the lake of nightly ingests each followed by
+the merges it left). Then:
 
 - each file live at the end is written once (`lake.write_merged`, as a real merge writes
   it: rows ordered by run then device, tracedb's row groups and stats), holding the

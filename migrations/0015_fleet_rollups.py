@@ -14,12 +14,19 @@ ingest_id:
 - `rollup_run_summary`: a row per run, what `fleet_trend` compares across runs;
 - `rollup_step_flops`: per rank, step and precision, the FLOPs `mfu` divides.
 
-Each group of 50 runs gets a file a table (`rollups.backfill`), and then every table's
-files are compacted as `tracedb optimize` would (`Lake.compaction_plan`, everything): a few
-files a table, not one a run or a group. Safe to re-run after a crash (`rollups.backfill`:
-a run that has a table's rollup is left alone in it; the compaction commits each merge
-alone). A lake migrated from before schema 6 gets the tables created (empty) by an
-earlier migration's `ensure_tables`; this one fills them.
+The backfill (`rollups.backfill_in_run_order`) reads each live file of the source tables
+once: a table's files are merged by run (each file is in run order; many runs a file, and
+their run ranges overlap), the runs' rows go to the metrics a group of runs at a time in
+run order, and each rollup table's rows are written as they come, in run order, into a
+file a table (`lake.OrderedWriter`); its memory is bounded whatever the lake's runs.
+(Its first version computed groups of 50 runs, each from the files holding its runs:
+every file was read once a group it overlapped; bench/RESULTS.md "Session 17: mig17".) Then every table's
+files are compacted as `tracedb optimize` would (`Lake.compaction_plan`, everything): a
+re-run after a crash leaves files to merge. Safe to re-run after a crash (the backfill
+commits at its end, one Delta commit a table; a run that has a table's rollup is left
+alone in it; the compaction commits each merge alone). A lake migrated from before
+schema 6 gets the tables created (empty) by an earlier migration's `ensure_tables`; this
+one fills them.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ TABLES = ["rollup_kernel_names", "rollup_kernel_histogram", "rollup_op_summary",
 def up(lake) -> None:
     from tracedb import rollups
 
-    rollups.backfill(lake, TABLES, tag="rollup-m0015")
+    rollups.backfill_in_run_order(lake, TABLES, tag="rollup-m0015")
     published = lake.published()
     for table in TABLES:
         for chunk in lake.compaction_plan(table, published, everything=True):

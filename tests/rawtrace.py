@@ -412,3 +412,134 @@ def nsys_launches(path) -> list[tuple]:
         LEFT JOIN StringIds s ON s.id = r.nameId""")
     cut = lambda n: re.split(r", (?:seq|op_id|sizes|stashed seq) = ", n)[0] if n else n  # noqa: E731
     return [(base + st, corr, None if cs is None else base + cs, name, cut(op)) for st, corr, cs, name, op in rows]
+
+
+# Every column of the nsys reader's runtime_calls and annotations rows, worked out from the
+# export by SQL (correlated subqueries, no sweep) and the module docstring's rules.
+
+NSYS_MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+                  6: "Managed Static", 7: "Unknown"}
+_INNERMOST_RANGE = """(SELECT coalesce(n.text, ns.value) FROM NVTX_EVENTS n LEFT JOIN StringIds ns ON ns.id = n.textId
+                       WHERE n.eventType = 59 AND n.globalTid = {gtid} AND n.start <= {t}
+                         AND {t} <= coalesce(n.end, 9223372036854775807)
+                       ORDER BY n.start DESC, n.end ASC LIMIT 1)"""
+
+
+def _compact(d: dict) -> str | None:
+    return json.dumps(d, separators=(",", ":")) if d else None
+
+
+def nsys_activities(path) -> list[tuple]:
+    """(start, end, correlation, pid, device, name) of every kernel, memcpy and memset, by
+    (start, end): a kernel's name is its demangled name, a copy's `Memcpy HtoD (Pageable ->
+    Device)`, a set's `Memset (Device)` (its memory kind)."""
+    out = [(st, en, corr, (gpid >> 24) & 0xFFFFFF, dev, name) for st, en, corr, gpid, dev, name in nsys_sql(path, """
+        SELECT k.start, k.end, k.correlationId, k.globalPid, k.deviceId, d.value
+        FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds d ON d.id = k.demangledName""")]
+    out += [(st, en, corr, (gpid >> 24) & 0xFFFFFF, dev,
+             f"Memcpy {NSYS_COPY_KINDS[kind]} ({NSYS_MEM_KINDS[src]} -> {NSYS_MEM_KINDS[dst]})")
+            for st, en, corr, gpid, dev, kind, src, dst in nsys_sql(path, """
+                SELECT start, end, correlationId, globalPid, deviceId, copyKind, srcKind, dstKind
+                FROM CUPTI_ACTIVITY_KIND_MEMCPY""")]
+    if nsys_sql(path, "SELECT count(*) FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_MEMSET'")[0][0]:
+        out += [(st, en, corr, (gpid >> 24) & 0xFFFFFF, dev, f"Memset ({NSYS_MEM_KINDS[kind]})")
+                for st, en, corr, gpid, dev, kind in nsys_sql(path, """
+                    SELECT start, end, correlationId, globalPid, deviceId, memKind FROM CUPTI_ACTIVITY_KIND_MEMSET""")]
+    return sorted(out, key=lambda a: (a[0], a[1]))
+
+
+def nsys_step_spans(path, step_rx: str) -> list[tuple]:
+    """(pid, start, end, step) of every NVTX range (push/pop or start/end) whose whole name
+    matches step_rx (its group: the step number)."""
+    spans = []
+    for name, st, en, gtid in nsys_sql(path, """
+            SELECT coalesce(n.text, s.value), n.start, n.end, n.globalTid FROM NVTX_EVENTS n
+            LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL"""):
+        m = re.fullmatch(step_rx, name or "")
+        if m:
+            spans.append(((gtid >> 24) & 0xFFFFFF, st, en, int(m[1])))
+    return spans
+
+
+def _step(spans: list[tuple], pid: int, t: int) -> int | None:
+    """The step of the latest-starting step range of the process that holds t."""
+    holding = [(st, en, n) for p, st, en, n in spans if p == pid and st <= t <= en]
+    return max(holding)[2] if holding else None
+
+
+def nsys_call_rows(path, rank, step_rx: str = r"step (\d+)") -> list[dict]:
+    """Every runtime_calls column of every CUDA runtime / driver call, by (start, end)."""
+    base, acts, spans = nsys_base(path), nsys_activities(path), nsys_step_spans(path, step_rx)
+    cut = lambda n: re.split(r", (?:seq|op_id|sizes|stashed seq) = ", n)[0] if n else n  # noqa: E731
+    rows = nsys_sql(path, f"""
+        SELECT r.start, r.end, r.globalTid, r.eventClass, r.correlationId, s.value, r.returnValue,
+               coalesce(r.callchainId, (SELECT b.callchainId FROM CUPTI_ACTIVITY_KIND_RUNTIME b
+                                        WHERE b.eventClass = 67 AND b.correlationId = r.correlationId
+                                          AND b.globalTid >> 24 = r.globalTid >> 24)),
+               {_INNERMOST_RANGE.format(gtid="r.globalTid", t="r.start")}
+        FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+        WHERE r.eventClass <> 67 ORDER BY r.start, r.end""")
+    out = []
+    for seq, (st, en, gtid, cls, corr, raw, ret, chain, op) in enumerate(rows):
+        pid = (gtid >> 24) & 0xFFFFFF  # globalTid: pid in bits 24-47, tid in 0-23
+        name = re.sub(r"_v\d{4,}$", "", raw)
+        launched = [a for a in acts if corr is not None and a[2] == corr and a[3] == pid]
+        category = {0: "cuda_runtime", 1: "cuda_driver"}.get(cls) or (
+            "cuda_driver" if name.startswith("cu") and not name.startswith("cuda") else "cuda_runtime")
+        params = {"api_name": raw if raw != name else None, "pid": pid, "return_value": ret or None,
+                  "callchain_id": chain}
+        out.append({
+            "device": "CPU:0", "device_raw": "CPU", "rank": rank, "step": _step(spans, pid, st),
+            "category": category, "name": name, "start_ns": base + st, "duration_ns": en - st,
+            "thread_id": gtid & 0xFFFFFF, "correlation_id": corr, "node_name": cut(op),
+            "kernel_name": launched[0][5] if launched else None, "kernel_count": len(launched),
+            "kernel_start_ns": base + launched[0][0] if launched else None,
+            "kernel_device": f"GPU:{launched[0][4]}" if launched else None, "seq": seq,
+            "params": _compact({k: v for k, v in params.items() if v is not None})})
+    return out
+
+
+def nsys_annotation_rows(path, rank, step_rx: str = r"step (\d+)") -> list[dict]:
+    """Every annotations column of every NVTX push/pop (59) and start/end (60) range, by
+    (start, end): params are the domain (named by its 75 event), the category (named by
+    its 33 event in the domain, else in domain 0), the color, the last non-NULL payload,
+    the range kind and id, the ending thread when another, and the pid."""
+    base, spans = nsys_base(path), nsys_step_spans(path, step_rx)
+    payloads = ("int64Value", "uint64Value", "doubleValue", "int32Value", "uint32Value", "floatValue", "jsonText")
+    rows = nsys_sql(path, f"""
+        SELECT coalesce(n.text, s.value), n.start, n.end, n.eventType, n.globalTid, n.endGlobalTid, n.rangeId,
+               n.color, n.domainId,
+               (SELECT d.text FROM NVTX_EVENTS d WHERE d.eventType = 75 AND d.domainId = n.domainId),
+               n.category,
+               coalesce((SELECT c.text FROM NVTX_EVENTS c WHERE c.eventType = 33 AND c.domainId = n.domainId
+                           AND c.category = n.category),
+                        (SELECT c.text FROM NVTX_EVENTS c WHERE c.eventType = 33 AND c.domainId = 0
+                           AND c.category = n.category)),
+               {", ".join(f"n.{p}" for p in payloads)}
+        FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+        WHERE n.eventType IN (59, 60) ORDER BY n.start, n.end""")
+    out = []
+    for seq, row in enumerate(rows):
+        name, st, en, kind, gtid, end_gtid, range_id, color, dom, dom_name, cat, cat_name, *pay = row
+        params = {}
+        if dom:
+            params["domain"] = dom_name or f"domain {dom}"
+        if cat is not None:
+            params["nvtx_category"] = cat_name or cat
+        if color is not None:
+            params["color"] = "#%08x" % (color % (1 << 32))
+        filled = [(p, v) for p, v in zip(payloads, pay) if v is not None]
+        if filled:
+            params["payload"] = filled[-1][1]
+            params["payload_type"] = filled[-1][0].replace("Value", "").replace("Text", "")
+        params["range"] = "push_pop" if kind == 59 else "start_end"
+        if range_id is not None:
+            params["range_id"] = range_id
+        if end_gtid is not None and end_gtid != gtid:
+            params["end_thread_id"] = end_gtid & 0xFFFFFF
+        params["pid"] = (gtid >> 24) & 0xFFFFFF
+        out.append({
+            "device": "CPU:0", "device_raw": "CPU", "rank": rank, "step": _step(spans, (gtid >> 24) & 0xFFFFFF, st),
+            "category": "nvtx", "name": name, "start_ns": base + st, "duration_ns": None if en is None else en - st,
+            "thread_id": gtid & 0xFFFFFF, "seq": seq, "params": _compact(params)})
+    return out

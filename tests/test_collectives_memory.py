@@ -1,24 +1,27 @@
-"""Issue 28 item 13: collectives' rollup with CPU ~linear and memory bounded however many
-kernels one device holds, with the rows of its declaration.
+"""Issue 28 item 13 and issue 22: collectives in n log n however many kernels one device
+holds, both texts: the metric's declaration (sql/metrics/collectives.sql, the raw path:
+step ranges, `name_like`, `--dialect`) in standard windows, and the rollup's
+(sql/metrics/streamed/collectives.sql, named by its `-- rollup-sql:` header: DuckDB's
+streaming windows over an ORDER BY, memory bounded).
 
-The metric's file (sql/metrics/collectives.sql) is its declaration: it joins each
-collective with the compute kernels of its device running at the same time (on run and
-device: every collective compared with every kernel of the device, ~n squared, and one
-hash key a device, which ran out of memory at 1 M kernels on one device at 64 MB). The
-ingest computes the rollup with the text its `-- rollup-sql:` header names
-(sql/metrics/streamed/collectives.sql): one sweep by time, DuckDB's streaming windows over
-an ORDER BY. Here: both give the same rows and column types on random kernels (runs and
-devices with NULLs, names of every pattern, `name_like`, other kinds, steps, ties, zero
-durations) for several parameter values; a collective covered by identical compute
-kernels is overlapped for its duration, not more; the rollup's text joins nothing; and one
-device of 1 M kernels, every tenth an all-reduce, rolls up within 64 MB with the figures
-worked out from its layout.
+Here: both give the rows of a plain Python interval computation (the union of a device's
+compute kernels intersected with each collective) and the column types of the rollup table
+on random kernels (runs and devices with NULLs, names of every pattern, `name_like`, other
+kinds, steps, ties, zero durations, overlapping collectives) for several parameter values,
+and each other's rows on 1 and 4 threads; a collective covered by identical compute
+kernels is overlapped for its duration, not more; the rollup's text joins nothing; no
+step of the declaration's plan holds more rows than a few per kernel where every
+collective overlaps every compute kernel (the declaration before session 17 paired them:
+n squared rows); and one device of 1 M kernels, every tenth an all-reduce, gives the
+figures worked out from its layout in both texts within 64 MB.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
+from collections import defaultdict
 from pathlib import Path
 
 import duckdb
@@ -34,7 +37,7 @@ NAMES = ["ncclKernel_AllReduce_RING", "gemm", "elementwise", None, "AllGather_x"
          "allXreduce", "reduce-scatter", "k"]
 
 
-def _kernels(con: duckdb.DuckDBPyConnection, seed: int) -> None:
+def _kernels(con: duckdb.DuckDBPyConnection, seed: int) -> list[tuple]:
     """Random kernels: 3 runs (one NULL) x 3 devices (one NULL) x 3 streams (one NULL);
     starts on a coarse grid (ties), durations 0 to long, names of every kind (`allXreduce`
     matches `%all_reduce%`: `_` is LIKE's one-character wildcard), a few other kinds and
@@ -56,6 +59,96 @@ def _kernels(con: duckdb.DuckDBPyConnection, seed: int) -> None:
     con.execute("CREATE TABLE kernels (run_id VARCHAR, device VARCHAR, stream BIGINT, name VARCHAR, kind VARCHAR, "
                 "step BIGINT, start_ns BIGINT, duration_ns BIGINT)")
     con.executemany("INSERT INTO kernels VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return rows
+
+
+# The metric's name patterns, lower-cased names matched with LIKE (its description's list).
+PATTERNS = ["%nccl%", "%allreduce%", "%all_reduce%", "%all-reduce%", "%allgather%", "%all_gather%", "%all-gather%",
+            "%reducescatter%", "%reduce_scatter%", "%reduce-scatter%", "%alltoall%", "%all_to_all%", "%all-to-all%"]
+TYPES = [schema.duckdb_type(f.type) for f in schema.TABLES["rollup_collectives"]]  # the rollup table's
+
+
+def _like(pattern: str, text: str) -> bool:
+    """SQL LIKE: `%` any run of characters, `_` any one."""
+    return re.fullmatch("".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern),
+                        text, re.S) is not None
+
+
+def _covered(union: list[tuple[int, int]], start: int, end: int) -> int:
+    """How much of [start, end) the disjoint intervals cover."""
+    return sum(max(0, min(end, b) - max(start, a)) for a, b in union)
+
+
+def _union(spans) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _oracle(rows, run_id=None, device=None, name_like=None, step_from=None, step_to=None) -> list[tuple]:
+    """The metric worked out in Python from the rows `_kernels` inserted: collectives are
+    the names (of any kind, any step, in the run and device asked for) matching a pattern
+    or `name_like`; kernels of kind 'kernel' with a start, duration, run and device in the
+    steps asked for count; a collective's overlap is its span's intersection with the union
+    of its device's other kernels; one row a device and collective name."""
+    scoped = [r for r in rows if run_id in (None, r[0]) and device in (None, r[1])]
+    names = {r[3] for r in scoped if r[3] is not None
+             and (any(_like(p, r[3].lower()) for p in PATTERNS) or (name_like is not None and _like(name_like, r[3])))}
+    devices = defaultdict(list)
+    for run, dev, _stream, name, kind, step, start, dur in scoped:
+        if (kind == "kernel" and None not in (run, dev, start, dur) and (step_from is None or step >= step_from)
+                and (step_to is None or step <= step_to)):
+            devices[run, dev].append((name, start, start + dur))
+    out = []
+    for (run, dev), kernels in devices.items():
+        union = _union((s, e) for n, s, e in kernels if n not in names)
+        kernel_ns = sum(e - s for _, s, e in kernels)
+        per_name = defaultdict(lambda: [0, 0, 0])
+        for n, s, e in kernels:
+            if n in names:
+                per_name[n][0] += 1
+                per_name[n][1] += e - s
+                per_name[n][2] += _covered(union, s, e)
+        for n, (count, total, overlapped) in per_name.items():
+            out.append((run, dev, n, count, total, 100 * total / kernel_ns if kernel_ns else None, overlapped,
+                        total - overlapped, 100 * overlapped / total if total else None))
+    return sorted(out, key=repr)
+
+
+def _same(got: list[tuple], want: list[tuple]) -> bool:
+    """Same rows; the two percentages within their rounding to 2 places."""
+    def close(a, b):
+        return a == b or (isinstance(a, float) and isinstance(b, float) and abs(a - b) <= 0.005 + 1e-9)
+    return len(got) == len(want) and all(len(g) == len(w) and all(map(close, g, w)) for g, w in zip(got, want))
+
+
+CASES = [{}, {"name_like": "fmha%"}, {"name_like": "%"}, {"step_from": 1}, {"step_from": 1, "step_to": 1},
+         {"run_id": "b"}, {"device": "GPU:1"}, {"run_id": "a", "device": "GPU:0", "name_like": "gemm"},
+         {"run_id": "nothing"}, {"name_like": "k", "step_to": 0}]
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+def test_both_texts_give_the_rows_of_an_interval_oracle(seed):
+    """The declaration and the rollup's text: the oracle's rows and the rollup table's
+    column types, for every parameter set."""
+    con = duckdb.connect()
+    rows = _kernels(con, seed)
+    assert TYPES == ["VARCHAR"] * 3 + ["BIGINT"] * 2 + ["DOUBLE"] + ["BIGINT"] * 2 + ["DOUBLE"]
+    seen = overlapped = 0
+    for case in CASES:
+        values = {**PARAMS, **case}
+        want = _oracle(rows, **case)
+        seen += len(want)
+        overlapped += sum(0 < r[6] < r[4] for r in want)
+        for sql in (METRIC.sql, ROLLUP):
+            types, got = _rows(con, sql, values)
+            assert types == TYPES, (case, sql[:40])
+            assert _same(got, want), (case, sql[:40], got, want)
+    assert seen > 100 and overlapped > 10  # real rows, partly overlapped
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -67,11 +160,8 @@ def test_streamed_rollup_gives_the_rows_of_the_declaration(seed):
     assert sqllib.bound_names(METRIC.rollup_sql) == sqllib.bound_names(METRIC.sql)
     con = duckdb.connect()
     _kernels(con, seed)
-    cases = [{}, {"name_like": "fmha%"}, {"name_like": "%"}, {"step_from": 1}, {"step_from": 1, "step_to": 1},
-             {"run_id": "b"}, {"device": "GPU:1"}, {"run_id": "a", "device": "GPU:0", "name_like": "gemm"},
-             {"run_id": "nothing"}]
     seen = 0
-    for case in cases:
+    for case in CASES:
         values = {**PARAMS, **case}
         want = _rows(con, METRIC.sql, values)
         seen += len(want[1])
@@ -116,6 +206,39 @@ def test_the_rollup_joins_nothing():
     assert not [o for o in operators if "Join" in o or "Cross" in o or "Product" in o], operators
 
 
+def test_the_declaration_holds_a_few_rows_a_kernel_where_all_overlap(tmp_path):
+    """300 all-reduces and 300 compute kernels on other streams, every all-reduce
+    overlapping every compute kernel: no operator of the declaration's plan (DuckDB's
+    profile) produces more than 2 rows a kernel (the declaration before session 17 paired
+    each collective with each kernel running beside it: 90,000 rows, n squared); the rows
+    are those worked out from the layout."""
+    m = 300
+    rows = [("r", "GPU:0", 1, "ncclAllReduce", "kernel", 0, i, 2_000_000 - 2 * i) for i in range(m)]
+    rows += [("r", "GPU:0", 2 + i % 3, "gemm", "kernel", 0, 1000 + i, 100_000) for i in range(m)]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE kernels (run_id VARCHAR, device VARCHAR, stream BIGINT, name VARCHAR, kind VARCHAR, "
+                "step BIGINT, start_ns BIGINT, duration_ns BIGINT)")
+    con.executemany("INSERT INTO kernels VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    profile = tmp_path / "profile.json"
+    con.execute(f"PRAGMA enable_profiling = 'json'; PRAGMA profiling_output = '{profile}'")
+    got = _rows(con, METRIC.sql, PARAMS)[1]
+    con.execute("PRAGMA disable_profiling")
+
+    def produced(op):
+        yield op.get("intermediate_rows", 0)
+        for child in op.get("children", []):
+            yield from produced(child)
+
+    most = max(n for op in json.loads(profile.read_text())["operator"] for n in produced(op))
+    assert 2 * m <= most <= 2 * (2 * m), most  # 900: the compute kernels once, the collectives twice
+    # The compute kernels' union: [1000, 101299), all of it inside every all-reduce i
+    # ([i, 2e6 - i)); kernel time: the all-reduces' (sum of 2e6 - 2i) + 300 x 100 us.
+    total = sum(2_000_000 - 2 * i for i in range(m))
+    covered = m * (101_299 - 1000)
+    assert got == [("r", "GPU:0", "ncclAllReduce", m, total, round(100.0 * total / (total + m * 100_000), 2), covered,
+                    total - covered, round(100.0 * covered / total, 2))]
+
+
 def _one_device(folder: Path, n: int) -> Path:
     """A run's kernels file of `n` kernels on one device and stream: kernel i at 10 us * i,
     4 us long (i even) or 12 us (i odd, overlapping the next by 2 us); every tenth
@@ -131,16 +254,17 @@ def _one_device(folder: Path, n: int) -> Path:
     return path
 
 
-def test_one_device_of_a_million_kernels_fits_64mb(tmp_path):
+@pytest.mark.parametrize("text", ["rollup", "declaration"])
+def test_one_device_of_a_million_kernels_fits_64mb(tmp_path, text):
     """1 M kernels on one device, 100 k of them all-reduces, DuckDB at 64 MB on one thread
-    (the rollup writer's setting): the declaration ran out of memory here (its join's one
-    hash key, ~0.5 s); the sweep fits, with the figures of the layout."""
+    (the rollup writer's setting): the declaration before session 17 ran out of memory here
+    (its join's one hash key, ~0.5 s); both sweeps fit, with the figures of the layout."""
     n = 1_000_000
     path = _one_device(tmp_path, n)
     con = duckdb.connect()
     con.execute(f"SET threads = 1; SET memory_limit = '64MB'; SET temp_directory = '{tmp_path / 'spill'}'")
     con.execute(f"CREATE VIEW kernels AS SELECT * FROM read_parquet('{path}')")
-    got = _rows(con, ROLLUP, PARAMS)[1]
+    got = _rows(con, ROLLUP if text == "rollup" else METRIC.sql, PARAMS)[1]
     # Worked out from the layout: all-reduce i (i > 0) starts 2 us before kernel i - 1
     # (odd, 12 us) ends and ends before kernel i + 1 starts: 2 us of its 4 overlapped; the
     # first (i = 0) has nothing before it. Kernel time: n / 2 x 4 us + n / 2 x 12 us.

@@ -46,6 +46,8 @@ def test_a_full_tier_of_every_table_is_merged_after_the_ingest_that_fills_it(tmp
 
     # nine runs, a commit each: every table's lowest tier holds nine files, one short of a tier
     monkeypatch.setattr(ingest_mod, "COMMIT_EVERY_RUNS", 1)
+    # the tier's merge is ten runs' rows, over a one-run ingest's budget (test_compaction_budget.py)
+    monkeypatch.setattr(Lake, "MERGE_BUDGET", float("inf"))
     wh = tmp_path / "wh"
     summary = Warehouse(wh).ingest(str(_runs(tmp_path / "r1", [f"a{i}" for i in range(Lake.FANOUT - 1)])))
     assert summary.ok and len(summary.runs) == Lake.FANOUT - 1 and summary.compacted == {}

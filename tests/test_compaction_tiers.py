@@ -54,6 +54,8 @@ def _tiny(monkeypatch, file_rows: int = 1 << 40) -> None:
     monkeypatch.setattr(Lake, "TIER_ROWS", 1, raising=False)
     monkeypatch.setattr(Lake, "FILE_ROWS", file_rows, raising=False)
     monkeypatch.setattr(Lake, "FILE_BYTES", 1 << 40, raising=False)
+    # every merge the plan names, as `optimize` would (the ingest's budget: test_compaction_budget.py)
+    monkeypatch.setattr(Lake, "MERGE_BUDGET", float("inf"))
 
 
 def _expected(r: int, n: int, full_rows: int | None = None) -> list[int]:

@@ -44,9 +44,18 @@ def _inputs(seed_warehouse, tmp_path) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("passes", [lake.MERGE_PASSES, 1])
+def _way(monkeypatch, way: str) -> None:
+    """Merge by cursors, or in memory (`lake._merge_in_memory`: few rows a run), whatever the inputs."""
+    if way == "cursors":
+        monkeypatch.setattr(lake, "MERGE_IN_MEMORY_ROWS", 0)
+    else:
+        monkeypatch.setattr(lake, "MERGE_IN_MEMORY_RUN_ROWS", 1 << 40)
+
+
+@pytest.mark.parametrize("way, passes", [("cursors", lake.MERGE_PASSES), ("cursors", 1), ("memory", 1)])
 def test_a_streamed_merge_writes_the_rows_and_row_groups_of_a_stable_sort(seed_warehouse, tmp_path, monkeypatch,
-                                                                           passes):
+                                                                           way, passes):
+    _way(monkeypatch, way)
     monkeypatch.setattr(lake, "ROW_GROUP_ROWS", 250)
     monkeypatch.setattr(lake, "MERGE_BATCH_ROWS", 101)  # batches cut across runs and row groups
     monkeypatch.setattr(lake, "MERGE_PASSES", passes)  # 1: an out-of-order file is sorted whole
@@ -69,7 +78,9 @@ def test_a_streamed_merge_writes_the_rows_and_row_groups_of_a_stable_sort(seed_w
         max(want.column("device").to_pylist()))
 
 
-def test_a_merge_that_keeps_no_row_writes_no_file(seed_warehouse, tmp_path):
+@pytest.mark.parametrize("way", ["cursors", "memory"])
+def test_a_merge_that_keeps_no_row_writes_no_file(seed_warehouse, tmp_path, monkeypatch, way):
+    _way(monkeypatch, way)
     sources = _inputs(seed_warehouse, tmp_path)[:2]
     assert lake.merge_files(storage.open_storage(tmp_path), TABLE, sources, "out.parquet",
                             pa.array([], pa.string())) is None
@@ -110,3 +121,41 @@ def test_a_merge_holds_a_batch_of_each_file_not_their_rows(tmp_path):
     assert peak < 450 << 20, f"peak RSS {peak >> 20} MB merging {in_memory >> 20} MB of rows"
     got = pq.read_table(tmp_path / "out.parquet", columns=["run_id"]).column("run_id").to_pylist()
     assert got == sorted(got)
+
+
+def test_rows_by_run_gives_each_live_runs_rows_in_run_order(seed_warehouse, tmp_path, monkeypatch):
+    """`lake.rows_by_run` (migration 0015's read): the rows of several files of overlapping
+    run ranges, run by run in run order, each run's rows of its named ingest only (the
+    oracle: the inputs' rows read with pyarrow, filtered in Python); a file whose rows are
+    not in run order is refused."""
+    from collections import Counter
+
+    monkeypatch.setattr(lake, "RUN_BATCH_ROWS", 101)  # batches cut across runs
+    lk = lake.Lake(seed_warehouse)
+    sources = []
+    for i, rel in enumerate(lk.add_actions(TABLE).column("path").to_pylist()):
+        t = pq.read_table(seed_warehouse / rel, schema=lake.file_schema(TABLE))
+        for name, part in ((f"in{i}", t), (f"half{i}", t.slice(t.num_rows // 3, t.num_rows // 2))):
+            pq.write_table(part, tmp_path / f"{name}.parquet")
+            sources.append(f"{name}.parquet")
+    data = pa.concat_tables([pq.read_table(tmp_path / s) for s in sources])
+    runs = sorted(set(data.column("run_id").to_pylist()))
+    assert len(runs) >= 3
+    live = {r: i for r, i in zip(data.column("run_id").to_pylist(), data.column("ingest_id").to_pylist())}
+    live.pop(runs[1])  # a run not asked for
+    live[runs[-1]] = "another-ingest"  # a run whose rows here are of a superseded ingest
+
+    columns = ("run_id", "device", "node_name", "duration_ns")
+    pieces = list(lake.rows_by_run(storage.open_storage(tmp_path), TABLE, sources, columns, live))
+    order = [r for r, _, _ in pieces]
+    assert order == sorted(order)  # run order, each run's pieces together
+    assert all(p.column_names == list(columns) for _, _, p in pieces)
+    got = Counter(tuple(row.values()) for _, _, p in pieces for row in p.to_pylist())
+    cols = (data.column(c).to_pylist() for c in (*columns, "ingest_id"))
+    want = Counter((r, d, n, ns) for r, d, n, ns, i in zip(*cols) if live.get(r) == i)
+    assert got == want and {k[0] for k in want} == set(runs) - {runs[1], runs[-1]}
+
+    # the inputs' rows reversed in one file: several runs, out of order
+    pq.write_table(data.take(pa.array(range(data.num_rows - 1, -1, -1))), tmp_path / "rev.parquet")
+    with pytest.raises(lake.NotInRunOrder):
+        list(lake.rows_by_run(storage.open_storage(tmp_path), TABLE, ["rev.parquet"], columns, live))

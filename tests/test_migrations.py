@@ -693,17 +693,30 @@ NEW_IN_0015 = ["rollup_kernel_names", "rollup_kernel_histogram", "rollup_op_summ
                "rollup_memcpy_summary", "rollup_run_summary", "rollup_step_flops"]
 
 
-def test_schema6_lake_gains_the_fleet_rollups(tmp_path):
+@pytest.mark.parametrize("variant", ["default", "groups of 500 rows", "a file out of run order"])
+def test_schema6_lake_gains_the_fleet_rollups(tmp_path, monkeypatch, variant):
     """Migration 0015 (schema 10) on the frozen schema-6 lake (Kineto, NCCL two-rank, TF,
     MegEngine and JAX runs): every run's new rollups hold the figures counted here in
     Python from its raw rows (durations bucketed by their bit length, not by log2), and the
-    canned queries that read them give the rows their raw-row SQL gives."""
+    canned queries that read them give the rows their raw-row SQL gives. With groups of at
+    most 500 rows, every run but the smallest is computed alone from its files (a run too
+    big to hold); with a file found out of run order, the runs are computed a group at a
+    time from their files (`rollups.backfill`): the same figures."""
     from collections import Counter, defaultdict
 
-    from tracedb import sqllib
+    from tracedb import lake as lake_mod
+    from tracedb import rollups, sqllib
     from tracedb.lake import Lake
     from tracedb.output import plain_numbers
 
+    if variant == "groups of 500 rows":
+        monkeypatch.setattr(rollups, "GROUP_ROWS", 500)
+    elif variant == "a file out of run order":
+        def refuse(self, *args):
+            raise lake_mod.NotInRunOrder(self.path)
+            yield  # a generator, as the cursor's pieces are
+
+        monkeypatch.setattr(lake_mod._RunCursor, "_pieces", refuse, raising=False)
     wh = tmp_path / "s6"
     shutil.copytree(FROZEN_SCHEMA6, wh)
     assert "0015_fleet_rollups" in catalog_migrate(wh)
@@ -787,3 +800,41 @@ def test_schema6_lake_gains_the_fleet_rollups(tmp_path):
             assert rows(fast) == rows(raw), name
     finally:
         con.close()
+
+
+def test_fleet_rollups_read_each_source_file_once(tmp_path, monkeypatch):
+    """Migration 0015 reads each live file of the tables its metrics read (kernels, nodes,
+    steps) once, whatever the runs it holds: the files are merged by run (each in run
+    order), not read again for each group of runs (or each run) whose rows it holds. The
+    frozen schema-6 lake's five runs share one file a table once migrated to schema 9."""
+    from tracedb import migrate as migrate_mod
+    from tracedb import rollups, storage
+    from tracedb.lake import Lake
+
+    wh = tmp_path / "s6"
+    shutil.copytree(FROZEN_SCHEMA6, wh)
+    every = migrate_mod.discover()
+    with monkeypatch.context() as m:  # up to schema 9 first: migration 0014
+        m.setattr(migrate_mod, "discover", lambda: [g for g in every if g.number < 15])
+        catalog_migrate(wh)
+    lake = Lake(wh)
+    sources = {t: lake.live_files(t)[0] for t in ("kernels", "nodes", "steps")}
+    assert all(len(files) == 1 for files in sources.values())
+    assert len(lake.live_files_by_run("kernels")[0]) == 5  # the five runs' kernels share the file
+
+    reads: list[str] = []  # every read of a lake file: pyarrow's, and a relation DuckDB reads
+    parquet_source, run_rows = storage.LocalStorage.parquet_source, rollups._run_rows
+
+    def read(self, rel):
+        reads.append(rel)
+        return parquet_source(self, rel)
+
+    def relation(paths, *args):
+        reads.extend(str(p) for p in paths)
+        return run_rows(paths, *args)
+
+    monkeypatch.setattr(storage.LocalStorage, "parquet_source", read)
+    monkeypatch.setattr(rollups, "_run_rows", relation)
+    assert catalog_migrate(wh) == ["0015_fleet_rollups"]
+    counts = {rel: sum(1 for r in reads if r.endswith(rel)) for files in sources.values() for rel in files}
+    assert counts == {rel: 1 for rel in counts}

@@ -126,6 +126,33 @@ def test_tensor_flow_on_spark_equals_duckdb(spark, seed_warehouse, tmp_path):
     assert got == want  # same rows, same order
 
 
+def test_collectives_on_spark_equals_duckdb(spark, seed_warehouse, tmp_path):
+    """collectives has rows only with communication kernels, which the seed traces lack:
+    the two NCCL traces in a warehouse of their own, the whole runs, a step, a device and
+    `name_like` (the declaration's sweep by time in Spark's windows: the same overlap as
+    DuckDB's, partly overlapped collectives among them)."""
+    from tracedb.ingest import ingest
+
+    wh = tmp_path / "wh"
+    for name in ("hta_nccl_allreduce", "hta_nccl_two_ranks"):
+        assert ingest([Path(__file__).parent / "data" / name], wh, run_id=name).ok
+    cases = [{}, {"step_from": 552, "step_to": 552}, {"step_from": 5, "device": "GPU:0"}, {"name_like": "%gemm%"}]
+    try:
+        engines.spark_views(spark, wh)
+        for params in cases:
+            args = ["query", "collectives", "--dialect", "spark", "--inline"]
+            for k, v in params.items():
+                args += ["-p", f"{k}={v}"]
+            printed = runner.invoke(app, args)
+            assert printed.exit_code == 0, printed.output
+            got = [tuple(plain(v) for v in r) for r in spark.sql(printed.output).collect()]
+            want = duckdb_rows(sqllib.load("collectives"), params, wh)
+            assert any(0 < r[6] < r[4] for r in want), params  # overlapped_ns, total_ns
+            assert got == want, params  # same rows, same order
+    finally:
+        engines.spark_views(spark, seed_warehouse)
+
+
 def test_spark_binds_its_own_named_placeholders(spark, seed_warehouse):
     cq = sqllib.load("top_kernels")
     sql = dialects.transpile(cq, "spark")

@@ -242,13 +242,21 @@ class Warehouse:
         return removed
 
     def optimize(self) -> dict[str, int]:
-        """Compact small files per run and device; returns files compacted per table."""
-        from tracedb import catalog
+        """Compact the lake's small files (the merges an ingest leaves: `Lake.ingest_compaction`);
+        returns files compacted per table. The data tables' merges are written outside the
+        commit lock, each committed under it (`Lake.optimize_merges`): ingests run meanwhile."""
+        import time
+
+        from tracedb import catalog, lake as lake_mod
 
         lake = catalog.open_lake(self.storage)
-        with lake.lock():
-            done = lake.optimize()
-            catalog.publish(lake)
+        tag = f"optimize-{int(time.time() * 1000)}"
+        with self.storage.ingest_mark(lake_mod.INGESTS_DIR, tag):
+            done = lake.optimize_merges(tag)
+            with lake.lock():
+                for table, n in lake.optimize().items():
+                    done[table] = done.get(table, 0) + n
+                catalog.publish(lake)
         return done
 
     def check(self) -> list[tuple[str, str, str]]:

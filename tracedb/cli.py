@@ -162,6 +162,8 @@ def ingest(
                        "version (if any); --partial lands what is readable", err=True)
     if summary.compaction_error:
         typer.echo(f"warning: {summary.compaction_error}", err=True)
+    if summary.compaction_hint and not quiet:
+        typer.echo(f"note: {summary.compaction_hint}", err=True)
     if not summary.ok:
         typer.echo(f"{len(summary.errors)} error(s); see `tracedb query - <<< \"select * from files where status='error'\"`", err=True)
         raise typer.Exit(1)
@@ -360,7 +362,9 @@ def vacuum(warehouse: Optional[str] = WarehouseOpt,
 
 @command()
 def optimize(warehouse: Optional[str] = WarehouseOpt):
-    """Compact small files: each table's small files merged into one, in run order, dropping rows no run's live version holds.
+    """Compact the lake's files: the merges an ingest leaves (larger than its own rows) and every
+    small file, in run order, dropping rows no run's live version holds. Run it after the
+    nightly ingests (or weekly); ingests may run meanwhile.
 
     Example: tracedb optimize --warehouse /data/tracedb && tracedb vacuum --retention-hours 0
     """

@@ -9,7 +9,8 @@ these variables for a `tracedb` process they start, never in their own process.
 
 The steps: ingest_before_commit, ingest_after_add, ingest_after_files,
 ingest_after_publish, ingest_after_cleanup, cleanup_after_published,
-rm_after_unpublish, optimize_after_<table>, snapshot_before_rename,
+rm_after_unpublish, optimize_merged_<table> (a merge written outside the lock),
+optimize_after_<table>, snapshot_before_rename,
 m0013_before_unpartition, m0013_after_unpartition (migration 0013), and
 "reading <file name>" in an ingest worker.
 """

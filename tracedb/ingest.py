@@ -140,6 +140,18 @@ class IngestSummary:
     compacted: dict[str, int] = field(default_factory=dict)  # files merged away, per table (`_compact`)
     # the runs landed, but compacting the files after them failed (`tracedb optimize` retries)
     compaction_error: str | None = None
+    # rows of the merges left to `tracedb optimize`, per table: above this ingest's budget
+    # (`lake.Lake.ingest_compaction`)
+    compaction_deferred: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def compaction_hint(self) -> str | None:
+        """A line telling that merges were left to `tracedb optimize`, or None."""
+        if not self.compaction_deferred:
+            return None
+        rows = sum(self.compaction_deferred.values())
+        return (f"merges of {rows:,} rows ({', '.join(sorted(self.compaction_deferred))}) are more than this ingest's "
+                f"own rows: left to `tracedb optimize` (run it after the nightly ingests; docs/scale.md)")
 
     @property
     def errors(self) -> list[tuple[str, str]]:
@@ -476,7 +488,8 @@ def ingest(
             rows.append(sum(n for r in results for t, n in r.rows.items() if t in rollups.WHOLE_SOURCES))
             results = []  # the landing's now
         landing.commit()
-        compacted, compaction_error = landing.compact(ingest_id)  # under the ingest's mark: vacuum spares its files
+        # under the ingest's mark: vacuum spares its files
+        compacted, deferred, compaction_error = landing.compact(ingest_id)
     except BaseException:
         if landing:
             landing.discard(results + (pool.finished() if pool else []))
@@ -488,7 +501,7 @@ def ingest(
         if landing:
             landing.close()
         marked.close()
-    return IngestSummary(warehouse.root, landing.summaries, compacted, compaction_error)
+    return IngestSummary(warehouse.root, landing.summaries, compacted, compaction_error, deferred)
 
 
 def _some_trace(paths: list[Path], planned: list[tuple[RunSpec, list[_Job], list[FileResult]]]) -> None:
@@ -545,6 +558,7 @@ class _Landing:
         self.pending: list[tuple[lake.RunCommit, RunSummary]] = []
         self.rolled = 0  # pending[:rolled] have their rollup files
         self.summaries: list[RunSummary] = []
+        self.rows = 0  # rows of the data and rollup files committed (`compact`'s budget)
         self.roll: rollups.Writer | None = None  # from the first rollup on
         self.opening = self.store_future = self.roll_future = self.preload_future = None
         # A new warehouse's Delta tables (0.04-0.1 s of delta-rs, ~0.25 s with its import in a
@@ -633,6 +647,7 @@ class _Landing:
             if self.preload_future:
                 self.preload_future.result()  # its handles are used by one thread at a time
             _commit(self.store, [c for c, _ in self.pending], None, self.roll or self.roll_future.result())
+            self.rows += sum(f.rows for c, _ in self.pending for f in c.files)
             for _, summary in self.pending:
                 self.summaries.append(summary)
                 if self.on_run:
@@ -655,20 +670,21 @@ class _Landing:
             c.files = []
         runs[0].files = merged
 
-    def compact(self, ingest_id: str) -> tuple[dict[str, int], str | None]:
-        """After the last commit: merge each table's files where a tier is full (`_compact`).
-        A failure is reported, not raised: the runs have landed."""
+    def compact(self, ingest_id: str) -> tuple[dict[str, int], dict[str, int], str | None]:
+        """After the last commit: merge each table's files where a tier is full, within a
+        budget of this ingest's rows (`_compact`). A failure is reported, not raised: the
+        runs have landed."""
         import duckdb
         from deltalake.exceptions import DeltaError
 
         if self.store is None or not self.summaries:
-            return {}, None
+            return {}, {}, None
         try:
             with timing.phase("compact"):
-                return _compact(self.store, ingest_id), None
+                return *_compact(self.store, ingest_id, self.rows), None
         except (DeltaError, OSError, duckdb.Error, TracedbError) as e:
-            return {}, (f"the runs landed, but compacting the lake's files after them failed (`tracedb optimize` "
-                        f"compacts them): {' '.join(str(e).split())}")
+            return {}, {}, (f"the runs landed, but compacting the lake's files after them failed (`tracedb optimize` "
+                            f"compacts them): {' '.join(str(e).split())}")
 
     def discard(self, finished: list) -> None:
         """After a failure: what was written for runs that did not commit is no one's
@@ -715,20 +731,25 @@ META_FILES = 32
 CONCURRENT_MERGE_BYTES = 16 << 20
 
 
-def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
-    """Tiered compaction after an ingest (`lake.Lake.compaction_plan`): where a table's tier
-    holds `Lake.FANOUT` files, they (or the first of them that fit a merge's bounds) are
-    merged into one, written before the commit lock
-    (files never change once written) and committed under it, with a new snapshot; a
-    chunk that another writer changed meanwhile is dropped (`commit_compacted`). An ingest
-    that fills no tier (nine in ten nightly groups) pays one reading of the logs."""
+def _compact(store: lake.Lake, ingest_id: str, rows: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Tiered compaction after an ingest that wrote `rows` rows (`lake.Lake.compaction_plan`):
+    where a table's tier holds `Lake.FANOUT` files, they (or the first of them that fit a
+    merge's bounds) are merged into one, written outside the commit lock (files never
+    change once written) and committed under it, with a new snapshot; a chunk that another
+    writer changed meanwhile is dropped (`commit_compacted`). Only the merges within the
+    ingest's budget (`Lake.ingest_compaction`: MERGE_BUDGET x `rows`) are made; returns the
+    files merged away and the rows left to `tracedb optimize`, per table. An ingest that
+    fills no tier pays one reading of the logs."""
     from tracedb import catalog
 
     published = store.published()
-    plans = [(t, chunk) for t in schema.TABLES for chunk in store.compaction_plan(t, published)]
+    plans, left = store.ingest_compaction(published, rows)
+    deferred: dict[str, int] = {}
+    for table, chunk in left:
+        deferred[table] = deferred.get(table, 0) + sum(r["rows"] or 0 for r in chunk)
     meta = [t for t in lake.META_WRITTEN if len(store.table(t).file_uris()) >= META_FILES]
     if not plans and not meta:
-        return {}
+        return {}, deferred
     # small merges in threads; a large one alone (a merge's memory is a row group and a batch
     # of each input, ~0.5 GB for kernels: two at once would double it)
     large = [sum(r["size"] for r in c) > CONCURRENT_MERGE_BYTES for _, c in plans]
@@ -747,7 +768,7 @@ def _compact(store: lake.Lake, ingest_id: str) -> dict[str, int]:
         finally:
             if any(done.values()):
                 catalog.publish(store)
-    return {t: n for t, n in done.items() if n}
+    return {t: n for t, n in done.items() if n}, deferred
 
 
 def _commit(store: lake.Lake, runs: list[lake.RunCommit], roll_up: Callable[[], None] | None,

@@ -23,8 +23,9 @@ published run's live ingest (`_live_runs`: the published runs in its run range w
 ingest is in its ingest range); a re-ingest or `rm` rewrites no file: the views keep
 `(run_id, ingest_id) IN runs`, a file left with no live row is removed from the log, and
 compaction drops the others' rows (`compaction_plan`: tiers of rows, ten files of a tier
-merged into the next after an ingest, until a file is full at 64-128 MiB or 16-32 M rows;
-all small ones by `optimize`). Schema 7 partitioned every data
+merged into the next, until a file is full at 64-128 MiB or 16-32 M rows; an ingest makes
+only the merges that fit its own rows, `ingest_compaction`, and `optimize` the others and
+every small file, outside the commit lock). Schema 7 partitioned every data
 table by run and device: ~17 files a run, a cost every commit, publish and query paid
 per file. A lake migrating from it meets both layouts while its older migrations run
 (`partitioned`, `partition_new_tables`); migration 0013 rewrites it.
@@ -328,31 +329,117 @@ def _write_groups(storage_: storage.Storage, table: str, rel: str, sch: pa.Schem
     """Rows given as row groups in file order (with schema `sch`), written at `rel` with
     the lake's Parquet options, and the file's DataFile (its run, device and ingest
     ranges); None, and no file, when there are none. A group is let go once written."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    sink = storage_.sink(rel)
-    rows, lo, hi = 0, {}, {}
+    out = _FileSink(storage_, table, rel, sch)
     try:
-        with pq.ParquetWriter(sink, sch, compression="zstd", write_page_checksum=True,
-                              use_dictionary=dictionary_columns(table)) as writer:
-            for group in groups:
-                writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
-                rows += group.num_rows
-                for c in ("run_id", "device", INGEST_ID.name):
-                    mm = pc.min_max(group.column(c))
-                    lo[c] = min(lo.get(c, mm["min"].as_py()), mm["min"].as_py())
-                    hi[c] = max(hi.get(c, mm["max"].as_py()), mm["max"].as_py())
-                del group  # not held while the next is made
+        for group in groups:
+            out.write(group)
+            del group  # not held while the next is made
     except BaseException:
-        storage_.drop_sink(sink)
+        out.abort()
         raise
-    size, digest = storage_.finish(rel, sink)
-    if not rows:
-        storage_.unlink(rel)
-        return None
-    return DataFile(table, lo["run_id"], lo["device"], rel, rows, size, digest, ingest_id=lo[INGEST_ID.name],
-                    run_hi=hi["run_id"], device_hi=hi["device"], ingest_hi=hi[INGEST_ID.name])
+    return out.close()
+
+
+class _FileSink:
+    """One file being written at `rel` with the lake's Parquet options, a row group a
+    `write`; `close` gives its DataFile (its run, device and ingest ranges), or None, and
+    no file, when it got no rows."""
+
+    def __init__(self, storage_: storage.Storage, table: str, rel: str, sch: pa.Schema):
+        import pyarrow.parquet as pq
+
+        self.storage, self.table, self.rel = storage_, table, rel
+        self.sink = storage_.sink(rel)
+        self.rows, self.lo, self.hi = 0, {}, {}
+        try:
+            self.writer = pq.ParquetWriter(self.sink, sch, compression="zstd", write_page_checksum=True,
+                                           use_dictionary=dictionary_columns(table))
+        except BaseException:
+            storage_.drop_sink(self.sink)
+            raise
+
+    def write(self, group: pa.Table) -> None:
+        import pyarrow.compute as pc
+
+        self.writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
+        self.rows += group.num_rows
+        for c in ("run_id", "device", INGEST_ID.name):
+            mm = pc.min_max(group.column(c))
+            self.lo[c] = min(self.lo.get(c, mm["min"].as_py()), mm["min"].as_py())
+            self.hi[c] = max(self.hi.get(c, mm["max"].as_py()), mm["max"].as_py())
+
+    def close(self) -> DataFile | None:
+        self.writer.close()
+        size, digest = self.storage.finish(self.rel, self.sink)
+        if not self.rows:
+            self.storage.unlink(self.rel)
+            return None
+        lo, hi = self.lo, self.hi
+        return DataFile(self.table, lo["run_id"], lo["device"], self.rel, self.rows, size, digest,
+                        ingest_id=lo[INGEST_ID.name], run_hi=hi["run_id"], device_hi=hi["device"],
+                        ingest_hi=hi[INGEST_ID.name])
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 - best effort: the file is dropped
+            pass
+        self.storage.drop_sink(self.sink)
+        self.storage.unlink(self.rel)
+
+
+class OrderedWriter:
+    """Rows of `table` handed over in file order (each piece after the last: run order,
+    then device), written as they come into files in `write_merged`'s order: row groups of
+    `group_rows` rows (pieces held until one is full), a new file once one holds
+    `file_rows` rows (a full file, `Lake._full`, which compaction leaves as it is). `rel`
+    names each new file. The memory is a row group, whatever the rows' count."""
+
+    def __init__(self, storage_: storage.Storage, table: str, rel: Callable[[], str], file_rows: int,
+                 group_rows: int = ROW_GROUP_ROWS):
+        self.storage, self.table, self.rel, self.file_rows = storage_, table, rel, file_rows
+        self.group_rows = group_rows
+        self.held: list[pa.Table] = []
+        self.n = 0
+        self.file: _FileSink | None = None
+        self.done: list[DataFile] = []
+
+    def write(self, rows: pa.Table) -> None:
+        while rows.num_rows:
+            cut = min(rows.num_rows, self.group_rows - self.n)
+            self.held.append(rows.slice(0, cut))
+            self.n, rows = self.n + cut, rows.slice(cut)
+            if self.n == self.group_rows:
+                self._flush()
+
+    def _flush(self) -> None:
+        if not self.n:
+            return
+        if self.file is None:
+            self.file = _FileSink(self.storage, self.table, self.rel(), file_schema(self.table))
+        self.file.write(_group(self.held, file_schema(self.table)))
+        self.held, self.n = [], 0
+        if self.file.rows >= self.file_rows:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        file, self.file = self.file, None
+        if file is not None and (f := file.close()) is not None:
+            self.done.append(f)
+
+    def close(self) -> list[DataFile]:
+        """The files written (none logged)."""
+        self._flush()
+        self._close_file()
+        return self.done
+
+    def abort(self) -> None:
+        """Every file written or being written deleted."""
+        if self.file is not None:
+            self.file.abort()
+        for f in self.done:
+            self.storage.unlink(f.rel)
+        self.done, self.held = [], []
 
 
 # Above this many bytes of rows a merge gathers its row groups one at a time (`_row_groups`).
@@ -412,7 +499,10 @@ def merge_files(storage_: storage.Storage, table: str, sources: list[str], rel: 
     import heapq
 
     target = file_schema(table)
-    cursors = [_Cursor(_sorted_segments(storage_.parquet_source(s), table, keep)) for s in sources]
+    opened = [storage_.parquet_source(s) for s in sources]
+    if _few_rows_a_run(opened):
+        return _merge_in_memory(storage_, table, opened, rel, keep)
+    cursors = [_Cursor(_sorted_segments(s, table, keep)) for s in opened]
     heap = [(c.key, i) for i, c in enumerate(cursors) if c.key is not None]
     heapq.heapify(heap)
 
@@ -424,6 +514,57 @@ def merge_files(storage_: storage.Storage, table: str, sources: list[str], rel: 
                 heapq.heappush(heap, (cursors[i].key, i))
 
     return _write_groups(storage_, table, rel, target, _regroup(rows(), target))
+
+
+# A merge of at most MERGE_IN_MEMORY_ROWS rows, fewer than MERGE_IN_MEMORY_RUN_ROWS a run,
+# sorts them in memory (`_merge_in_memory`) instead of merging cursors: the k-way merge
+# pays Python for each (run, device) key, and the rollup tables, `steps` and `annotations`
+# hold a few rows a run (a merge of `steps` at 10,000 runs: ~15 us of CPU a row by
+# cursors, ~1-3 in memory), while for kernels' ~2,000 rows a run the cursors cost half
+# what the sort and gather do (bench/RESULTS.md "Session 17: compact17").
+MERGE_IN_MEMORY_ROWS = 512 * 1024
+MERGE_IN_MEMORY_RUN_ROWS = 128
+
+
+def _few_rows_a_run(sources: list) -> bool:
+    """Whether these files hold at most MERGE_IN_MEMORY_ROWS rows, fewer than
+    MERGE_IN_MEMORY_RUN_ROWS a run (each file's distinct runs counted from its run_id column)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    files = [pq.ParquetFile(s, pre_buffer=False) for s in sources]
+    rows = sum(f.metadata.num_rows for f in files)
+    if rows > MERGE_IN_MEMORY_ROWS:
+        return False
+    runs = sum(pc.count_distinct(f.read(columns=["run_id"], use_threads=False).column(0)).as_py() for f in files)
+    return rows < MERGE_IN_MEMORY_RUN_ROWS * runs
+
+
+def _merge_in_memory(storage_: storage.Storage, table: str, sources: list, rel: str,
+                     keep: pa.Array | None) -> DataFile | None:
+    """`merge_files` for a few rows: the inputs' kept rows read whole (strings other than
+    the keys dictionary-encoded), one stable sort by run_id then device (ties in the order
+    of the inputs, each input's rows in their order: the merge's order), written a row
+    group at a time, made plain as `merge_files` writes them."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    dictionary = _dictionary_schema(file_schema(table))
+    parts = []
+    for source in sources:
+        pf = pq.ParquetFile(source, pre_buffer=False)
+        present = set(pf.schema_arrow.names)
+        pf = pq.ParquetFile(source, pre_buffer=False, metadata=pf.metadata, read_dictionary=[
+            f.name for f in dictionary if pa.types.is_dictionary(f.type) and f.name in present])
+        parts += _conformed(pf.iter_batches(MERGE_BATCH_ROWS, use_threads=False), dictionary)
+    data = pa.concat_tables(parts).unify_dictionaries().combine_chunks() if parts else None
+    if data is not None and keep is not None:  # one lookup of the live keys for the merge
+        data = data.filter(pc.is_in(_keys(data, ("run_id", INGEST_ID.name)), value_set=keep))
+    if data is None or not data.num_rows:
+        return None
+    data = data.take(pc.sort_indices(data, [("run_id", "ascending"), ("device", "ascending")]))
+    target = file_schema(table)
+    return _write_groups(storage_, table, rel, target, _regroup(_slices(data), target))
 
 
 def _keys(data: pa.Table | pa.RecordBatch, columns: tuple[str, str] = ("run_id", "device")) -> pa.Array:
@@ -504,11 +645,11 @@ def _sorted_segments(source, table: str, keep: pa.Array | None) -> Iterator[tupl
         yield from _split(whole.take(pc.sort_indices(_keys(whole))))
 
 
-def _split(t: pa.Table) -> Iterator[tuple[str, pa.Table]]:
-    """Rows in key order cut where the key changes."""
+def _split(t: pa.Table, columns: tuple[str, ...] = ("run_id", "device")) -> Iterator[tuple[str, pa.Table]]:
+    """Rows in key order (of `columns`, `_keys`) cut where the key changes."""
     import pyarrow.compute as pc
 
-    k = _keys(t)
+    k = t.column(columns[0]) if len(columns) == 1 else _keys(t, columns)
     starts = [0, *(i + 1 for i in pc.indices_nonzero(pc.not_equal(k[1:], k[:-1])).to_pylist())]
     ends = starts[1:] + [t.num_rows]
     for s, e in zip(starts, ends):
@@ -527,6 +668,84 @@ class _Cursor:
         while self.key == key:
             yield self.rows
             self.key, self.rows = next(self.pieces, (None, None))
+
+
+# `rows_by_run` reads each file this many rows at a time: its cursors are open at once (a
+# table's live files, 20-60 of them; each holds a batch and a page of each column read).
+RUN_BATCH_ROWS = 2 * 1024
+
+
+class NotInRunOrder(TracedbError):
+    """A file read in run order (`rows_by_run`) whose rows are not."""
+
+
+def rows_by_run(storage_: storage.Storage, table: str, sources: list[str], columns: tuple[str, ...],
+                live: dict[str, str]) -> Iterator[tuple[str, str, pa.Table]]:
+    """The rows of these files of `table` of the runs of `live` (run_id -> the ingest_id
+    whose rows to give), as (run_id, file, rows) pieces in run order (a run's pieces
+    together, in file order within a file), only `columns` (a column a file lacks: NULL;
+    ingest_id not included). A k-way merge of the files, each read once, MERGE_BATCH_ROWS
+    rows at a time: the memory is the files' count times a batch, not their rows. Every
+    file of the unpartitioned layout is in run order (a run's own file, or a merge's);
+    one that is not raises NotInRunOrder."""
+    import heapq
+
+    target = pa.schema([file_schema(table).field(c) for c in columns])
+    cursors = [_RunCursor(storage_, path, target, live) for path in sources]
+    heap = [(c.run, i) for i, c in enumerate(cursors) if c.run is not None]
+    heapq.heapify(heap)
+    while heap:
+        run, i = heapq.heappop(heap)
+        cursor = cursors[i]
+        while cursor.run == run:
+            yield run, cursor.path, cursor.rows
+            cursor.next()
+        if cursor.run is not None:
+            heapq.heappush(heap, (cursor.run, i))
+
+
+class _RunCursor:
+    """The head of one file's (run_id, rows) pieces of live runs (`rows_by_run`)."""
+
+    def __init__(self, storage_: storage.Storage, path: str, target: pa.Schema, live: dict[str, str]):
+        self.path = path
+        self.pieces = self._pieces(storage_.parquet_source(path), target, live)
+        self.next()
+
+    def next(self) -> None:
+        self.run, self.rows = next(self.pieces, (None, None))
+
+    def _pieces(self, source, target: pa.Schema, live: dict[str, str]) -> Iterator[tuple[str, pa.Table]]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        # string columns other than the keys read dictionary-encoded, as `merge_files` reads
+        # them: a batch holds each distinct kernel name once, not once a row (a piece held
+        # is a slice of its batch, which it keeps whole)
+        target = _dictionary_schema(pa.schema([*target, INGEST_ID]))
+        pf = pq.ParquetFile(source, pre_buffer=False)
+        present = set(pf.schema_arrow.names)
+        pf = pq.ParquetFile(source, pre_buffer=False, metadata=pf.metadata, read_dictionary=[
+            f.name for f in target if pa.types.is_dictionary(f.type) and f.name in present])
+        wanted = [f.name for f in target if f.name in present]
+        last = ""
+        for t in _conformed(pf.iter_batches(RUN_BATCH_ROWS, columns=wanted, use_threads=False), target):
+            if not t.num_rows:
+                continue
+            for run, piece in _split(t, ("run_id",)):
+                if run < last:
+                    raise NotInRunOrder(f"{self.path}: {run!r} after {last!r}")
+                last = run
+                ingest = live.get(run)
+                if ingest is None:
+                    continue
+                mine = pc.equal(piece.column(INGEST_ID.name), ingest)
+                if not pc.all(mine).as_py():
+                    piece = piece.filter(mine)
+                elif piece.num_rows < t.num_rows // 2:  # its own copy: the caller may hold it
+                    piece = piece.take(pa.array(range(piece.num_rows), pa.int32()))
+                if piece.num_rows:
+                    yield run, piece.drop_columns([INGEST_ID.name])
 
 
 def _regroup(pieces: Iterator[pa.Table], schema_: pa.Schema | None = None) -> Iterator[pa.Table]:
@@ -1417,7 +1636,7 @@ class Lake:
         self._write_delta("acceptances", data, mode="append")
 
     # -- maintenance --------------------------------------------------------------------
-    def optimize(self, target_size: int = 256 << 20, fanout: int = 10) -> dict[str, int]:
+    def optimize(self, target_size: int = 256 << 20, fanout: int | None = None) -> dict[str, int]:
         """Compact the data tables (tiered, `compaction_plan`: every small file merged) and
         the metadata tables' small files (delta-rs, files up to `target_size`); returns files
         removed per table. Call under `lock()`."""
@@ -1434,6 +1653,24 @@ class Lake:
             else:
                 out[table] = self.compact_table(table, target_size)
             faults.step(f"optimize_after_{table}")
+        return out
+
+    def optimize_merges(self, tag: str, fanout: int | None = None) -> dict[str, int]:
+        """`optimize`'s merges of the data tables, made outside the commit lock: each chunk of
+        `compaction_plan(everything=True)` written (minutes for a full file's merge), then
+        committed under `lock()` (`commit_compacted`: a chunk another writer changed
+        meanwhile is dropped), so other writers wait for a commit, not for a merge. Call
+        with an ingest mark named `tag` held (vacuum spares the merged files by it), not
+        under the lock; `optimize`, under it, then does what is left. Returns files
+        removed per table."""
+        published = self.published()
+        out: dict[str, int] = {}
+        for table in schema.TABLES:
+            for chunk in self.compaction_plan(table, published, fanout, everything=True):
+                merged = self.write_compacted(table, chunk, published, tag)
+                faults.step(f"optimize_merged_{table}")  # written, not committed: no lock held
+                with self.lock():
+                    out[table] = out.get(table, 0) + self.commit_compacted(table, chunk, merged, published)
         return out
 
     # Compaction's tiers (`compaction_plan`) are by rows: the lowest below TIER_ROWS (an
@@ -1502,6 +1739,34 @@ class Lake:
             elif len(files) >= fanout:  # an ingest merges one chunk a tier: its time is one merge's
                 chunks += self._bounded(files[:fanout])[:1]
         return chunks
+
+    # An ingest's compaction merges at most MERGE_BUDGET times the rows the ingest itself
+    # wrote (`ingest_compaction`): a merge costs ~1.5-3 us of CPU a row, the fleet bench's
+    # 50-run batch ~40 us a row to ingest (bench/RESULTS.md, "Session 17: compact17"), so
+    # the merges of any night stay a bounded fraction of its own ingest. A larger merge (a tier of ten
+    # nights' files and above: ten times a night's rows, then a hundred) is left to
+    # `tracedb optimize`, a separate job, as Delta Lake's OPTIMIZE is.
+    MERGE_BUDGET = 1.0
+
+    def ingest_compaction(self, published: dict[str, str], rows: int, tables: tuple[str, ...] = schema.TABLES
+                          ) -> tuple[list[tuple[str, list[dict]]], list[tuple[str, list[dict]]]]:
+        """What an ingest that wrote `rows` rows merges, and what it leaves to `optimize`:
+        each table's `compaction_plan` chunks as (table, chunk), fewest rows first, taken
+        while their rows sum to at most MERGE_BUDGET x `rows`; the others deferred. A
+        night's merges are then bounded by its own rows, whatever tier fills (without the
+        budget, the night that fills a tier merged ten, a hundred or a thousand nights'
+        rows); the small tables' tiers and the large ones' lowest still merge at ingest."""
+        plans = sorted(((t, c) for t in tables for c in self.compaction_plan(t, published)),
+                       key=lambda tc: sum(r["rows"] or 0 for r in tc[1]))
+        budget, taken, deferred = self.MERGE_BUDGET * rows, [], []
+        for table, chunk in plans:
+            cost = sum(r["rows"] or 0 for r in chunk)
+            if cost <= budget:
+                budget -= cost
+                taken.append((table, chunk))
+            else:
+                deferred.append((table, chunk))
+        return taken, deferred
 
     def _has_dead_rows(self, r: dict, published: dict[str, str]) -> bool:
         """Whether a live file holds rows of a run's superseded (or removed) ingest: its

@@ -38,8 +38,8 @@ whole stream (one stream of 10 M kernels did not fit 256 MB); stream_time's the 
 (a small group's by its declaration, which costs half as much there: `DECLARED_WHEN_SMALL`),
 with one sort of two rows a kernel and no GROUP BY after its one narrow GROUP BY (DuckDB's
 hash aggregates reserve memory from the query's start, which its sort's merge then lacks);
-collectives' by one sweep by time over each device's rows, where the declaration joins each
-collective with every kernel of its device (CPU ~n squared, one hash key a device).
+collectives' by one sweep by time over each device's rows in a single ORDER BY, where the
+declaration's portable sweep (standard windows partitioned by device) sorts them twice.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ class Writer:
     SQL parsed once and each run on a cursor of its own kept open (a connection and the
     parsing cost ~50-100 ms under load, as much as the metrics themselves on a small run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tables: list[str] | None = None) -> None:
+        """`tables`: only these rollup tables' metrics are prepared (None: all)."""
         import duckdb
 
         from tracedb.storage import sql_str
@@ -173,6 +174,8 @@ class Writer:
         self.sparse = False
         self._registered: set = set()  # fsspec protocols registered on the connection
         for table, cq in metrics().items():
+            if tables is not None and table not in tables:
+                continue
             whole = not any(p.name == "kind" for p in cq.params)
             cur = self.con.cursor()
             if whole:  # a cursor's own setting: `kernels` is then that schema's
@@ -263,7 +266,14 @@ class Writer:
         with self.con.cursor() as cur:
             have = None
             first = next((src[table] for src in sources if table in src), None)
-            if self.sparse and first is not None:
+            if not isinstance(first, str) and first is not None:
+                # rows handed over as Arrow tables (`backfill_in_run_order`: only the columns
+                # the metrics name), copied: registered on this cursor, read by name
+                assert copy, "rows handed over as Arrow are copied"
+                have = set(first.column_names)
+                sources = [{**src, table: _registered(cur, src[table], f"arrow_{table}_{i}")} if table in src else src
+                           for i, src in enumerate(sources)]
+            elif self.sparse and first is not None:
                 have = {r[0] for r in cur.execute(f"DESCRIBE SELECT * FROM {first}").fetchall()}
             cur.execute(f"""CREATE OR REPLACE {kind} whole.{table} AS
                 SELECT * EXCLUDE (_source) REPLACE (_source || '*' AS run_id)
@@ -349,6 +359,13 @@ class Writer:
         rows = rows.select([c for c in schema.TABLES[table].names if c != "run_id"])
         return [rows] if source is None else [rows.filter(pc.equal(source, i)) for i in range(n)]
 
+    def reads_from(self, store: storage.Storage) -> None:
+        """Let the metrics read files of `store` (object storage: DuckDB reads through fsspec)."""
+        fs = store.duckdb_filesystem()
+        if fs is not None and fs.protocol not in self._registered:
+            self.con.register_filesystem(fs)
+            self._registered.add(fs.protocol)
+
     def write_runs(self, root: Path | str | storage.Storage, runs: list[tuple[str, str, list[str]]],
                    tables: list[str] | None = None, tag: str = "rollup",
                    partitioned: frozenset[str] = frozenset(), rows: int | None = None) -> list[DataFile]:
@@ -367,10 +384,7 @@ class Writer:
             return []
         self.sparse = bool(partitioned)
         store = storage.open_storage(root)
-        fs = store.duckdb_filesystem()  # object storage: DuckDB reads through fsspec
-        if fs is not None and fs.protocol not in self._registered:
-            self.con.register_filesystem(fs)
-            self._registered.add(fs.protocol)
+        self.reads_from(store)
         sources = []
         for run_id, ingest_id, files in runs:
             by_table: dict[str, list[str]] = {}
@@ -410,6 +424,14 @@ class Writer:
             raise
         order = {run_id: i for i, (run_id, _, _) in enumerate(runs)}
         return sorted(written, key=lambda f: (order[f.run_id], list(schema.ROLLUPS).index(f.table), f.device))
+
+
+def _registered(cur, rows: str | pa.Table, name: str) -> str:
+    """A relation's text: `rows` itself, or the name it is registered under on `cur`."""
+    if isinstance(rows, str):
+        return rows
+    cur.register(name, rows)
+    return name
 
 
 def _joined(parts: list[pa.Table]) -> list[pa.Table]:
@@ -475,3 +497,205 @@ def backfill(lake, tables: list[str], tag: str, anew: bool = False) -> None:
         raise
     finally:
         roll.close()
+
+
+# `backfill_in_run_order` computes the rollups of GROUP_RUNS runs at a time (as an ingest's
+# commit group), fewer when their rows reach GROUP_ROWS: the rows are held as Arrow and
+# copied into DuckDB (`Writer`), so these bound the memory whatever the lake's size. A run
+# of more rows than GROUP_ROWS is computed alone from its files (views, as an ingest reads
+# a big run's files: `TABLE_ROWS`), its rows not held. (Groups of 100 k rows rather than
+# TABLE_ROWS: the same CPU a run, less memory; bench/RESULTS.md "Session 17: mig17".)
+GROUP_RUNS = 50
+GROUP_ROWS = 100_000
+# ... and writes each rollup table's rows in row groups of this many: the seven tables'
+# pending rows are held at once (128 k `rollup_kernel_names` rows, of long kernel names,
+# are tens of MB); the rollups are small tables, read whole or by run.
+ROLLUP_GROUP_ROWS = 32 * 1024
+
+
+class _Run(NamedTuple):
+    """One run's rows of the source tables as `_by_run` gives them."""
+
+    run_id: str
+    rows: dict[str, list[pa.Table]] | None  # by source table; None: more than GROUP_ROWS, not held
+    files: dict[str, list[str]]  # the files that hold them, by source table
+
+
+def columns_read(tables: list[str]) -> dict[str, tuple[str, ...]]:
+    """For each source table the metrics of these rollup tables read: the columns of its
+    `whole` copy (`WHOLE_SOURCES`) that any of their texts names (DuckDB's syntax tree:
+    every column reference, of whatever relation), all of them where a `SELECT *` reads
+    the table itself; run_id always. A column no text names no metric reads."""
+    import json
+
+    import duckdb
+
+    named: set[str] = {"run_id"}
+    starred: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, list):
+            for n in node:
+                walk(n)
+        elif isinstance(node, dict):
+            if node.get("class") == "COLUMN_REF":
+                named.update(node.get("column_names", []))
+            if node.get("type") == "SELECT_NODE" and any(e.get("class") == "STAR" for e in node.get("select_list", [])):
+                starred.update(_base_tables(node.get("from_table")))
+            for v in node.values():
+                walk(v)
+
+    with duckdb.connect() as con:
+        for t in tables:
+            cq = metrics()[t]
+            tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [cq.rollup_sql or cq.sql]).fetchone()[0])
+            if tree.get("error"):
+                raise TracedbError(f"{cq.name}: {tree.get('error_message')}")
+            walk(tree)
+    return {src: tuple(c for c in WHOLE_SOURCES[src] if c in named or src in starred) for src in reads(tables)}
+
+
+def _base_tables(node: Any) -> list[str]:
+    """The tables (or CTEs) a FROM clause reads directly, through its joins."""
+    if not isinstance(node, dict):
+        return []
+    if node.get("type") == "BASE_TABLE":
+        return [node.get("table_name", "")]
+    if node.get("type") == "JOIN":
+        return _base_tables(node.get("left")) + _base_tables(node.get("right"))
+    return []
+
+
+def backfill_in_run_order(lake, tables: list[str], tag: str) -> None:
+    """`backfill` (not `anew`), reading each live file of the source tables once: the files
+    of each table the metrics read are merged by run (`lake.rows_by_run`: files are in run
+    order, many runs a file, and their run ranges overlap), the runs' rows handed to the
+    metrics GROUP_RUNS runs at a time in run order, and each rollup table's rows written
+    as they come into files in run order (`lake.OrderedWriter`), a few a table. `backfill`
+    computes groups of runs from each run's files, and each file holds runs of many groups:
+    it read each file once a group (bench/RESULTS.md "Session 17: mig17").
+    The rows are those `backfill` (and an ingest) writes: the same metrics on the same rows
+    of each run (its live ingest's). Safe to re-run after a crash, like `backfill`: the
+    files are committed at the end (one Delta commit a table), and a run that has a table's
+    rollup is left alone in it. A lake with a table in the partitioned layout, or a file not
+    in run order, gets `backfill`."""
+    import secrets
+
+    from tracedb import lake as lake_mod
+
+    lake.ensure_tables()
+    live = {r["run_id"]: r["ingest_id"] for r in lake.read_table("runs", ["run_id", "ingest_id"]).to_pylist()}
+    published = lake.published()
+    missing = {t: set(live) - {run for run, _ in lake.live_files_by_run(t, live)[0]} for t in tables}
+    tables = [t for t in tables if missing[t]]
+    todo = {run: ingest for run, ingest in live.items() if any(run in missing[t] for t in tables)}
+    if not todo:
+        return
+    if lake.partitioned_tables() & {*tables, *reads(tables)}:
+        return backfill(lake, tables, tag)
+    streams = {src: lake_mod.rows_by_run(lake.storage, src, lake.live_files(src, published)[0], columns, todo)
+               for src, columns in columns_read(tables).items()}
+    writers = {t: lake_mod.OrderedWriter(lake.storage, t, lambda t=t: f"{t}/part-{tag}-r{secrets.token_hex(4)}.parquet",
+                                         lake.FILE_ROWS // 2, ROLLUP_GROUP_ROWS) for t in tables}
+    roll = Writer(tables)
+    try:
+        for group in _groups(_by_run(streams)):
+            _write_group(roll, lake.storage, group, todo, {t: missing[t] for t in tables}, writers)
+        files = [f for w in writers.values() for f in w.close()]
+    except lake_mod.NotInRunOrder:
+        for w in writers.values():
+            w.abort()
+        return backfill(lake, tables, tag)
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    finally:
+        roll.close()
+    try:
+        lake._add_files(files)  # one Delta commit per rollup table, checksums recorded
+    except BaseException:
+        lake.discard(files)
+        raise
+
+
+def _by_run(streams: dict[str, Iterator[tuple[str, str, pa.Table]]]) -> Iterator[_Run]:
+    """The source tables' (run_id, file, rows) pieces (`lake.rows_by_run`) joined by run,
+    in run order; a run's rows past GROUP_ROWS are let go (`_Run.rows` None)."""
+    heads = {t: next(it, None) for t, it in streams.items()}
+    while any(h is not None for h in heads.values()):
+        run = min(h[0] for h in heads.values() if h is not None)
+        rows: dict[str, list[pa.Table]] | None = {}
+        files: dict[str, list[str]] = {}
+        held = 0
+        for t, it in streams.items():
+            while (h := heads[t]) is not None and h[0] == run:
+                if h[1] not in files.setdefault(t, []):
+                    files[t].append(h[1])
+                if rows is not None:
+                    rows.setdefault(t, []).append(h[2])
+                    held += h[2].num_rows
+                    if held > GROUP_ROWS:
+                        rows = None
+                heads[t] = next(it, None)
+        yield _Run(run, rows, files)
+
+
+def _groups(runs: Iterator[_Run]) -> Iterator[list[_Run]]:
+    """Runs in order as groups of up to GROUP_RUNS runs and GROUP_ROWS rows; a run whose
+    rows were not held (too many) alone."""
+    group: list[_Run] = []
+    held = 0
+    for run in runs:
+        n = sum(p.num_rows for ps in (run.rows or {}).values() for p in ps)
+        if group and (run.rows is None or len(group) == GROUP_RUNS or held + n > GROUP_ROWS):
+            yield group
+            group, held = [], 0
+        if run.rows is None:
+            yield [run]
+            continue
+        group.append(run)
+        held += n
+    if group:
+        yield group
+
+
+def _write_group(roll: Writer, store: storage.Storage, group: list[_Run], live: dict[str, str],
+                 missing: dict[str, set[str]], writers: dict) -> None:
+    """The rollups of `group`'s runs (those of `missing[table]` only) handed to the table's
+    writer in `lake.write_merged`'s order, as an ingest's group file holds them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from tracedb.lake import INGEST_ID
+    from tracedb.store import conform
+
+    whole = group[0].rows is None
+    if whole:  # a big run: its files read by the metrics, not copied (`TABLE_ROWS`)
+        run = group[0]
+        roll.reads_from(store)
+        sources = [{t: _run_rows([store.absolute(f) for f in fs], run.run_id, live[run.run_id], False)
+                    for t, fs in run.files.items()}]
+    else:
+        sources = [{t: pa.concat_tables(ps) for t, ps in run.rows.items()} for run in group]
+    todo = [t for t in writers if any(run.run_id in missing[t] for run in group)]
+
+    def write(table: str, chunks: Iterator[pa.Table]) -> None:
+        parts: list[list[pa.Table]] = [[] for _ in group]
+        for rows in chunks:
+            for mine, part in zip(parts, Writer._split(table, rows, len(group))):
+                mine.append(part)
+        out = []
+        for run, mine in zip(group, parts):
+            if run.run_id not in missing[table]:
+                continue
+            for part in mine:
+                data = conform(part, table, {"run_id": run.run_id})
+                if data.column("device").null_count:
+                    raise WarehouseError(f"{table}: rows without a device for run {run.run_id}")
+                out.append(data.append_column(INGEST_ID, pa.repeat(pa.scalar(live[run.run_id]), data.num_rows)))
+        if out:
+            data = pa.concat_tables(out)
+            writers[table].write(data.take(pc.sort_indices(data, [("run_id", "ascending"), ("device", "ascending")])))
+
+    roll._each(sources, roll._todo(sources, todo), write, copy=not whole)

@@ -10,14 +10,32 @@
 -- rollup-filter: run_id device
 -- reads: kernels
 -- rollup-sql: metrics/streamed/collectives.sql
--- (The ingest computes this metric's rollup with metrics/streamed/collectives.sql: the same
--- rows, DuckDB only, one sweep by time, CPU ~linear and memory bounded however many kernels
--- one device holds; here each collective meets every kernel of its device:
--- tests/test_collectives_memory.py.)
+-- What a collective overlaps is the part of its span that the union of its device's compute
+-- (non-collective) kernels covers. With F(t) the time up to t that the union covers, the
+-- overlap of a collective from s to e is F(e) - F(s), so each collective is looked at twice
+-- in one sweep by time over its device's rows (compute kernels at their start, collectives
+-- at their start and end), never paired with the kernels running beside it: two window
+-- sorts of a device's kernels plus its collectives again, CPU n log n. In that order F at
+-- a row is
+--     A + least(t, M)
+-- where M is the latest end of the compute kernels up to it (F is 0 before the first) and A the
+-- running sum, over the kernels that open an island of the union (start after the M before
+-- them), of (the island closed, M then; 0 at the first) - (their start). Only standard
+-- windows with PARTITION BY, ORDER BY and a ROWS frame, so every engine of `--dialect`
+-- gives the same rows. Rows alike in (t, side) are peers whose order no engine promises:
+-- F is read at collectives' rows only, and what precedes one of those (every compute
+-- kernel starting before it, or at its time for side 1) is the same set in both windows;
+-- of compute kernels starting together the first in either order opens the island, with
+-- the same step (no duration is negative: the validator makes those NULL). The ingest
+-- computes the rollup with metrics/streamed/collectives.sql (DuckDB's streaming windows
+-- over one sort: the same rows for less CPU, memory bounded however many kernels one
+-- device holds); tests/test_collectives_memory.py checks both against an interval oracle.
 WITH k AS NOT MATERIALIZED (
-    SELECT run_id, device, stream, name, start_ns, start_ns + duration_ns AS end_ns, duration_ns
+    -- Rows without a run or device are in no device's totals: no output row.
+    SELECT run_id, device, name, start_ns, start_ns + duration_ns AS end_ns, duration_ns
     FROM kernels
     WHERE kind = 'kernel' AND start_ns IS NOT NULL AND duration_ns IS NOT NULL
+      AND run_id IS NOT NULL AND device IS NOT NULL
       AND ($run_id IS NULL OR run_id = $run_id)
       AND ($device IS NULL OR device = $device)
       AND ($step_from IS NULL OR step >= $step_from)
@@ -36,72 +54,71 @@ names AS (
     WHERE EXISTS (SELECT 1 FROM patterns p WHERE lower(d.name) LIKE p.pattern)
        OR ($name_like IS NOT NULL AND name LIKE $name_like)
 ),
-coll AS (
-    SELECT run_id, device, stream, name, start_ns, end_ns, duration_ns,
-           row_number() OVER (ORDER BY run_id, device, stream, start_ns, end_ns, name) AS instance
+sides AS (
+    SELECT * FROM (VALUES (-1), (0), (1)) AS s(side)
+),
+edges AS (
+    -- A compute kernel at its start (side 0, its end carried); a collective at its start
+    -- (side -1) and at its end (side 1, its name and duration carried).
+    SELECT k.run_id, k.device, s.side,
+           CASE WHEN s.side = 1 THEN k.end_ns ELSE k.start_ns END AS t,
+           CASE WHEN s.side = 0 THEN k.end_ns END AS end_ns,
+           CASE WHEN s.side <> 0 THEN k.name END AS name,
+           CASE WHEN s.side <> -1 THEN k.duration_ns END AS duration_ns
     FROM k
-    WHERE name IN (SELECT name FROM names)
+    LEFT JOIN names n ON n.name = k.name
+    JOIN sides s ON abs(s.side) = CASE WHEN n.name IS NULL THEN 0 ELSE 1 END
+),
+reached AS (
+    -- before_ns / upto_ns: the latest end of the device's compute kernels before this row
+    -- / up to it (NULL: none yet)
+    SELECT *,
+           max(end_ns) OVER (PARTITION BY run_id, device ORDER BY t, side
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_ns,
+           max(end_ns) OVER (PARTITION BY run_id, device ORDER BY t, side
+                             ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS upto_ns
+    FROM edges
+),
+opened AS (
+    -- step_ns: at a compute kernel opening an island, (the island closed) - (its start)
+    SELECT *,
+           CASE WHEN side = 0 AND (before_ns IS NULL OR t > before_ns) THEN coalesce(before_ns, 0) - t ELSE 0 END
+               AS step_ns
+    FROM reached
+),
+swept AS (
+    -- covered_ns: F at this row (least() spelled out: engines differ on NULLs in it)
+    SELECT run_id, device, side, name, duration_ns,
+           sum(step_ns) OVER (PARTITION BY run_id, device ORDER BY t, side
+                              ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+               + CASE WHEN upto_ns IS NULL THEN 0 WHEN t < upto_ns THEN t ELSE upto_ns END AS covered_ns
+    FROM opened
+),
+grouped AS (
+    -- per device and collective name (NULL: the compute kernels). The sum of signed F's
+    -- stays within a 64-bit integer on every engine while collectives x the device's
+    -- covered time does (1 M collectives x an hour of compute: 3.6e18 < 9.2e18).
+    SELECT run_id, device, name,
+           count(CASE WHEN side = 1 THEN 1 END) AS instances,
+           sum(duration_ns) AS duration_ns,
+           sum(CASE WHEN side = 1 THEN covered_ns WHEN side = -1 THEN -covered_ns END) AS overlap_ns
+    FROM swept
+    GROUP BY run_id, device, name
 ),
 totals AS (
-    -- Kernel time of the devices that ran a collective only.
-    SELECT run_id, device, sum(duration_ns) AS kernel_ns
-    FROM k
-    WHERE (run_id, device) IN (SELECT DISTINCT run_id, device FROM coll)
-    GROUP BY run_id, device
-),
-pairs AS (
-    -- Each collective against the compute (non-collective) kernels running at the same time,
-    -- clipped to the collective. Kernels on one stream run one after another, so what
-    -- overlaps a collective runs on another stream. Merging only these clipped intervals
-    -- (per instance) gives the same overlap as merging every compute kernel of the device
-    -- first, at a fraction of the rows. DISTINCT: rows alike in instance, start and end
-    -- would be peers in both windows below, which need not order them alike (two islands
-    -- of one span: an overlap longer than the collective).
-    SELECT DISTINCT c.instance, greatest(x.start_ns, c.start_ns) AS start_ns, least(x.end_ns, c.end_ns) AS end_ns
-    FROM coll c
-    JOIN k x
-      ON x.run_id = c.run_id AND x.device = c.device
-     AND x.start_ns < c.end_ns AND x.end_ns > c.start_ns
-    WHERE NOT EXISTS (SELECT 1 FROM names n WHERE n.name = x.name)
-),
-prev AS (
-    SELECT instance, start_ns, end_ns,
-           max(end_ns) OVER (PARTITION BY instance ORDER BY start_ns, end_ns
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-    FROM pairs
-),
-numbered AS (
-    SELECT *,
-           sum(CASE WHEN prev_end_ns IS NULL OR start_ns > prev_end_ns THEN 1 ELSE 0 END)
-               OVER (PARTITION BY instance ORDER BY start_ns, end_ns
-                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS island
-    FROM prev
-),
-merged AS (
-    SELECT instance, island, min(start_ns) AS start_ns, max(end_ns) AS end_ns
-    FROM numbered
-    GROUP BY instance, island
-),
-covered AS (
-    SELECT instance, sum(end_ns - start_ns) AS overlap_ns
-    FROM merged
-    GROUP BY instance
-),
-overlap AS (
-    SELECT c.instance, c.run_id, c.device, c.name, c.duration_ns, coalesce(v.overlap_ns, 0) AS overlap_ns
-    FROM coll c
-    LEFT JOIN covered v ON v.instance = c.instance
+    -- kernel time of every kernel of the device, collectives included
+    SELECT *, sum(duration_ns) OVER (PARTITION BY run_id, device) AS kernel_ns
+    FROM grouped
 )
 SELECT
-    o.run_id,
-    o.device,
-    o.name,
-    count(*) AS instances,
-    CAST(sum(o.duration_ns) AS BIGINT) AS total_ns,
-    round(100.0 * sum(o.duration_ns) / nullif(max(t.kernel_ns), 0), 2) AS kernel_time_pct,
-    CAST(sum(o.overlap_ns) AS BIGINT) AS overlapped_ns,
-    CAST(sum(o.duration_ns) - sum(o.overlap_ns) AS BIGINT) AS exposed_ns,
-    round(100.0 * sum(o.overlap_ns) / nullif(sum(o.duration_ns), 0), 2) AS overlap_pct
-FROM overlap o
-JOIN totals t ON t.run_id = o.run_id AND t.device = o.device
-GROUP BY o.run_id, o.device, o.name
+    run_id,
+    device,
+    name,
+    instances,
+    CAST(duration_ns AS BIGINT) AS total_ns,
+    round(100.0 * duration_ns / nullif(kernel_ns, 0), 2) AS kernel_time_pct,
+    CAST(overlap_ns AS BIGINT) AS overlapped_ns,
+    CAST(duration_ns - overlap_ns AS BIGINT) AS exposed_ns,
+    round(100.0 * overlap_ns / nullif(duration_ns, 0), 2) AS overlap_pct
+FROM totals
+WHERE name IS NOT NULL

@@ -259,11 +259,18 @@ def json_default(o: Any) -> float:
 if c_make_encoder is not None:
     _ENCODE = c_make_encoder(None, json_default, encode_basestring_ascii, None, ":", ",",
                              False, False, True)
+    _ENCODE_SPACED = c_make_encoder(None, json_default, encode_basestring_ascii, None, ": ", ", ",
+                                    False, False, True)
 
     def dumps_compact(obj: Any) -> str:
         return "".join(_ENCODE(obj, 0))
+
+    def dumps(obj: Any) -> str:
+        """`json.dumps(obj)` (its default separators), likewise without an encoder per call."""
+        return "".join(_ENCODE_SPACED(obj, 0))
 else:  # pragma: no cover - CPython always has the C encoder
     dumps_compact = json.JSONEncoder(separators=(",", ":"), default=json_default).encode
+    dumps = json.JSONEncoder(default=json_default).encode
 
 
 def gc_paused(items: Iterator[Any]) -> Iterator[Any]:

@@ -536,22 +536,12 @@ _ARG_KEYS = tuple(f.encode_name for f in msgspec.structs.fields(_Args1))
 _ARG_ATTRS = dict(zip(_ARG_KEYS, _Args1.__struct_fields__))
 
 
-class _Ev1(msgspec.Struct, gc=False):
+class _Ev1(_Ev, gc=False):
     """`_Ev` as pass 1 decodes the events of a file past KEEP_CHARS (pass 2 decodes them
-    again as `_Ev`): args as `_Args1` (a cpu_op's shapes, dtypes and other args, most of
-    the text, skipped), a non-object args as it is."""
+    again as `_Ev`): the same fields in the same order, but args as `_Args1` (a cpu_op's
+    shapes, dtypes and other args, most of the text, skipped), a non-object args as it is."""
 
-    ph: Any = UNSET
-    cat: Any = UNSET
-    name: Any = UNSET
-    pid: Any = UNSET
-    tid: Any = UNSET
-    ts: msgspec.Raw = msgspec.Raw(b"")
-    dur: msgspec.Raw = msgspec.Raw(b"")
     args: _Args1 | list | None = UNSET  # (a piece where some event's args is a string or number: `_from_dict1`)
-    id: Any = UNSET
-    s: Any = UNSET
-    bp: Any = UNSET
 
 
 _EV_FIELDS = _Ev.__struct_fields__

@@ -42,7 +42,6 @@ ijson 3.6 (yajl2_c backend) takes 6.03 s with `kvitems` (one pass per section, 4
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -91,6 +90,14 @@ def _var_dtype(var: dict) -> str | None:
     return dtype.lower() if isinstance(dtype, str) else None  # Float32 -> float32, like other formats
 
 
+# Each table's columns, in the schema's order (a row is a tuple of them: no dict per row).
+_NODE_COLS = ("device", "device_raw", "node_name", "op_type", "start_ns", "duration_ns", "seq", "inputs", "outputs",
+              "input_shapes", "input_dtypes", "output_shapes", "flops", "memory_bytes", "params")
+_KERNEL_COLS = ("device", "device_raw", "kind", "name", "node_name", "start_ns", "duration_ns", "kern_ns", "params",
+                "node_seq")
+_TENSOR_COLS = ("device", "device_raw", "node_name", "slot", "tensor_name", "tensor_id", "dtype", "shape",
+                "allocated_bytes", "allocator", "allocation_id", "ptr", "params")
+_ALLOCATION_COLS = ("device", "device_raw", "allocator", "node_name", "ts_ns", "bytes", "address", "kind", "params")
 _JSON_ERROR = re.compile(r"(invalid|truncated) JSON|not UTF-8|empty file")
 _MISSING = object()
 _MALFORMED = (KeyError, TypeError, ValueError, AttributeError, OverflowError)
@@ -115,6 +122,16 @@ class _Graph:
         self.owner: dict[str, tuple[str, int]] = {}  # var id -> (operator name, output slot)
         self.objects: set[tuple] = set()  # containers met as JSON objects
         self.closed: set[tuple] = set()
+        self._devices: dict[str, str] = {}
+
+    def device_of(self, raw: Any) -> str:
+        """`devices.normalize(raw)`, once per distinct comp node name."""
+        if type(raw) is not str:
+            return normalize(raw)
+        dev = self._devices.get(raw)
+        if dev is None:
+            dev = self._devices[raw] = normalize(raw)
+        return dev
 
     def final(self, path: tuple) -> bool:
         return path in self.closed or path[:1] in self.closed
@@ -185,7 +202,7 @@ def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     profiler and graph sections; operators become node and kernel rows as they stream by,
     vars and chunks become tensor and allocation rows at the end."""
     g = _Graph()
-    nodes, kernels = BatchBuilder("nodes"), BatchBuilder("kernels")
+    nodes, kernels = BatchBuilder("nodes", columns=_NODE_COLS), BatchBuilder("kernels", columns=_KERNEL_COLS)
     pending: list[tuple[str, Any]] = []  # operators met before the sections they need
     for p, value in _entries(path):
         if len(p) == 3:
@@ -229,7 +246,8 @@ def _operator(g: _Graph, oid: str, op: Any, nodes: BatchBuilder, kernels: BatchB
         yield from kernels.append(k)
 
 
-def _operator_rows(g: _Graph, oid: str, op: dict) -> tuple[dict, list[dict]]:
+def _operator_rows(g: _Graph, oid: str, op: dict) -> tuple[tuple, list[tuple]]:
+    """An operator's node row and its kernel rows (`_NODE_COLS`, `_KERNEL_COLS`)."""
     name, typ = op["name"], op.get("type")
     ins = [str(v) for v in op.get("input") or []]
     outs = [str(v) for v in op.get("output") or []]
@@ -241,37 +259,33 @@ def _operator_rows(g: _Graph, oid: str, op: dict) -> tuple[dict, list[dict]]:
     if dev_raw is None and outs:
         dev_raw = g.vars.get(outs[0], _EMPTY_VAR)[1]
     var_name = lambda v: g.vars[v][0] if v in g.vars else v  # noqa: E731
-    row: dict[str, Any] = {
-        "device": normalize(dev_raw), "device_raw": dev_raw, "node_name": name, "op_type": typ,
-        "seq": g.seq_of.get(oid), "inputs": [var_name(v) for v in ins],
-        "outputs": [var_name(v) for v in outs],
-        "input_dtypes": [g.vars.get(v, _EMPTY_VAR)[3] for v in ins],  # the FLOPs' precision (tracedb.flops)
-    }
+    seq = g.seq_of.get(oid)
     params: dict[str, Any] = {"id": oid, "input_vars": ins, "output_vars": outs}
+    start = duration = flops = memory = None
     host = g.host.get(oid)
     if host:
-        row["start_ns"], row["duration_ns"], params["host_threads"], params["host_kern_ns"] = host
+        start, duration, params["host_threads"], params["host_kern_ns"] = host
     fp = g.footprint.get(oid)
     if fp is not None:
-        row["flops"], row["memory_bytes"], row["input_shapes"], row["output_shapes"], param = fp
+        flops, memory, in_shapes, out_shapes, param = fp
         if param:
             params["param"] = param
     else:  # not profiled: shapes the graph inferred for its vars
-        row["input_shapes"] = [s for v in ins if (s := g.vars.get(v, _EMPTY_VAR)[2]) is not None]
-        row["output_shapes"] = [s for v in outs if (s := g.vars.get(v, _EMPTY_VAR)[2]) is not None]
+        in_shapes = [s for v in ins if (s := g.vars.get(v, _EMPTY_VAR)[2]) is not None]
+        out_shapes = [s for v in outs if (s := g.vars.get(v, _EMPTY_VAR)[2]) is not None]
     if op.get("extra"):
         params["extra"] = op["extra"]
-    row["params"] = json.dumps(params)
-    kerns = [{
-        "device": normalize(comp_node), "device_raw": comp_node, "kind": "kernel",
-        "name": typ, "node_name": name, "start_ns": start, "duration_ns": dur, "kern_ns": kern,
-        "node_seq": row["seq"], "params": json.dumps({"operator_id": oid}),
-    } for comp_node, start, dur, kern in timings]
-    return row, kerns
+    node = (g.device_of(dev_raw), dev_raw, name, typ, start, duration, seq, [var_name(v) for v in ins],
+            [var_name(v) for v in outs], in_shapes,
+            [g.vars.get(v, _EMPTY_VAR)[3] for v in ins],  # the FLOPs' precision (tracedb.flops)
+            out_shapes, flops, memory, jsonstream.dumps(params))
+    kerns = [(g.device_of(comp_node), comp_node, "kernel", typ, name, start, dur, kern,
+              jsonstream.dumps({"operator_id": oid}), seq) for comp_node, start, dur, kern in timings]
+    return node, kerns
 
 
 def _tensors(g: _Graph) -> Iterator[tuple[str, pa.RecordBatch]]:
-    tensors = BatchBuilder("tensors")
+    tensors = BatchBuilder("tensors", columns=_TENSOR_COLS)
     for vid, (name, comp_node, shape, dtype, chunk_id, offset, flags, ptr) in g.vars.items():
         try:
             chunk = g.chunks.get(chunk_id) if chunk_id else None
@@ -281,15 +295,10 @@ def _tensors(g: _Graph) -> Iterator[tuple[str, pa.RecordBatch]]:
                 params["mem_chunk_id"] = chunk_id
                 params["offset_byte"] = offset
             size = chunk[0] if chunk else None
-            row = {
-                "device": normalize(comp_node), "device_raw": comp_node, "node_name": op_name,
-                "slot": slot, "tensor_name": name, "tensor_id": _int_id(vid),
-                "dtype": dtype, "shape": shape,
-                "allocated_bytes": None if size is _MISSING else size,
-                "allocation_id": _int_id(chunk_id[3:]) if chunk_id and chunk_id.startswith("chk") else None,
-                "allocator": comp_node if chunk else None, "ptr": ptr,
-                "params": json.dumps(params),
-            }
+            row = (g.device_of(comp_node), comp_node, op_name, slot, name, _int_id(vid), dtype, shape,
+                   None if size is _MISSING else size, comp_node if chunk else None,
+                   _int_id(chunk_id[3:]) if chunk_id and chunk_id.startswith("chk") else None, ptr,
+                   jsonstream.dumps(params))
         except _MALFORMED as e:
             raise TraceFormatError(f"MegEngine profile: malformed var {vid} ({type(e).__name__}: {e})") from e
         yield from tensors.append(row)
@@ -297,18 +306,15 @@ def _tensors(g: _Graph) -> Iterator[tuple[str, pa.RecordBatch]]:
 
 
 def _allocations(g: _Graph) -> Iterator[tuple[str, pa.RecordBatch]]:
-    allocations = BatchBuilder("allocations")
+    allocations = BatchBuilder("allocations", columns=_ALLOCATION_COLS)
     for cid, chunk in g.chunks.items():
         size, owner_var, ptr = chunk or (_MISSING, None, None)
         ovar = str(owner_var)
         if size is _MISSING:
             raise TraceFormatError(f"MegEngine profile: malformed mem_chunk {cid} (KeyError: 'size')")
         comp_node = g.vars.get(ovar, _EMPTY_VAR)[1]
-        yield from allocations.append({
-            "device": normalize(comp_node), "device_raw": comp_node, "allocator": comp_node,
-            "node_name": g.vars[ovar][0] if ovar in g.vars else ovar, "ts_ns": None, "bytes": size,
-            "address": ptr, "kind": "chunk",
-            "params": json.dumps({"chunk_id": cid, "owner_var": ovar,
-                                  "owner_operator": g.owner.get(ovar, (None,))[0]}),
-        })
+        yield from allocations.append((
+            g.device_of(comp_node), comp_node, comp_node, g.vars[ovar][0] if ovar in g.vars else ovar, None, size,
+            ptr, "chunk", jsonstream.dumps({"chunk_id": cid, "owner_var": ovar,
+                                      "owner_operator": g.owner.get(ovar, (None,))[0]})))
     yield from allocations.flush()

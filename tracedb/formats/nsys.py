@@ -40,7 +40,16 @@ What lands where:
 
 Reading: SQLite reads the file (a gzipped export is first decompressed to a temporary
 file); the rows of the tables read are held in memory while the links are made (a few
-hundred bytes a row), and batches are emitted table by table.
+hundred bytes a row), and batches are emitted table by table. Each table's rows are
+turned into columns once, and every output column is made from whole columns (one
+comprehension each, `base.ColumnBuilder`), not row by row: what varies little is worked
+out once per distinct value (a runtime call's name, category and params per (name,
+class, process, return value, callchain); an NVTX range's params per (kind, threads,
+domain, category, color, range id) when it has no payload; pid and tid per globalTid;
+a step number per range name), and the GC is paused while the reader computes (in
+tracedb's own processes, `jsonstream.gc_paused`): the rows held would otherwise be walked
+by every collection. The statements are the ones a plain `sqlite3` read of the needed
+columns runs (bench/bench_decoders.py times the ingest against them).
 
 Times: the export's timestamps are ns since the session start; rows are in absolute epoch
 ns (`TARGET_INFO_SESSION_START_TIME.utcEpochNs` + timestamp; 0 where the table is missing),
@@ -95,7 +104,9 @@ from typing import Any, Iterator
 import pyarrow as pa
 
 from tracedb.errors import TracedbError, TraceFormatError
-from tracedb.formats.base import CUPTI_COPY_KINDS, GZIP_MAGIC, BatchBuilder, ReadContext, open_trace, read_head
+from tracedb.formats.base import (CUPTI_COPY_KINDS, GZIP_MAGIC, BatchBuilder, ColumnBuilder, ReadContext, open_trace,
+                                  read_head)
+from tracedb.formats.jsonstream import gc_paused
 
 NAME = "nsys"
 DESCRIPTION = "Nsight Systems SQLite export (nsys export --type sqlite): CUDA kernels, copies, API calls, NVTX"
@@ -133,6 +144,9 @@ _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 
 _SYNC_TYPE = {0: "Unknown", 1: "Event sync", 2: "Stream wait sync", 3: "Stream sync", 4: "Context sync"}
 _EVENT_CLASS = {0: "cuda_runtime", 1: "cuda_driver"}
 _BACKTRACE = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE: a call's backtrace, not a call
+_PAYLOAD = ("int64Value", "uint64Value", "doubleValue", "int32Value", "uint32Value", "floatValue", "jsonText")
+_NO_PAYLOAD = (None,) * len(_PAYLOAD)
+_BATCH_ROWS = 65536
 
 _KERNEL_COLS = ("device", "device_raw", "rank", "step", "stream", "kind", "name", "node_name", "start_ns",
                 "duration_ns", "bytes", "copy_kind", "correlation_id", "launch_start_ns", "grid", "block",
@@ -242,6 +256,12 @@ class _Db:
 
 
 def read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
+    # the rows of the tables read are held until the last batch: the GC is paused while the
+    # reader computes (in tracedb's own processes), or every collection walks them again
+    return gc_paused(_read(path, ctx))
+
+
+def _read(path: Path, ctx: ReadContext) -> Iterator[tuple[str, pa.RecordBatch]]:
     if read_head(path, len(REPORT_MAGIC)).startswith(REPORT_MAGIC):
         raise TraceFormatError(f"an Nsight Systems report, not its SQLite export: convert it with "
                                f"`nsys export --type sqlite {path.name}` and ingest the .sqlite file")
@@ -285,81 +305,107 @@ class _Reader:
     # ---- NVTX -----------------------------------------------------------------------
 
     def _nvtx(self) -> None:
-        """NVTX rows: ranges (kept for annotations, ops and steps), marks, names."""
+        """NVTX rows: the names of domains, categories and threads; the ranges (annotations,
+        ops, steps) and marks (events) as columns (`_nvtx_columns`)."""
         db = self.db
         raw = db.rows("NVTX_EVENTS", ("start", "end", "eventType", "text", "textId", "globalTid", "endGlobalTid",
                                       "domainId", "category", "color", "rangeId", "int64Value", "uint64Value",
                                       "doubleValue", "int32Value", "uint32Value", "floatValue", "jsonText"),
                       order="start,end")
         self.domains: dict[Any, str] = {}
-        categories: dict[tuple, str] = {}
-        for r in raw:
-            if r[2] == _NVTX_DOMAIN:
-                self.domains[r[7]] = r[3] if r[3] is not None else db.string(r[4])
-            elif r[2] in _NVTX_CATEGORY:
-                categories[(r[7], r[8])] = r[3] if r[3] is not None else db.string(r[4])
-            elif r[2] in _NVTX_THREAD and r[5] is not None:
-                self.thread_names.setdefault(r[5], r[3] if r[3] is not None else db.string(r[4]))
-        self.ranges: list[tuple] = []  # (start, end, name, gtid, push_pop, params)
-        self.marks: list[tuple] = []
-        payload = ("int64Value", "uint64Value", "doubleValue", "int32Value", "uint32Value", "floatValue", "jsonText")
+        self.categories: dict[tuple, str] = {}
+        kept: list[tuple] = []
         for r in raw:
             kind = r[2]
-            if kind not in _NVTX_PUSH_POP and kind not in _NVTX_START_END and kind not in _NVTX_MARK:
-                continue
-            name = r[3] if r[3] is not None else db.string(r[4])
-            params: dict[str, Any] = {}
-            if r[7] is not None and r[7] != 0:
-                params["domain"] = self.domains.get(r[7], f"domain {r[7]}")
-            if r[8] is not None:
-                params["nvtx_category"] = categories.get((r[7], r[8]), categories.get((0, r[8]), r[8]))
-            if r[9] is not None:
-                params["color"] = f"#{r[9] & 0xFFFFFFFF:08x}"
-            for key, v in zip(payload, r[11:]):
-                if v is not None:
-                    params["payload"] = v
-                    params["payload_type"] = key.removesuffix("Value").removesuffix("Text")
-            if kind in _NVTX_MARK:
-                self.marks.append((r[0], name, r[5], params))
-                continue
-            params["range"] = "push_pop" if kind in _NVTX_PUSH_POP else "start_end"
-            if r[10] is not None:
-                params["range_id"] = r[10]
-            if r[6] is not None and r[6] != r[5]:
-                params["end_thread_id"] = pid_tid(r[6])[1]
-            self.ranges.append((r[0], r[1], name, r[5], kind in _NVTX_PUSH_POP, params))
+            if kind in _NVTX_PUSH_POP or kind in _NVTX_START_END or kind in _NVTX_MARK:
+                kept.append(r)
+            elif kind == _NVTX_DOMAIN:
+                self.domains[r[7]] = r[3] if r[3] is not None else db.string(r[4])
+            elif kind in _NVTX_CATEGORY:
+                self.categories[(r[7], r[8])] = r[3] if r[3] is not None else db.string(r[4])
+            elif kind in _NVTX_THREAD and r[5] is not None:
+                self.thread_names.setdefault(r[5], r[3] if r[3] is not None else db.string(r[4]))
+        is_mark = [r[2] in _NVTX_MARK for r in kept]
+        self.ranges = self._nvtx_columns([r for r, m in zip(kept, is_mark) if not m], ranges=True)
+        self.marks = self._nvtx_columns([r for r, m in zip(kept, is_mark) if m], ranges=False)
 
-    def _enclosing(self, calls: list[tuple]) -> list[int | None]:
-        """For each runtime call (start, gtid, ...), the index in self.ranges of the
-        innermost push/pop range on its thread that encloses its start (module docstring):
-        a sweep per thread over the ranges by start (outer first on a tie) with a stack of
-        the open ones, which push/pop ranges nest into."""
+    def _nvtx_columns(self, rows: list[tuple], ranges: bool) -> dict[str, list]:
+        """NVTX_EVENTS rows of ranges (or marks) as columns: start, end, name, gtid, pid,
+        tid, push (a push/pop range), params (JSON, with the pid)."""
+        string = self.db.string
+        cols = _columns(rows, 18)
+        pid, tid = _split_ids(cols[5])
+        # A range's params are made of its kind, threads, domain, category, color, range id
+        # (integers: INTEGER columns hold no integral REAL, so equal keys are equal values)
+        # and payload: made once per distinct key for the rows without payload.
+        keys = list(zip(cols[2], *cols[5:11]))
+        made = {key: self._nvtx_json(key, _NO_PAYLOAD, ranges) for key in set(keys)}
+        params = [made[key] for key in keys]
+        payload = [col for col in cols[11:] if col.count(None) < len(col)]
+        for i in sorted({i for col in payload for i, v in enumerate(col) if v is not None}):
+            params[i] = self._nvtx_json(keys[i], tuple(col[i] for col in cols[11:]), ranges)
+        names = [text if text is not None else string(i) for text, i in zip(cols[3], cols[4])]
+        return {"start": cols[0], "end": cols[1], "name": names, "gtid": cols[5], "pid": pid, "tid": tid,
+                "push": [k in _NVTX_PUSH_POP for k in cols[2]], "params": params}
+
+    def _nvtx_json(self, key: tuple, payload: tuple, ranges: bool) -> str | None:
+        """An NVTX range's or mark's params (module docstring) as JSON, from its
+        NVTX_EVENTS (eventType, globalTid, endGlobalTid, domainId, category, color, rangeId)
+        and payload (_PAYLOAD)."""
+        kind, gtid, end_gtid, domain, category, color, range_id = key
+        params: dict[str, Any] = {}
+        if domain is not None and domain != 0:
+            params["domain"] = self.domains.get(domain, f"domain {domain}")
+        if category is not None:
+            params["nvtx_category"] = self.categories.get((domain, category),
+                                                          self.categories.get((0, category), category))
+        if color is not None:
+            params["color"] = f"#{color & 0xFFFFFFFF:08x}"
+        for name, v in zip(_PAYLOAD, payload):
+            if v is not None:
+                params["payload"] = v
+                params["payload_type"] = name.removesuffix("Value").removesuffix("Text")
+        if ranges:
+            params["range"] = "push_pop" if kind in _NVTX_PUSH_POP else "start_end"
+            if range_id is not None:
+                params["range_id"] = range_id
+            if end_gtid is not None and end_gtid != gtid:
+                params["end_thread_id"] = pid_tid(end_gtid)[1]
+        params["pid"] = pid_tid(gtid)[0]
+        return _json(params)
+
+    def _enclosing(self, starts: list, gtids: list) -> list[int | None]:
+        """For each runtime call (its start and globalTid), the index in self.ranges of the
+        innermost push/pop range on its thread that encloses its start (module docstring).
+
+        A sweep per thread over the ranges by start (outer first on a tie) with a stack of
+        the open ones (a range ended before the next one starts is popped) gives each range
+        its parent: the stack's top when it is pushed. The stack at time t is then the
+        chain of parents of the last range started by t, less its ended members, so a
+        call's range is the first of that chain not ended before the call starts."""
         inf = float("inf")
-        end = [r[1] if r[1] is not None else inf for r in self.ranges]  # still open: to the end
+        r_start = self.ranges["start"]
+        end = [e if e is not None else inf for e in self.ranges["end"]]  # still open: to the end
         by_thread: dict[Any, list[int]] = {}
-        for i, r in enumerate(self.ranges):
-            if r[4]:
-                by_thread.setdefault(r[3], []).append(i)
-        calls_by_thread: dict[Any, list[int]] = {}
-        for k, c in enumerate(calls):
-            if c[1] in by_thread:
-                calls_by_thread.setdefault(c[1], []).append(k)
-        out: list[int | None] = [None] * len(calls)
-        for gtid, ks in calls_by_thread.items():
-            rs = sorted(by_thread[gtid], key=lambda i: (self.ranges[i][0], -end[i]))
-            ks.sort(key=lambda k: calls[k][0])
-            stack: list[int] = []
-            j = 0
-            for k in ks:
-                t = calls[k][0]
-                while j < len(rs) and self.ranges[rs[j]][0] <= t:
-                    while stack and end[stack[-1]] < self.ranges[rs[j]][0]:
-                        stack.pop()
-                    stack.append(rs[j])
-                    j += 1
-                while stack and end[stack[-1]] < t:
-                    stack.pop()
-                out[k] = stack[-1] if stack else None
+        for i, (gtid, push) in enumerate(zip(self.ranges["gtid"], self.ranges["push"])):
+            if push:
+                by_thread.setdefault(gtid, []).append(i)
+        calls: dict[Any, list[int]] = {gtid: [] for gtid in by_thread}
+        for k, gtid in enumerate(gtids):
+            if gtid in calls:
+                calls[gtid].append(k)
+        out: list[int | None] = [None] * len(starts)
+        for gtid, ranges in by_thread.items():
+            rs = sorted(ranges, key=lambda i: (r_start[i], -end[i]))
+            rs_start, rs_end = [r_start[i] for i in rs], [end[i] for i in rs]
+            parent = _parents(rs_start, rs_end)
+            for k in calls[gtid]:
+                t = starts[k]
+                c = bisect.bisect_right(rs_start, t) - 1
+                while c >= 0 and rs_end[c] < t:
+                    c = parent[c]
+                if c >= 0:
+                    out[k] = rs[c]
         return out
 
     # ---- processes, ranks, steps ----------------------------------------------------
@@ -401,19 +447,31 @@ class _Reader:
         return None
 
     def _steps(self) -> None:
-        """Step spans per process from the NVTX ranges that mark steps."""
+        """Step spans per process from the NVTX ranges that mark steps (each distinct range
+        name matched once)."""
         self.steps: dict[Any, list[tuple]] = {}  # pid -> sorted (start, end, n, name, gtid)
-        for start, end, name, gtid, _, _ in self.ranges:
+        number: dict[str, int] = {}
+        for name in set(self.ranges["name"]):
             m = self.steps_rx.fullmatch(name or "") if name else None
-            if m and end is not None:
+            if m:
                 try:
-                    n = int(m[1])
+                    number[name] = int(m[1])
                 except (TypeError, ValueError):
                     continue
-                self.steps.setdefault(pid_tid(gtid)[0], []).append((start, end, n, name, gtid))
+        if number:
+            r = self.ranges
+            for start, end, name, gtid, pid in zip(r["start"], r["end"], r["name"], r["gtid"], r["pid"]):
+                if end is not None and name in number:
+                    self.steps.setdefault(pid, []).append((start, end, number[name], name, gtid))
         for spans in self.steps.values():
             spans.sort()
         self._step_starts = {pid: [s[0] for s in spans] for pid, spans in self.steps.items()}
+
+    def steps_of(self, pids: list, times: list) -> list[int | None]:
+        """`step_at` of each (pid, time); all None without step ranges."""
+        if not self.steps:
+            return [None] * len(times)
+        return [self.step_at(pid, t) for pid, t in zip(pids, times)]
 
     def step_at(self, pid: Any, t: Any) -> int | None:
         """The step whose span (of this process) contains t: the latest-starting one."""
@@ -461,9 +519,9 @@ class _Reader:
 
     # ---- rows -----------------------------------------------------------------------
 
-    def _activities(self) -> list[tuple]:
-        """Kernels, copies and sets as (start, end, device, stream, corr, pid, kind, name,
-        bytes, copy_kind, grid, block, regs, shared, params), by start."""
+    def _activities(self) -> list[list]:
+        """Kernels, copies and sets as columns (start, end, device, stream, corr, gpid, kind,
+        name, bytes, copy_kind, grid, block, regs, shared, params JSON), by start."""
         db = self.db
         acts: list[tuple] = []
         for r in db.rows("CUPTI_ACTIVITY_KIND_KERNEL",
@@ -481,7 +539,7 @@ class _Reader:
                       if v is not None}
             shared = [v for v in (r[16], r[17]) if v is not None]
             acts.append((r[0], r[1], r[2], r[3], r[4], r[5], "kernel", name, None, None,
-                         _dims(r[9:12]), _dims(r[12:15]), r[15], sum(shared) if shared else None, params))
+                         _dims(r[9:12]), _dims(r[12:15]), r[15], sum(shared) if shared else None, _json(params)))
         copy_kinds = db.enum("ENUM_CUDA_MEMCPY_OPER", {})
         mem_kinds = db.enum("ENUM_CUDA_MEM_KIND", _MEM_KIND)
         for r in db.rows("CUPTI_ACTIVITY_KIND_MEMCPY",
@@ -500,7 +558,7 @@ class _Reader:
             if r[7] not in CUPTI_COPY_KINDS:
                 params["copy_kind_id"] = r[7]
             acts.append((r[0], r[1], r[2], r[3], r[4], r[5], "memcpy", name, r[6], copy, None, None, None, None,
-                         params))
+                         _json(params)))
         for r in db.rows("CUPTI_ACTIVITY_KIND_MEMSET",
                          ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "value",
                           "memKind", "contextId", "graphNodeId")):
@@ -508,96 +566,121 @@ class _Reader:
             params = {k: v for k, v in (("value", r[7]), ("mem_kind", kind), ("context_id", r[9]),
                                         ("graph_node_id", r[10])) if v is not None}
             acts.append((r[0], r[1], r[2], r[3], r[4], r[5], "memset", f"Memset ({kind or 'Device'})", r[6], None,
-                         None, None, None, None, params))
+                         None, None, None, None, _json(params)))
         acts.sort(key=lambda a: (a[0], a[1]))
-        return acts
+        return _columns(acts, 15)
+
+    def _calls(self) -> list[list]:
+        """CUDA runtime and driver calls as columns (start, gtid, end, class, corr, nameId,
+        returnValue, callchainId, name, pid, tid), by start; a backtrace row's callchain on
+        its call, the backtrace rows dropped."""
+        raw = self.db.rows("CUPTI_ACTIVITY_KIND_RUNTIME",
+                           ("start", "globalTid", "end", "eventClass", "correlationId", "nameId", "returnValue",
+                            "callchainId", "name"), order="start,end")
+        # eventClass 67 (CUDA backtrace) rows repeat a call (same correlation, its callchain)
+        backtraces = {(pid_tid(c[1])[0], c[4]): c[7] for c in raw if c[3] == _BACKTRACE}
+        cols = _columns([c for c in raw if c[3] != _BACKTRACE] if backtraces else raw, 9)
+        pid, tid = _split_ids(cols[1])
+        if backtraces:
+            cols[7] = [chain if chain is not None else backtraces.get((p, corr))
+                       for chain, p, corr in zip(cols[7], pid, cols[4])]
+        return cols + [pid, tid]
+
+    def _call_names(self, cols: list[list]) -> tuple[list, list, list]:
+        """Each call's name, category and params JSON, made once per distinct (nameId, name,
+        class, pid, returnValue, callchainId): integers (INTEGER columns hold no integral REAL)."""
+        made: dict[tuple, tuple] = {}
+        out = []
+        for key in zip(cols[5], cols[8], cols[3], cols[9], cols[6], cols[7]):
+            got = made.get(key)
+            if got is None:
+                got = made[key] = self._call_name(*key)
+            out.append(got)
+        return [o[0] for o in out], [o[1] for o in out], [o[2] for o in out]
+
+    def _call_name(self, name_id: Any, text: Any, cls: Any, pid: Any, ret: Any, chain: Any) -> tuple:
+        raw = self.db.string(name_id) if name_id is not None else text
+        name = api_name(raw)
+        category = _EVENT_CLASS.get(cls) if cls is not None else None
+        if category is None:
+            driver = bool(name) and name.startswith("cu") and not name.startswith("cuda")
+            category = "cuda_driver" if driver else "cuda_runtime"
+        params = {key: v for key, v in (("api_name", raw if raw != name else None), ("pid", pid),
+                                        ("return_value", ret or None), ("callchain_id", chain)) if v is not None}
+        return name, category, _json(params)
 
     def rows(self) -> Iterator[tuple[str, pa.RecordBatch]]:
         db, base = self.db, self.base
         self._nvtx()
         self._steps()
-        calls = db.rows("CUPTI_ACTIVITY_KIND_RUNTIME",
-                        ("start", "globalTid", "end", "eventClass", "correlationId", "nameId", "returnValue",
-                         "callchainId", "name"), order="start,end")
-        # eventClass 67 (CUDA backtrace) rows repeat a call (same correlation, its callchain)
-        backtraces = {(pid_tid(c[1])[0], c[4]): c[7] for c in calls if c[3] == _BACKTRACE}
-        calls = [c for c in calls if c[3] != _BACKTRACE]
-        acts = self._activities()
+        c_start, _, c_end, _, c_corr, _, _, _, _, c_pid, c_tid = calls = self._calls()
+        (a_start, a_end, a_dev, a_stream, a_corr, a_gpid, a_kind, a_name, a_bytes, a_copy, a_grid, a_block, a_regs,
+         a_shared, a_params) = self._activities()
+        a_pid = _split_ids(a_gpid)[0]
         syncs = db.rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
                         ("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "syncType", "eventId",
                          "contextId"), order="start,end")
-        pids = {pid_tid(c[1])[0] for c in calls} | {pid_tid(a[5])[0] for a in acts}
-        pids |= {pid_tid(r[3])[0] for r in self.ranges} | {pid_tid(m[2])[0] for m in self.marks}
+        rng, marks = self.ranges, self.marks
+        pids = set(c_pid) | set(a_pid) | set(rng["pid"]) | set(marks["pid"])
         pids.discard(None)
         ranks = self._ranks(pids)
         self._metadata(ranks, pids)
-        rank_of = lambda g: ranks.get(pid_tid(g)[0])  # noqa: E731
 
-        # launch call of each activity: (pid, correlation) -> call index
-        call_of: dict[tuple, int] = {}
-        for k, c in enumerate(calls):
-            if c[4] is not None:
-                call_of.setdefault((pid_tid(c[1])[0], c[4]), k)
+        # launch call of each activity: (pid, correlation) -> the first call's index
+        n = len(c_start)
+        call_of = dict(zip(zip(reversed(c_pid), reversed(c_corr)), range(n - 1, -1, -1)))
+        act_call = [call_of.get(key) if key[1] is not None else None for key in zip(a_pid, a_corr)]
         launched: dict[int, list[int]] = {}  # call index -> activity indices (by start)
-        act_call: list[int | None] = []
-        for i, a in enumerate(acts):
-            k = call_of.get((pid_tid(a[5])[0], a[4])) if a[4] is not None else None
-            act_call.append(k)
+        for i, k in enumerate(act_call):
             if k is not None:
                 launched.setdefault(k, []).append(i)
-        enclosing = self._enclosing(calls)
-        call_step = [self.step_at(pid_tid(c[1])[0], c[0]) for c in calls]
+        enclosing = self._enclosing(c_start, calls[1])
+        ops = {i: op_name(rng["name"][i]) for i in set(enclosing) if i is not None}
+        call_step = self.steps_of(c_pid, c_start)
 
-        kernels = BatchBuilder("kernels", columns=_KERNEL_COLS)
+        a_step = [call_step[k] if k is not None else None for k in act_call]
+        a_dur = [end - start if end is not None else None for start, end in zip(a_start, a_end)]
         work: dict[tuple, list[int]] = {}  # (pid, step) -> [first start, last end, count]
-        for a, k in zip(acts, act_call):
-            start, end, dev, stream, corr, gpid = a[:6]
-            pid = pid_tid(gpid)[0]
-            op = self.ranges[enclosing[k]] if k is not None and enclosing[k] is not None else None
-            step = call_step[k] if k is not None else None
-            dur = end - start if end is not None else None
+        for pid, step, start, dur in zip(a_pid, a_step, a_start, a_dur):
             if step is not None:
                 w = work.get((pid, step))
                 if w is None:
                     work[(pid, step)] = [base + start, base + start + (dur or 0), 1]
                 else:
                     w[0], w[1], w[2] = min(w[0], base + start), max(w[1], base + start + (dur or 0)), w[2] + 1
-            yield from kernels.append((
-                f"GPU:{dev}", f"GPU {dev}", ranks.get(pid), step, stream, a[6], a[7],
-                op_name(op[2]) if op else None, base + start, dur, a[8], a[9], corr,
-                base + calls[k][0] if k is not None else None, a[10], a[11], a[12], a[13],
-                _json(a[14]), "launch" if op else None))
+        a_op = [enclosing[k] if k is not None else None for k in act_call]
+        gpu = {dev: (f"GPU:{dev}", f"GPU {dev}") for dev in set(a_dev)}
+        kernels = ColumnBuilder("kernels", _BATCH_ROWS, _KERNEL_COLS)
+        yield from kernels.extend((
+            [gpu[d][0] for d in a_dev], [gpu[d][1] for d in a_dev], [ranks.get(p) for p in a_pid], a_step,
+            a_stream, a_kind, a_name, [ops[i] if i is not None else None for i in a_op],
+            [base + start for start in a_start], a_dur, a_bytes, a_copy, a_corr,
+            [base + c_start[k] if k is not None else None for k in act_call], a_grid, a_block, a_regs, a_shared,
+            a_params, ["launch" if i is not None else None for i in a_op]))
         yield from kernels.flush()
 
-        out = BatchBuilder("runtime_calls", columns=_CALL_COLS)
-        for k, c in enumerate(calls):
-            start, gtid, end, cls, corr, name_id, ret, chain, text = c
-            raw = db.string(name_id) if name_id is not None else text
-            name = api_name(raw)
-            category = _EVENT_CLASS.get(cls) if cls is not None else None
-            if category is None:
-                driver = bool(name) and name.startswith("cu") and not name.startswith("cuda")
-                category = "cuda_driver" if driver else "cuda_runtime"
-            first = acts[launched[k][0]] if k in launched else None
-            if chain is None and backtraces:
-                chain = backtraces.get((pid_tid(gtid)[0], corr))
-            params = {key: v for key, v in (("api_name", raw if raw != name else None), ("pid", pid_tid(gtid)[0]),
-                                            ("return_value", ret or None), ("callchain_id", chain))
-                      if v is not None}
-            op = self.ranges[enclosing[k]] if enclosing[k] is not None else None
-            yield from out.append((
-                "CPU:0", "CPU", rank_of(gtid), call_step[k], category, name, base + start,
-                end - start if end is not None else None, pid_tid(gtid)[1], corr, op_name(op[2]) if op else None,
-                first[7] if first else None, len(launched.get(k, ())), base + first[0] if first else None,
-                f"GPU:{first[2]}" if first else None, k, _json(params)))
+        name, category, params = self._call_names(calls)
+        k_name, k_count, k_start, k_device = [None] * n, [0] * n, [None] * n, [None] * n
+        for k, acts in launched.items():
+            first = acts[0]
+            k_name[k], k_count[k], k_start[k] = a_name[first], len(acts), base + a_start[first]
+            k_device[k] = f"GPU:{a_dev[first]}"
+        out = ColumnBuilder("runtime_calls", _BATCH_ROWS, _CALL_COLS)
+        yield from out.extend((
+            ["CPU:0"] * n, ["CPU"] * n, [ranks.get(p) for p in c_pid], call_step, category, name,
+            [base + start for start in c_start],
+            [end - start if end is not None else None for start, end in zip(c_start, c_end)], c_tid, c_corr,
+            [ops[i] if i is not None else None for i in enclosing], k_name, k_count, k_start, k_device,
+            list(range(n)), params))
         yield from out.flush()
 
-        notes = BatchBuilder("annotations", columns=_ANNOTATION_COLS)
-        for i, (start, end, name, gtid, _, params) in enumerate(self.ranges):
-            pid, tid = pid_tid(gtid)
-            yield from notes.append((
-                "CPU:0", "CPU", ranks.get(pid), self.step_at(pid, start), "nvtx", name, base + start,
-                end - start if end is not None else None, tid, i, _json({**params, "pid": pid})))
+        m = len(rng["start"])
+        notes = ColumnBuilder("annotations", _BATCH_ROWS, _ANNOTATION_COLS)
+        yield from notes.extend((
+            ["CPU:0"] * m, ["CPU"] * m, [ranks.get(p) for p in rng["pid"]], self.steps_of(rng["pid"], rng["start"]),
+            ["nvtx"] * m, rng["name"], [base + start for start in rng["start"]],
+            [end - start if end is not None else None for start, end in zip(rng["start"], rng["end"])],
+            rng["tid"], list(range(m)), rng["params"]))
         yield from notes.flush()
 
         events = BatchBuilder("events", columns=_EVENT_COLS)
@@ -612,11 +695,11 @@ class _Reader:
                 call_step[k] if k is not None else self.step_at(pid, start), "cuda_sync",
                 sync_types.get(stype, f"sync type {stype}"), "X", base + start,
                 end - start if end is not None else None, None, stream, corr, i, _json(params)))
-        for i, (start, name, gtid, params) in enumerate(self.marks):
-            pid, tid = pid_tid(gtid)
+        for i, (start, name, pid, tid, params) in enumerate(zip(
+                marks["start"], marks["name"], marks["pid"], marks["tid"], marks["params"])):
             yield from events.append((
                 "CPU:0", "CPU", ranks.get(pid), self.step_at(pid, start), "nvtx_mark", name, "i", base + start,
-                None, tid, None, None, len(syncs) + i, _json({**params, "pid": pid})))
+                None, tid, None, None, len(syncs) + i, params))
         yield from events.flush()
 
         steps = BatchBuilder("steps", columns=_STEP_COLS)
@@ -629,9 +712,36 @@ class _Reader:
         yield from steps.flush()
 
 
+def _parents(starts: list, ends: list) -> list[int]:
+    """For ranges sorted by start (outer first on a tie), each one's parent: the innermost
+    range still open when it starts on a stack that pops the ranges ended before (-1: none)."""
+    parent, stack = [], []
+    for start in starts:
+        while stack and ends[stack[-1]] < start:
+            stack.pop()
+        parent.append(stack[-1] if stack else -1)
+        stack.append(len(parent) - 1)
+    return parent
+
+
+def _columns(rows: list[tuple], width: int) -> list[list]:
+    """Rows of `width` values as `width` columns."""
+    return [list(c) for c in zip(*rows)] if rows else [[] for _ in range(width)]
+
+
+def _split_ids(global_ids: list) -> tuple[list, list]:
+    """The pid and tid columns of a globalTid / globalPid column (`pid_tid`, once per distinct id)."""
+    split = {g: pid_tid(g) for g in set(global_ids)}
+    return [split[g][0] for g in global_ids], [split[g][1] for g in global_ids]
+
+
 def _dims(v: tuple) -> list[int] | None:
     return None if any(x is None for x in v) else list(v)
 
 
+# json.dumps(d, separators=(",", ":"), default=str), without a new encoder per call
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
+
+
 def _json(d: dict) -> str | None:
-    return json.dumps(d, separators=(",", ":"), default=str) if d else None
+    return _ENCODER.encode(d) if d else None

@@ -1,13 +1,13 @@
 -- The rollup of metrics/collectives.sql (its declaration: header, parameters, rows), as the
 -- ingest computes it: the same rows, in DuckDB only, with CPU ~linear in a device's kernels
--- and memory bounded however many one device holds. The declaration joins each collective
--- with the compute kernels of its device running at the same time (a join on run and
--- device: every collective compared with every kernel of its device, and one hash key a
--- device); here one sweep by time over each device's rows, read in the order of an ORDER
--- BY (which spills) by DuckDB's streaming windows (`OVER ()`: lag, running sum and max),
--- as metrics/streamed/stream_overlap.sql does. Other engines promise no such order:
--- `tracedb query --dialect` prints the declaration, never this.
--- tests/test_collectives_memory.py checks that both give the same rows.
+-- and memory bounded however many one device holds. The declaration sweeps by time too,
+-- in standard windows (PARTITION BY run and device, an explicit ORDER BY and frame) that
+-- any engine runs: two window sorts of each device's rows, the second over the first's
+-- output. Here one sweep over each device's rows, read in the order of a single ORDER BY
+-- (which spills) by DuckDB's streaming windows (`OVER ()`: lag, running sum and max), as
+-- metrics/streamed/stream_overlap.sql does: less CPU and memory for the ingest. Other
+-- engines promise no such order: `tracedb query --dialect` prints the declaration, never
+-- this. tests/test_collectives_memory.py checks both against an interval oracle.
 --
 -- What a collective overlaps is the part of its span covered by the union of its device's
 -- compute kernels (clip-then-merge as the declaration, or merge-then-clip: the same). With
