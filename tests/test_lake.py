@@ -102,6 +102,66 @@ def test_other_engines_read_the_lake_without_tracedb(tmp_path):
     assert sorted(runs.get_column("run_id").to_list()) == ["a", "b"]
 
 
+def _first_entry(table_dir: Path) -> dict:
+    """A table's Delta log entry 0 by action, less what differs from one creation to the next."""
+    import json
+
+    entry = {}
+    for line in (table_dir / "_delta_log" / f"{0:020d}.json").read_text().splitlines():
+        (kind, action), = json.loads(line).items()
+        entry[kind] = action
+    for key in ("id", "createdTime"):
+        entry["metaData"].pop(key)
+    entry.pop("commitInfo")
+    return entry
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_a_new_folder_lakes_tables_are_those_delta_rs_creates(tmp_path, partitioned):
+    """A new lake in a folder writes each table's first log entry itself: its protocol and
+    metadata (schema, name, description, partition columns, properties) are what delta-rs's
+    own `write_deltalake` of an empty table writes, for every table and both layouts."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from tracedb.lake import NO_ACTIONS, delta_schema
+
+    lake = Lake(tmp_path / "wh")
+    lake.partition_new_tables = partitioned
+    lake.ensure_tables()
+    for table in schema.ALL_TABLES:
+        parts, props = lake._new_layout(table)
+        theirs = tmp_path / "delta-rs" / table
+        write_deltalake(str(theirs), delta_schema(table).empty_table(), mode="ignore", partition_by=parts, name=table,
+                        description=schema.TABLE_DOCS.get(table), configuration=props)
+        assert _first_entry(tmp_path / "wh" / table) == _first_entry(theirs), table
+        assert sorted(os.listdir(tmp_path / "wh" / table / "_delta_log")) == [f"{0:020d}.json"], table
+        dt = DeltaTable(str(tmp_path / "wh" / table))
+        assert (dt.version(), dt.file_uris(), dt.metadata().partition_columns) == (0, [], parts or []), table
+        # what the lake knows of the new table without opening it is what it reads from it
+        assert Lake(tmp_path / "wh").add_actions(table).equals(NO_ACTIONS), table
+        assert lake.add_actions(table).equals(NO_ACTIONS), table
+    # a table in place is left alone: no entry replaced, none added
+    before = {t: (tmp_path / "wh" / t / "_delta_log" / f"{0:020d}.json").read_bytes() for t in schema.ALL_TABLES}
+    Lake(tmp_path / "wh").ensure_tables()
+    assert {t: (tmp_path / "wh" / t / "_delta_log" / f"{0:020d}.json").read_bytes() for t in schema.ALL_TABLES} == before
+    assert not lake.storage.write_new(f"runs/_delta_log/{0:020d}.json", b"{}")
+    assert (tmp_path / "wh" / "runs" / "_delta_log" / f"{0:020d}.json").read_bytes() == before["runs"]
+    assert sorted(os.listdir(tmp_path / "wh" / "runs" / "_delta_log")) == [f"{0:020d}.json"]
+
+
+def test_a_table_whose_creation_was_killed_is_created(tmp_path):
+    """A writer killed while writing a new table's first log entry leaves its temporary
+    file in the log folder, and no entry: the next writer creates the table."""
+    from deltalake import DeltaTable
+
+    log = tmp_path / "wh" / "runs" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / f".{0:020d}.json-1234-abcd1234.tmp").write_bytes(b'{"commitInfo":')
+    Lake(tmp_path / "wh").ensure_tables()
+    assert DeltaTable(str(tmp_path / "wh" / "runs")).version() == 0
+    assert (log / f"{0:020d}.json").is_file()
+
+
 def test_snapshot_opens_from_any_folder_and_is_rebuilt_when_missing_or_moved(tmp_path):
     wh = tmp_path / "wh"
     ingest([make_run(tmp_path / "runs" / "a", LSTM).parent], wh)

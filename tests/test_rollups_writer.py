@@ -37,6 +37,26 @@ def test_rows_split_by_source_and_kind_whatever_the_kind_spells():
         (0, None), (3, "a=b*"), (5, "")]
 
 
+def test_rows_of_one_source_keep_their_kinds():
+    """One source (a group of one run): every row is its own, with the kind its run id
+    names, or none (`<0>*`), whether or not any row names one."""
+    sch = schema.TABLES["rollup_stream_overlap"]
+
+    def table(ids):
+        return pa.table({f.name: (pa.array(ids, pa.string()) if f.name == "run_id" else pa.array(range(len(ids)), f.type)
+                                  if pa.types.is_integer(f.type) else pa.nulls(len(ids), f.type))
+                         for f in sch if f.name != "kind"})
+
+    [every] = rollups.Writer._split("rollup_stream_overlap", table(["0*", "0*"]), 1)
+    assert every.column_names == [n for n in sch.names if n != "run_id"]
+    assert list(zip(every.column("streams").to_pylist(), every.column("kind").to_pylist())) == [(0, None), (1, None)]
+    [mixed] = rollups.Writer._split("rollup_stream_overlap", table(["0=kernel", "0*", "0=x*"]), 1)
+    assert list(zip(mixed.column("streams").to_pylist(), mixed.column("kind").to_pylist())) == [
+        (0, "kernel"), (1, None), (2, "x*")]
+    [none] = rollups.Writer._split("rollup_stream_overlap", table([]), 1)
+    assert none.num_rows == 0 and none.schema.field("kind").type == pa.string()
+
+
 def _run_files(wh, run: str) -> tuple[str, list[str]]:
     lake = Lake(wh)
     published = lake.published()
@@ -140,3 +160,37 @@ def test_a_commit_after_another_writer_changed_the_preloaded_lake(tmp_path, monk
     finally:
         con.close()
     assert w.check() == []
+
+
+def test_small_and_large_groups_roll_up_stream_time_as_its_raw_rows_do(tmp_path):
+    """A small group's stream_time is computed by the metric's declaration, a larger one's
+    by its streamed text (`rollups.DECLARED_WHEN_SMALL`): both rows are the metric's own
+    from the raw rows, run by run."""
+    wh = tmp_path / "wh"
+    names = {"k": "kineto_h200_fp32", "t": "tf_stepstats_gpu_streams"}
+    for run, name in names.items():
+        assert ingest([scenario(name)], wh, run_id=run).ok
+    runs = [(run, *_run_files(wh, run)) for run in names]
+    table = "rollup_stream_time"
+    assert table in rollups.DECLARED_WHEN_SMALL
+    metric = rollups.metrics()[table]
+    assert metric.rollup_sql and metric.rollup_sql != metric.sql
+    got = {}
+    roll = rollups.Writer()
+    try:
+        for size, rows in (("small", 1), ("large", rollups.SMALL_ROWS + 1)):
+            written = roll.write_runs(wh, runs, tables=[table], tag=size, rows=rows)
+            got[size] = {f.run_id: str(wh / f.rel) for f in written}
+    finally:
+        roll.close()
+    con = catalog.connect(wh)
+    try:
+        for run in names:
+            want = query.execute(con, metric, sqllib.bind(metric, {"run_id": run}), rollups=False).to_pylist()
+            assert len(want) >= 1
+            for size in got:
+                cur = con.execute("SELECT * EXCLUDE (ingest_id) FROM read_parquet(?)", [got[size][run]])
+                mine = [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
+                assert sorted(map(repr, ({c: r[c] for c in want[0]} for r in mine))) == sorted(map(repr, want)), (run, size)
+    finally:
+        con.close()

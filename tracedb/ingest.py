@@ -29,9 +29,11 @@ and numpy are absent (`workers.arrow_without_pandas`: pyarrow imports
 pandas on a process's first table, ~0.25 s of CPU per process, and numpy with itself, ~75 ms),
 and the workers import no duckdb.
 A new warehouse's Delta tables are created in a thread while the files are read, by the
-workers or by the caller itself, and then every table's handle and live files are read
-(`lake.Lake.preload`; at the commit, ~60 ms of delta-rs for the 8-rank Kineto job ran
-beside the rollups' first statements); the caller waits for them only at its first commit.
+workers or by the caller itself, after the rollups' DuckDB connection (`rollups.Writer`),
+and then every table's handle and live files are read (`lake.Lake.preload`; at the
+commit, ~60 ms of delta-rs for the 8-rank Kineto job ran beside the rollups' first
+statements); the caller waits for them only at its first commit, once that group's
+rollups are written (a small trace's read ends first: the rollups no longer wait for the lake).
 Reads are queued run by run as their sniffs come back (queueing each group's largest
 files first balanced the workers no better on the bench and held every read back until
 all sniffs were in, so progress came in one burst). Commits go on in the caller while
@@ -572,9 +574,10 @@ class _Landing:
     def start(self) -> None:
         """As the reads begin: a new lake and the rollups' connection, in a thread."""
         self.opening = ThreadPoolExecutor(1, thread_name_prefix="tracedb-open-lake")
+        # the rollups' first (they need no lake: a small run's read is over before the rest)
+        self.roll_future = self.opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
         if self.later:
             self.store_future = self.opening.submit(_open_lake, self.warehouse)
-        self.roll_future = self.opening.submit(rollups.Writer)  # its DuckDB connection, metrics parsed
         self.preload_future = self.opening.submit(self._preload)  # then the lake's handles (commit waits for it)
         self.last_commit = time.monotonic()
 
@@ -635,13 +638,14 @@ class _Landing:
 
     def commit(self) -> None:
         if self.pending:
+            # Before the commit lock (other writers wait for it): the runs' rollups, then
+            # the group's files merged into one a table (`store.merge_group`), while a new
+            # lake is made and its handles opened
+            self.roll_up()
+            self._merge()
             self.store = self.store or self.store_future.result()  # the lake is needed from here on only
             if self.preload_future:
                 self.preload_future.result()  # its handles are used by one thread at a time
-            # Before the commit lock (other writers wait for it): the runs' rollups, then
-            # the group's files merged into one a table (`store.merge_group`)
-            self.roll_up()
-            self._merge()
             _commit(self.store, [c for c, _ in self.pending], None, self.roll or self.roll_future.result())
             self.rows += sum(f.rows for c, _ in self.pending for f in c.files)
             for _, summary in self.pending:

@@ -180,6 +180,40 @@ _UNSAFE = {c for c in range(0x80) if not (chr(c).isalnum() or chr(c) in "-_.~!$&
 MAX_VALUE_BYTES = 240  # "run_id=" + value within a 255-byte folder name
 
 
+def creation_commit(table: str, parts: list[str] | None, props: dict | None) -> bytes | None:
+    """The first Delta log entry of a new, empty `table`: what delta-rs writes for it
+    (protocol 1/2, the schema as delta-rs states it, name, description, partition columns
+    and properties: tests/test_lake.py compares the two), with a commit note of tracedb's.
+    None where the schema needs a newer protocol (a timestamp without time zone: a table
+    feature), which delta-rs then writes."""
+    import uuid
+
+    from deltalake import Schema
+
+    from tracedb import __version__
+
+    fields = Schema.from_arrow(delta_schema(table)).to_json()
+    if '"timestamp_ntz"' in fields:
+        return None
+    now = int(time.time() * 1000)
+    actions = [
+        {"commitInfo": {"timestamp": now, "operation": "CREATE TABLE", "operationParameters": {"mode": "Ignore"},
+                        "engineInfo": f"tracedb-{__version__}", "clientVersion": f"tracedb-{__version__}"}},
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {"metaData": {"id": str(uuid.uuid4()), "name": table, "description": schema.TABLE_DOCS.get(table),
+                      "format": {"provider": "parquet", "options": {}},
+                      "schemaString": fields,
+                      "partitionColumns": list(parts or []), "createdTime": now, "configuration": dict(props or {})}},
+    ]
+    return "".join(json.dumps(a, separators=(",", ":")) + "\n" for a in actions).encode()
+
+
+# `Lake.add_actions` of a table without files
+NO_ACTIONS = pa.schema([("path", pa.string()), ("size", pa.int64()), ("rows", pa.int64()), ("run_id", pa.string()),
+                        ("run_hi", pa.string()), ("device", pa.string()), ("min_ingest", pa.string()),
+                        ("max_ingest", pa.string()), ("partitioned", pa.bool_())]).empty_table()
+
+
 def _encode(value: str) -> str:
     return "".join(urllib.parse.quote(ch, safe="") if ord(ch) in _UNSAFE else ch for ch in value)
 
@@ -892,21 +926,51 @@ class Lake:
                 self.write_meta({"schema_version": schema.SCHEMA_VERSION, "migrations": migrations})
 
     def ensure_tables(self) -> None:
+        """Create every table the lake lacks, empty (Delta version 0): in a folder by
+        writing its first log entry (`_create_in_folder`), on object storage with delta-rs."""
         from deltalake import DeltaTable, write_deltalake
 
         def ensure(table: str) -> None:
+            parts, props = self._new_layout(table)
             if not DeltaTable.is_deltatable(self.uri(table), storage_options=self._opts):
-                data = table in schema.TABLES
-                parts = PARTITIONS if data and self.partition_new_tables else None
-                props = (LEGACY_TABLE_PROPERTIES if parts else DATA_TABLE_PROPERTIES) if data else None
                 write_deltalake(self.uri(table), delta_schema(table).empty_table(), mode="ignore",
                                 partition_by=parts, name=table, storage_options=self._opts,
                                 description=schema.TABLE_DOCS.get(table), configuration=props)
 
-        # in threads (delta-rs releases the GIL): a new lake 50-59 -> 35-37 ms (median of 8,
-        # load ~9.5); on object storage each table is several requests
-        concurrently([lambda t=table: ensure(t) for table in schema.ALL_TABLES])
+        left = [table for table in schema.ALL_TABLES if not self._create_in_folder(table)]
+        # in threads (delta-rs releases the GIL): on object storage each table is several requests
+        concurrently([lambda t=table: ensure(t) for table in left])
         self._current.clear()  # written by URL, not through the handles (`table`)
+
+    def _new_layout(self, table: str) -> tuple[list[str] | None, dict | None]:
+        """A new table's partition columns and Delta properties."""
+        data = table in schema.TABLES
+        parts = PARTITIONS if data and self.partition_new_tables else None
+        return parts, (LEGACY_TABLE_PROPERTIES if parts else DATA_TABLE_PROPERTIES) if data else None
+
+    def _create_in_folder(self, table: str) -> bool:
+        """In a folder, `table` created if it has no log yet: its first log entry written
+        (`creation_commit`), no other writer's replaced (`storage.LocalStorage.write_new`).
+        False on object storage (no write-if-absent: delta-rs creates it). delta-rs's
+        `write_deltalake` or `DeltaTable.create` costs ~4 ms of CPU a table (29 tables, a
+        new lake's ~0.1 s), a log entry ~1 ms, most of it the two folders and the file
+        (bench/RESULTS.md, session 17 fixed17)."""
+        log = f"{table}/_delta_log"
+        version = self.log_version(table)
+        if version is None:
+            return False
+        if version >= 0 or any("checkpoint" in n for n in self.storage.names(log)):
+            return True  # a table already (a log cleaned up below a checkpoint has no entry 0)
+        parts, props = self._new_layout(table)
+        entry = creation_commit(table, parts, props)
+        if entry is None:
+            return False
+        if self.storage.write_new(f"{log}/{0:020d}.json", entry):
+            # ours, so empty: its live files and layout are known without opening it
+            self._actions[table] = (0, NO_ACTIONS)
+            if table in schema.TABLES:
+                self._partitioned[table] = bool(parts)
+        return True
 
     def table(self, table: str):
         """The DeltaTable, loaded once and brought up to date on each call (unless the log
@@ -1337,7 +1401,8 @@ class Lake:
     def _read_logs(self, tables: list[str]) -> None:
         """These tables' live files, read now (in threads) so that the clean-up step and
         the snapshot only update the tables a commit changed (a fresh process opens each
-        table's log here: ~3 ms a table at load 1)."""
+        table's log here: ~3 ms a table at load 1; a table this lake just created is known
+        without it, `_create_in_folder`, and opened only if a commit writes it)."""
         concurrently([lambda t=t: self.add_actions(t) for t in tables] +
                      [lambda t=t: self.table(t) for t in META_WRITTEN])
 
@@ -1655,6 +1720,8 @@ class Lake:
         is rewritten about once a tier until its file is full: an ingest that fills a tier
         pays for one merge (`write_compacted`), not for the history."""
         fanout = fanout or self.FANOUT
+        if not everything and self.add_actions(table).num_rows < fanout:
+            return []  # no tier can hold `fanout` live files (an ingest's usual case: no live-run count)
         live = self.live_file_ranges(table, published)
         tiers: dict[int, list[dict]] = {}
         for r in sorted(live.to_pylist(), key=lambda r: (r["run_id"], r["path"])):

@@ -34,7 +34,8 @@ copied into DuckDB's memory; a metric's rows are fetched and written a chunk at 
 relations once (DuckDB holds one read twice whole, in memory, where it did not fit), and
 its rollup is computed by its `-- rollup-sql:` text (sql/metrics/streamed/): DuckDB's
 streaming windows over ORDER BYs, which spill, where the declaration's windows hold a
-whole stream (one stream of 10 M kernels did not fit 256 MB); stream_time's the same way,
+whole stream (one stream of 10 M kernels did not fit 256 MB); stream_time's the same way
+(a small group's by its declaration, which costs half as much there: `DECLARED_WHEN_SMALL`),
 with one sort of two rows a kernel and no GROUP BY after its one narrow GROUP BY (DuckDB's
 hash aggregates reserve memory from the query's start, which its sort's merge then lacks);
 collectives' by one sweep by time over each device's rows in a single ORDER BY, where the
@@ -117,6 +118,14 @@ TABLE_ROWS = 500_000
 FETCH_ROWS = 8_192
 CHUNK_ROWS = 65_536
 
+# The metrics whose declaration computes a small group's rollup in less CPU than their
+# `-- rollup-sql:` text (the same rows: tests/test_stream_time_memory.py), and up to how
+# many rows of the tables the metrics read a group is small: stream_time's declaration
+# windows a whole device, well within ROLLUP_MEMORY at this size, in ~half the CPU of the
+# streamed text on one small trace (bench/RESULTS.md, session 17 fixed17).
+DECLARED_WHEN_SMALL = ("rollup_stream_time",)
+SMALL_ROWS = 50_000
+
 # The metrics, costliest first (CPU on the 8-rank Kineto job's 9,616 kernels, 58 k nodes and
 # 9.5 k runtime calls, 2 cores): they start in this order on as many threads as cores.
 COST_ORDER = ("rollup_stream_time", "rollup_gpu_busy_idle", "rollup_step_times", "rollup_device_time",
@@ -134,6 +143,7 @@ class _Metric(NamedTuple):
     statement: Any  # the parsed SQL (DuckDB's Statement)
     cursor: Any  # its own cursor of the Writer's connection
     whole: bool  # no `kind` parameter: it reads the `whole` schema's tables
+    small: Any = None  # the declaration, parsed, for a small group (`DECLARED_WHEN_SMALL`)
 
 
 class Writer:
@@ -173,7 +183,9 @@ class Writer:
             # parsed once (DuckDB's Statement): ~1.5 ms a metric a computation under load
             # (a metric's `-- rollup-sql:`: the text it declares for the ingest, same rows)
             text = cq.rollup_sql or cq.sql
-            self.metrics[table] = _Metric(cq, sqllib.bind(cq, {}, self.con), self.con.extract_statements(text)[-1], cur, whole)
+            small = self.con.extract_statements(cq.sql)[-1] if cq.rollup_sql and table in DECLARED_WHEN_SMALL else None
+            self.metrics[table] = _Metric(cq, sqllib.bind(cq, {}, self.con), self.con.extract_statements(text)[-1], cur,
+                                          whole, small)
 
     def close(self) -> None:
         for m in self.metrics.values():
@@ -218,11 +230,11 @@ class Writer:
         return [(t, m) for t, m in self.metrics.items() if (tables is None or t in tables) and has_inputs(t, have)]
 
     def _each(self, sources: list[dict[str, str]], todo: list[tuple[str, _Metric]],
-              done: Callable[[str, Iterator[pa.Table]], None], copy: bool = True) -> None:
+              done: Callable[[str, Iterator[pa.Table]], None], copy: bool = True, small: bool = False) -> None:
         """Run the metrics of `todo` on `sources` (see `compute`), calling `done(table, chunks)`
         with each one's rows (`_run`: chunks as DuckDB streams them) in the thread that
         computes it. `copy`: the sources loaded into tables (False: views over the files,
-        for inputs too big to copy: `TABLE_ROWS`)."""
+        for inputs too big to copy: `TABLE_ROWS`). `small`: at most SMALL_ROWS rows."""
         from concurrent.futures import ThreadPoolExecutor
 
         from tracedb.lake import concurrently
@@ -235,6 +247,8 @@ class Writer:
         try:
             concurrently([lambda t=t: self._load(sources, t, kinds and t == "kernels", copy) for t in loads])
             todo = sorted(todo, key=lambda tm: COST_ORDER.index(tm[0]) if tm[0] in COST_ORDER else len(COST_ORDER))
+            if small:
+                todo = [(t, m._replace(statement=m.small) if m.small is not None else m) for t, m in todo]
             with ThreadPoolExecutor(min(len(todo), cores()), thread_name_prefix="tracedb-rollup") as pool:
                 futures = [pool.submit(lambda t=t, m=m: done(t, self._run(m))) for t, m in todo]
             for f in futures:  # (all done: the pool's exit waits for them)
@@ -329,15 +343,21 @@ class Writer:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        # vectorised: a Python regex a row took 8 ms of the 7.5 k launches of the 8-rank Kineto job
-        parts = pc.extract_regex(rows.column("run_id").cast(pa.string()), r"(?s)^(?P<source>\d+)(?P<sep>[*=])(?P<kind>.*)$")
-        source = pc.struct_field(parts, "source").cast(pa.int64())
-        rows = rows.append_column("kind", pc.if_else(pc.equal(pc.struct_field(parts, "sep"), "="),
-                                                     pc.struct_field(parts, "kind"), pa.scalar(None, pa.string())))
+        ids = rows.column("run_id").cast(pa.string())
+        if n == 1 and pc.all(pc.equal(ids, "0*")).as_py() is not False:
+            # one source, every kind (all rows of the metrics without a `kind` parameter)
+            source, kind = None, pa.nulls(rows.num_rows, pa.string())
+        else:
+            # vectorised: a Python regex a row took 8 ms of the 7.5 k launches of the 8-rank Kineto job
+            parts = pc.extract_regex(ids, r"(?s)^(?P<source>\d+)(?P<sep>[*=])(?P<kind>.*)$")
+            source = pc.struct_field(parts, "source").cast(pa.int64())
+            kind = pc.if_else(pc.equal(pc.struct_field(parts, "sep"), "="), pc.struct_field(parts, "kind"),
+                              pa.scalar(None, pa.string()))
+        rows = rows.append_column("kind", kind)
         if "device" not in rows.column_names:  # a rollup over every device (step_times): its constant partition
             rows = rows.append_column("device", pa.repeat(pa.scalar(schema.STEP_TIMES_DEVICE), rows.num_rows))
         rows = rows.select([c for c in schema.TABLES[table].names if c != "run_id"])
-        return [rows.filter(pc.equal(source, i)) for i in range(n)]
+        return [rows] if source is None else [rows.filter(pc.equal(source, i)) for i in range(n)]
 
     def reads_from(self, store: storage.Storage) -> None:
         """Let the metrics read files of `store` (object storage: DuckDB reads through fsspec)."""
@@ -396,7 +416,8 @@ class Writer:
                 raise
 
         try:
-            self._each(sources, self._todo(sources, tables), write, copy=rows is None or rows <= TABLE_ROWS)
+            self._each(sources, self._todo(sources, tables), write, copy=rows is None or rows <= TABLE_ROWS,
+                       small=rows is not None and rows <= SMALL_ROWS)
         except BaseException:
             for f in written:
                 store.unlink(f.rel)

@@ -219,6 +219,22 @@ class LocalStorage:
         tmp.write_bytes(data)
         os.replace(tmp, path)
 
+    def write_new(self, rel: str, data: bytes) -> bool | None:
+        """Write a file that must not exist yet, whole or not at all (a temporary file
+        hard-linked to its name, as delta-rs commits in a folder); False, and nothing
+        written, when it exists (another writer's)."""
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}-{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        tmp.write_bytes(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink()
+        return True
+
     def makedirs(self, rel: str) -> None:
         (self.root / rel).mkdir(parents=True, exist_ok=True)
 
@@ -486,6 +502,10 @@ class ObjectStorage:
 
     def write_atomic(self, rel: str, data: bytes) -> None:
         self.fs.pipe_file(self._p(rel), data)  # one PUT: readers see the old or the new object
+
+    def write_new(self, rel: str, data: bytes) -> bool | None:
+        """None: no write-if-absent here (a Delta log entry is delta-rs's to write)."""
+        return None
 
     def makedirs(self, rel: str) -> None:
         pass  # object stores have no folders
