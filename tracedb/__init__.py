@@ -1,8 +1,7 @@
 """tracedb: a columnar warehouse for ML profiler traces with a SQL interface."""
 
+from tracedb._version import __version__
 from tracedb.errors import TracedbError
-
-__version__ = "0.1.0"
 
 __all__ = ["TracedbError", "SCHEMA_VERSION", "QueryLimits", "Warehouse", "__version__"]
 

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from tracedb import __version__
+from tracedb._version import __version__
 from tracedb.clihelp import PlainCommand, PlainGroup
 from tracedb.errors import TracedbError
 

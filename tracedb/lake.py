@@ -190,7 +190,7 @@ def creation_commit(table: str, parts: list[str] | None, props: dict | None) -> 
 
     from deltalake import Schema
 
-    from tracedb import __version__
+    from tracedb._version import __version__
 
     fields = Schema.from_arrow(delta_schema(table)).to_json()
     if '"timestamp_ntz"' in fields:
