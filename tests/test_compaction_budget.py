@@ -97,6 +97,9 @@ class _Paper(Lake):
         return pa.Table.from_pylist(self.files[table], schema=pa.schema(
             [("run_id", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("size", pa.int64())]))
 
+    def add_actions(self, table):  # the plan counts a table's files first
+        return self.live_file_ranges(table)
+
     def dead_row_files(self):
         return set()
 
