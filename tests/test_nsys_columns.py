@@ -124,3 +124,23 @@ def test_kernel_params(exports):
         base = rawtrace.nsys_base(path)
         got = sorted((r["start_ns"] - base, r["params"]) for r in _read(path)["kernels"] if r["kind"] == "kernel")
         assert got == want and len(got) >= 5
+
+
+def test_a_call_takes_the_step_of_a_long_range_that_many_shorter_ones_started_inside(tmp_path):
+    """Step ranges may overlap (a data-loader thread's "step N" ranges inside the training
+    loop's): a call belongs to the latest-starting step range of its process that holds it.
+    The reader looked back only 16 ranges, so a call after 20 short ranges that started
+    (and ended) inside a long one got no step instead of the long range's."""
+    path = tmp_path / "overlapping_steps.sqlite"
+    shutil.copyfile(NSYS_NVFUSER, path)
+    con = sqlite3.connect(path)
+    (t0, t1, gtid), = con.execute("SELECT min(start), max(\"end\"), min(globalTid) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    rows = [(t0 - 40, t1 + 10, "step 1000", gtid)]  # the long one
+    rows += [(t0 - 30 + i, t0 - 29 + i, f"step {2000 + i}", gtid + 1) for i in range(20)]  # 20 short ones, before the calls
+    con.executemany("INSERT INTO NVTX_EVENTS (start, \"end\", text, eventType, globalTid) VALUES (?, ?, ?, 59, ?)", rows)
+    con.commit()
+    con.close()
+    want = rawtrace.nsys_call_rows(path, None)
+    got = _only(_read(path)["runtime_calls"], want)
+    assert [g["step"] for g in got] == [w["step"] for w in want]
+    assert {w["step"] for w in want} == {1000}  # every call is inside the long range, after the short ones

@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -466,6 +467,10 @@ class _Reader:
         for spans in self.steps.values():
             spans.sort()
         self._step_starts = {pid: [s[0] for s in spans] for pid, spans in self.steps.items()}
+        # the latest end among each span and those starting before it: where it is before t,
+        # no earlier span holds t (`step_at` stops there)
+        self._step_reach = {pid: list(itertools.accumulate((s[1] for s in spans), max))
+                            for pid, spans in self.steps.items()}
 
     def steps_of(self, pids: list, times: list) -> list[int | None]:
         """`step_at` of each (pid, time); all None without step ranges."""
@@ -478,9 +483,11 @@ class _Reader:
         starts = self._step_starts.get(pid)
         if not starts or t is None:
             return None
-        spans = self.steps[pid]
-        for k in range(bisect.bisect_right(starts, t) - 1, max(-1, bisect.bisect_right(starts, t) - 17), -1):
-            if spans[k][0] <= t <= spans[k][1]:  # (steps do not nest: 16 back is plenty)
+        spans, reach = self.steps[pid], self._step_reach[pid]
+        for k in range(bisect.bisect_right(starts, t) - 1, -1, -1):
+            if reach[k] < t:  # no span from here back reaches t
+                return None
+            if t <= spans[k][1]:  # (and spans[k][0] <= t, by the bisection)
                 return spans[k][2]
         return None
 
