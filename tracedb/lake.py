@@ -547,15 +547,11 @@ def _merge_in_memory(storage_: storage.Storage, table: str, sources: list, rel: 
     of the inputs, each input's rows in their order: the merge's order), written a row
     group at a time, made plain as `merge_files` writes them."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     dictionary = _dictionary_schema(file_schema(table))
     parts = []
     for source in sources:
-        pf = pq.ParquetFile(source, pre_buffer=False)
-        present = set(pf.schema_arrow.names)
-        pf = pq.ParquetFile(source, pre_buffer=False, metadata=pf.metadata, read_dictionary=[
-            f.name for f in dictionary if pa.types.is_dictionary(f.type) and f.name in present])
+        pf = _dictionary_file(source, dictionary)
         parts += _conformed(pf.iter_batches(MERGE_BATCH_ROWS, use_threads=False), dictionary)
     data = pa.concat_tables(parts).unify_dictionaries().combine_chunks() if parts else None
     if data is not None and keep is not None:  # one lookup of the live keys for the merge
@@ -589,19 +585,26 @@ def _dictionary_schema(target: pa.Schema) -> pa.Schema:
                       if f.name not in _KEY_COLUMNS and pa.types.is_string(f.type) else f for f in target])
 
 
+def _dictionary_file(source, target: pa.Schema):
+    """A Parquet file opened to read `target`'s dictionary columns (`_dictionary_schema`)
+    dictionary-encoded, those it has (read_dictionary refuses a column the file lacks)."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(source, pre_buffer=False)
+    present = set(pf.schema_arrow.names)
+    return pq.ParquetFile(source, pre_buffer=False, metadata=pf.metadata, read_dictionary=[
+        f.name for f in target if pa.types.is_dictionary(f.type) and f.name in present])
+
+
 def _sorted_segments(source, table: str, keep: pa.Array | None) -> Iterator[tuple[str, pa.Table]]:
     """A file's kept rows as (key, rows) pieces in key order ("run_id\\0device"; a key may
     span pieces), its string columns dictionary-encoded (`_dictionary_schema`). A file in
     run order is read once, a batch at a time; one that is not (a run's file of several
     devices) once a key, or whole past MERGE_PASSES keys."""
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     target = _dictionary_schema(file_schema(table))
-    pf = pq.ParquetFile(source, pre_buffer=False)
-    present = set(pf.schema_arrow.names)  # (read_dictionary refuses a column the file lacks)
-    pf = pq.ParquetFile(source, pre_buffer=False, metadata=pf.metadata, read_dictionary=[
-        f.name for f in target if pa.types.is_dictionary(f.type) and f.name in present])
+    pf = _dictionary_file(source, target)
 
     in_order, last, seen, pairs = True, None, set(), set()
     for t in pf.iter_batches(MERGE_BATCH_ROWS, columns=list(_KEY_COLUMNS), use_threads=False):
@@ -717,16 +720,13 @@ class _RunCursor:
 
     def _pieces(self, source, target: pa.Schema, live: dict[str, str]) -> Iterator[tuple[str, pa.Table]]:
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         # string columns other than the keys read dictionary-encoded, as `merge_files` reads
         # them: a batch holds each distinct kernel name once, not once a row (a piece held
         # is a slice of its batch, which it keeps whole)
         target = _dictionary_schema(pa.schema([*target, INGEST_ID]))
-        pf = pq.ParquetFile(source, pre_buffer=False)
+        pf = _dictionary_file(source, target)
         present = set(pf.schema_arrow.names)
-        pf = pq.ParquetFile(source, pre_buffer=False, metadata=pf.metadata, read_dictionary=[
-            f.name for f in target if pa.types.is_dictionary(f.type) and f.name in present])
         wanted = [f.name for f in target if f.name in present]
         last = ""
         for t in _conformed(pf.iter_batches(RUN_BATCH_ROWS, columns=wanted, use_threads=False), target):
