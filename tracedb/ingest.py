@@ -746,7 +746,7 @@ def _compact(store: lake.Lake, ingest_id: str, rows: int) -> tuple[dict[str, int
     plans, left = store.ingest_compaction(published, rows)
     deferred: dict[str, int] = {}
     for table, chunk in left:
-        deferred[table] = deferred.get(table, 0) + sum(r["rows"] or 0 for r in chunk)
+        deferred[table] = deferred.get(table, 0) + lake.chunk_rows(chunk)
     meta = [t for t in lake.META_WRITTEN if len(store.table(t).file_uris()) >= META_FILES]
     if not plans and not meta:
         return {}, deferred

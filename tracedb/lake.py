@@ -526,6 +526,11 @@ MERGE_IN_MEMORY_ROWS = 512 * 1024
 MERGE_IN_MEMORY_RUN_ROWS = 128
 
 
+def chunk_rows(chunk: list[dict]) -> int:
+    """The rows of a merge's input files (`add_actions` rows)."""
+    return sum(r["rows"] or 0 for r in chunk)
+
+
 def _few_rows_a_run(sources: list) -> bool:
     """Whether these files hold at most MERGE_IN_MEMORY_ROWS rows, fewer than
     MERGE_IN_MEMORY_RUN_ROWS a run (each file's distinct runs counted from its run_id column)."""
@@ -1756,11 +1761,10 @@ class Lake:
         night's merges are then bounded by its own rows, whatever tier fills (without the
         budget, the night that fills a tier merged ten, a hundred or a thousand nights'
         rows); the small tables' tiers and the large ones' lowest still merge at ingest."""
-        plans = sorted(((t, c) for t in tables for c in self.compaction_plan(t, published)),
-                       key=lambda tc: sum(r["rows"] or 0 for r in tc[1]))
+        plans = sorted(((chunk_rows(c), t, c) for t in tables for c in self.compaction_plan(t, published)),
+                       key=lambda p: p[0])
         budget, taken, deferred = self.MERGE_BUDGET * rows, [], []
-        for table, chunk in plans:
-            cost = sum(r["rows"] or 0 for r in chunk)
+        for cost, table, chunk in plans:
             if cost <= budget:
                 budget -= cost
                 taken.append((table, chunk))
