@@ -646,7 +646,7 @@ class _Reader:
         call_step = self.steps_of(c_pid, c_start)
 
         a_step = [call_step[k] if k is not None else None for k in act_call]
-        a_dur = [end - start if end is not None else None for start, end in zip(a_start, a_end)]
+        a_dur = _durations(a_start, a_end)
         work: dict[tuple, list[int]] = {}  # (pid, step) -> [first start, last end, count]
         for pid, step, start, dur in zip(a_pid, a_step, a_start, a_dur):
             if step is not None:
@@ -676,7 +676,7 @@ class _Reader:
         yield from out.extend((
             ["CPU:0"] * n, ["CPU"] * n, [ranks.get(p) for p in c_pid], call_step, category, name,
             [base + start for start in c_start],
-            [end - start if end is not None else None for start, end in zip(c_start, c_end)], c_tid, c_corr,
+            _durations(c_start, c_end), c_tid, c_corr,
             [ops[i] if i is not None else None for i in enclosing], k_name, k_count, k_start, k_device,
             list(range(n)), params))
         yield from out.flush()
@@ -686,7 +686,7 @@ class _Reader:
         yield from notes.extend((
             ["CPU:0"] * m, ["CPU"] * m, [ranks.get(p) for p in rng["pid"]], self.steps_of(rng["pid"], rng["start"]),
             ["nvtx"] * m, rng["name"], [base + start for start in rng["start"]],
-            [end - start if end is not None else None for start, end in zip(rng["start"], rng["end"])],
+            _durations(rng["start"], rng["end"]),
             rng["tid"], list(range(m)), rng["params"]))
         yield from notes.flush()
 
@@ -729,6 +729,11 @@ def _parents(starts: list, ends: list) -> list[int]:
         parent.append(stack[-1] if stack else -1)
         stack.append(len(parent) - 1)
     return parent
+
+
+def _durations(starts: list, ends: list) -> list:
+    """end - start of each row (None where it has no end: a range left open)."""
+    return [end - start if end is not None else None for start, end in zip(starts, ends)]
 
 
 def _columns(rows: list[tuple], width: int) -> list[list]:
